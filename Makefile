@@ -1,0 +1,87 @@
+# headroom: one Makefile for the whole tree.
+#
+#   make            build everything buildable here (daemon, library, tools,
+#                   and the CUDA kernels when nvcc is present)
+#   make run        run headroomd in the foreground on the embedded default
+#   make test       every CPU test: unit, integration (real daemon, real
+#                   socket); GPU tests print a skip line without a GPU
+#   make gpu-test   the GPU tests (on a machine with an H200)
+#   make bench      benchmarks (see bench/)
+#   make clean
+#
+# Each directory adds its targets in its own .mk fragments (every *.mk in
+# proto/, client/, daemon/, kernels/, tests/, tests/*/ and bench/ is
+# included below); a fragment appends to these lists:
+#   BINS         programs built into build/bin
+#   UNIT_TESTS   test programs run by `make test` (cmocka)
+#   INTEG_TESTS  integration test programs run by `make test`
+#   GPU_TESTS    test programs run by `make gpu-test`
+
+CC       ?= cc
+NVCC     ?= $(shell command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)
+CUDA_HOME ?= /usr/local/cuda
+BUILD    ?= build
+PREFIX   ?= /usr/local
+
+CSTD     := -std=c11 -D_GNU_SOURCE
+WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+            -Wno-unused-parameter
+OPT      ?= -O2 -g
+CFLAGS   += $(CSTD) $(WARN) $(OPT) -fPIC -pthread
+CPPFLAGS += -Iproto -Iclient -Idaemon -Ikernels
+LDLIBS_UV    := -luv
+LDLIBS_CJSON := -lcjson
+LDLIBS_CMOCKA := -lcmocka
+
+# Debian packages the build and the tests need, by the header they provide.
+DEB_DEPS := libuv1-dev:uv.h libcjson-dev:cjson/cJSON.h libcmocka-dev:cmocka.h \
+            pkg-config:
+
+BINDIR := $(BUILD)/bin
+LIBDIR := $(BUILD)/lib
+OBJDIR := $(BUILD)/obj
+
+BINS :=
+UNIT_TESTS :=
+INTEG_TESTS :=
+GPU_TESTS :=
+
+.PHONY: all run test unit-test integ-test gpu-test bench clean deps
+all:
+
+include $(sort $(wildcard proto/*.mk client/*.mk daemon/*.mk kernels/*.mk \
+                          tests/*.mk tests/*/*.mk bench/*.mk))
+
+all: $(BINS)
+
+# ---- dependencies -------------------------------------------------------
+# Installs missing Debian build dependencies when run as root; otherwise
+# names exactly what is missing and stops.
+deps:
+	@sh tests/deps.sh $(DEB_DEPS)
+
+# ---- running ------------------------------------------------------------
+RUN_SOCKET := $(CURDIR)/$(BUILD)/run/headroom.sock
+run: deps
+	@$(MAKE) --no-print-directory all
+	@mkdir -p $(dir $(RUN_SOCKET))
+	@echo "headroomd: socket $(RUN_SOCKET)  (try: $(BINDIR)/headroomctl --socket $(RUN_SOCKET) status --pretty)"
+	exec $(BINDIR)/headroomd --socket $(RUN_SOCKET) --state-dir $(CURDIR)/$(BUILD)/run $(RUN_ARGS)
+
+# ---- tests --------------------------------------------------------------
+test: deps
+	@$(MAKE) --no-print-directory all $(UNIT_TESTS) $(INTEG_TESTS) $(GPU_TESTS)
+	@sh tests/run_tests.sh $(UNIT_TESTS) $(INTEG_TESTS) $(GPU_TESTS)
+
+gpu-test: deps
+	@$(MAKE) --no-print-directory all $(GPU_TESTS)
+	@HEADROOM_REQUIRE_GPU=1 sh tests/run_tests.sh $(GPU_TESTS)
+
+clean:
+	rm -rf $(BUILD)
+
+$(OBJDIR)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
+
+-include $(shell find $(OBJDIR) -name '*.d' 2>/dev/null)

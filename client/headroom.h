@@ -1,0 +1,240 @@
+/*
+ * headroom.h: libheadroom, the client side of the headroom SM broker.
+ *
+ * A trainer links this library to ask headroomd (one daemon per node) how
+ * many SMs its persistent "mega" kernel may use on each GPU, and how many
+ * CTAs NCCL may use beside it, so that a whole-grid barrier never waits on a
+ * CTA that cannot become resident.
+ *
+ * Usage, in short:
+ *
+ *     hr_client *c;
+ *     hr_lease *l;
+ *     hr_client_open(&c, NULL, NULL);          // $HEADROOM_SOCKET or default
+ *     hr_comm_register(c, gpu, "dp", 8, 1, 3, NULL);
+ *     hr_lease_acquire(c, gpu, 2, HR_MODE_HEADROOM, &l);
+ *     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+ *     hr_lease_fill_nccl_config(l, &cfg);      // needs nccl.h included first
+ *     ...
+ *     int grid = hr_lease_grid(l);             // per launch; no syscall
+ *     ...
+ *     hr_lease_release(l);
+ *     hr_client_close(c);
+ *
+ * Conventions: every function that can fail returns 0 (HR_OK) or a negative
+ * HR_E* code; hr_strerror() names it. Arguments are checked first and a bad
+ * one returns HR_EINVAL with nothing changed. All functions are thread-safe
+ * unless noted. Prefix hr_ is public; hr__ is internal.
+ *
+ * When no daemon answers, the library does not fail: it hands out a
+ * "degraded" lease computed from the environment (DG_MEGA_MOE_SM_HEADROOM;
+ * unset means headroom 0, the historical full grid), says so once on stderr,
+ * and keeps reconnecting in the background. When the daemon comes (back),
+ * footprints and leases are registered again with no help from the caller,
+ * and hr_lease_grid() starts returning the daemon's answer.
+ */
+#ifndef HEADROOM_H
+#define HEADROOM_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define HR_VERSION_MAJOR 0
+#define HR_VERSION_MINOR 1
+#define HR_VERSION_PATCH 0
+#define HR_VERSION_STRING "0.1.0"
+
+/* Where the daemon listens unless told otherwise. */
+#define HR_DEFAULT_SOCKET "/run/headroom/headroom.sock"
+/* Environment variable that overrides the default socket path. */
+#define HR_ENV_SOCKET "HEADROOM_SOCKET"
+
+/* ---- Errors ------------------------------------------------------------ */
+
+enum {
+  HR_OK = 0,
+  HR_EINVAL = -1,          /* an argument is out of range or NULL */
+  HR_ENOMEM = -2,          /* out of memory */
+  HR_ECONNECT = -3,        /* no daemon answered on the socket */
+  HR_EPROTO = -4,          /* malformed message or protocol violation */
+  HR_EVERSION = -5,        /* no protocol version in common */
+  HR_EPERM = -6,           /* operator-only request from a non-operator */
+  HR_ENOTFOUND = -7,       /* no such GPU, footprint or lease */
+  HR_ELIMIT = -8,          /* a per-client or per-daemon limit was reached */
+  HR_ETIMEDOUT = -9,       /* the daemon did not answer in time */
+  HR_ECLOSED = -10,        /* the connection closed before the answer */
+  HR_EDEGRADED = -11,      /* needs the daemon; running on the fallback */
+  HR_ETOOLARGE = -12,      /* a message exceeded the 64 KiB cap */
+  HR_EINTERNAL = -13,      /* the daemon failed internally */
+  HR_EUNSUPPORTED = -14,   /* mode or feature not supported here */
+  HR_ESHUTDOWN = -15,      /* the daemon is shutting down */
+  HR_EHELLO = -16,         /* request sent before hello */
+  HR_ENOGPU = -20,         /* no CUDA driver or device in this process */
+  HR_ECUDA = -21,          /* a CUDA call failed (see the message) */
+  HR_EBARRIER_TIMEOUT = -22, /* a grid barrier timed out; kernel aborted */
+  HR_ECOOP_TOO_LARGE = -23,  /* cooperative grid larger than the device */
+  HR_EABORTED = -24          /* the kernel was aborted through its abort word */
+};
+
+/* A static, human-readable name for an HR_E* code (never NULL). */
+const char *hr_strerror(int err);
+
+/* ---- Enumerations shared with the wire protocol ------------------------ */
+
+/* How the mega kernel is launched under a lease. */
+typedef enum hr_mode {
+  HR_MODE_HEADROOM = 0,    /* ordinary launch of grid = SMs - headroom */
+  HR_MODE_COOPERATIVE = 1, /* cooperative (all-or-nothing) launch, same grid */
+  HR_MODE_COUNT
+} hr_mode;
+
+/* What went wrong, for hr_report(). */
+typedef enum hr_incident_kind {
+  HR_INCIDENT_BARRIER_TIMEOUT = 0, /* a grid barrier timed out */
+  HR_INCIDENT_LAUNCH_FAILURE = 1,  /* the launch itself failed */
+  HR_INCIDENT_COUNT
+} hr_incident_kind;
+
+/* Wire names ("headroom", "barrier_timeout", ...); NULL when out of range. */
+const char *hr_mode_name(hr_mode mode);
+const char *hr_incident_kind_name(hr_incident_kind kind);
+
+/* ---- Budgets ----------------------------------------------------------- */
+
+/* What the daemon decided for one GPU. Every client on a GPU gets the same
+ * numbers; `epoch` goes up by one with every change. */
+typedef struct hr_budget {
+  int gpu;              /* CUDA device index on the node */
+  uint32_t epoch;       /* bumped on every change of this GPU's budget */
+  hr_mode mode;         /* the lease's launch mode */
+  int sms;              /* SMs on the device */
+  int cluster;          /* mega kernel cluster size the budget assumes */
+  int headroom;         /* SMs left free for communication kernels */
+  int grid;             /* CTAs to launch the mega kernel with: sms - headroom */
+  int nccl_min_ctas;    /* ncclConfig_t.minCTAs */
+  int nccl_max_ctas;    /* ncclConfig_t.maxCTAs (a power of two) */
+  int nccl_cga_cluster_size; /* ncclConfig_t.cgaClusterSize (1) */
+  int nccl_nvls_enable; /* NCCL_NVLS_ENABLE (0) */
+  int degraded;         /* 1: computed from the environment, no daemon */
+} hr_budget;
+
+/* Details of an incident; set a field to -1 when unknown. */
+typedef struct hr_incident_detail {
+  int barrier;          /* which barrier of the kernel timed out */
+  int arrived;          /* CTAs that had arrived at it */
+  int expected;         /* CTAs it waited for (the grid) */
+  int sm;               /* SM id of the CTA that noticed */
+  int grid;             /* grid the kernel was launched with */
+  int timeout_ms;       /* barrier timeout in force */
+  int cuda_error;       /* cudaError_t of a failed launch, else -1 */
+} hr_incident_detail;
+
+/* ---- Client ------------------------------------------------------------ */
+
+typedef struct hr_client hr_client;
+typedef struct hr_comm hr_comm;
+typedef struct hr_lease hr_lease;
+
+typedef struct hr_client_options {
+  const char *name;     /* shown in status; default: program name */
+  int request_timeout_ms; /* per request; default 5000 */
+  int reconnect_ms;     /* delay between reconnect attempts; default 200 */
+  int quiet;            /* 1: do not print the one-time degraded notice */
+} hr_client_options;
+
+/* Connect to the daemon at `socket_path`, else $HEADROOM_SOCKET, else
+ * HR_DEFAULT_SOCKET. `opts` may be NULL. Succeeds with a degraded client
+ * when no daemon answers (see top of file); fails only on bad arguments,
+ * memory, or a daemon that speaks no common protocol version. */
+int hr_client_open(hr_client **out, const char *socket_path,
+                   const hr_client_options *opts);
+
+/* Release every lease and footprint of the client and free it. NULL is ok. */
+void hr_client_close(hr_client *client);
+
+/* 1 when connected to a daemon that accepted our hello, else 0. */
+int hr_client_connected(const hr_client *client);
+
+/* Number of GPUs the daemon reported (0 while degraded and never
+ * connected) and the SM count of one of them (HR_ENOTFOUND if unknown). */
+int hr_client_gpu_count(const hr_client *client);
+int hr_client_gpu_sms(const hr_client *client, int gpu);
+
+/* Register the comm footprint of a communicator on `gpu`: `ctas` CTAs per
+ * collective (NCCL channels), CGA cluster size `cga`, `concurrent`
+ * collectives in flight at once. `out` may be NULL if the caller never
+ * unregisters. The footprint lives until unregistered, the client closes,
+ * or the process dies; it is re-registered after a daemon restart. */
+int hr_comm_register(hr_client *client, int gpu, const char *name, int ctas,
+                     int cga, int concurrent, hr_comm **out);
+int hr_comm_unregister(hr_comm *comm);
+
+/* Acquire a lease on `gpu` for a mega kernel of `cluster` CTAs per cluster
+ * (1, 2, 4 or 8), launched in `mode`. */
+int hr_lease_acquire(hr_client *client, int gpu, int cluster, hr_mode mode,
+                     hr_lease **out);
+int hr_lease_release(hr_lease *lease);
+
+/* The hot path: the grid and headroom in force now. Lock-free, no syscall;
+ * updates pushed by the daemon are applied by the client's I/O thread
+ * before they become visible here. */
+int hr_lease_grid(const hr_lease *lease);
+int hr_lease_headroom(const hr_lease *lease);
+uint32_t hr_lease_epoch(const hr_lease *lease);
+int hr_lease_degraded(const hr_lease *lease);
+
+/* A consistent copy of the whole budget. */
+int hr_lease_budget(const hr_lease *lease, hr_budget *out);
+
+/* The GPU and client a lease belongs to. */
+int hr_lease_gpu(const hr_lease *lease);
+hr_client *hr_lease_client(const hr_lease *lease);
+
+/* Wait until the lease's epoch differs from `epoch` or `timeout_ms` passes
+ * (HR_ETIMEDOUT). For tools and tests; trainers read hr_lease_grid(). */
+int hr_lease_wait_change(const hr_lease *lease, uint32_t epoch, int timeout_ms);
+
+/* Export the lease as environment variables for libraries that read them:
+ * DG_MEGA_MOE_SM_HEADROOM, NCCL_MIN_CTAS, NCCL_MAX_CTAS,
+ * NCCL_CGA_CLUSTER_SIZE, NCCL_NVLS_ENABLE=0. Not thread-safe (setenv). */
+int hr_lease_export_env(const hr_lease *lease);
+
+/* Report an incident to the daemon. `lease` and `detail` may be NULL;
+ * `message` may be NULL. HR_EDEGRADED when no daemon is connected (the
+ * incident is then only logged on stderr). */
+int hr_report(hr_client *client, const hr_lease *lease, hr_incident_kind kind,
+              const hr_incident_detail *detail, const char *message);
+
+/* Fill an NCCL config from a lease. Defined inline when nccl.h was
+ * included before this header, so libheadroom itself never depends on
+ * NCCL's struct layout. Fields the lease does not decide (0 in a degraded
+ * budget whose environment names none) are left as they were. */
+#ifdef NCCL_CONFIG_INITIALIZER
+static inline int hr_lease_fill_nccl_config(const hr_lease *lease,
+                                            ncclConfig_t *config)
+{
+  hr_budget b;
+  int err;
+  if(!lease || !config)
+    return HR_EINVAL;
+  err = hr_lease_budget(lease, &b);
+  if(err)
+    return err;
+  if(b.nccl_min_ctas > 0)
+    config->minCTAs = b.nccl_min_ctas;
+  if(b.nccl_max_ctas > 0)
+    config->maxCTAs = b.nccl_max_ctas;
+  if(b.nccl_cga_cluster_size > 0)
+    config->cgaClusterSize = b.nccl_cga_cluster_size;
+  return HR_OK;
+}
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HEADROOM_H */

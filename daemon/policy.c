@@ -1,0 +1,152 @@
+/*
+ * policy.c: the budget policy (see policy.h for the rules and why).
+ */
+#include <stdio.h>
+
+#include "policy.h"
+
+#define DEFAULT_MIN_HEADROOM 2
+#define DEFAULT_MAX_HEADROOM 32
+#define DEFAULT_MIN_GRID 64
+
+void hr__policy_default(hr_policy *policy)
+{
+  policy->min_headroom = DEFAULT_MIN_HEADROOM;
+  policy->max_headroom = DEFAULT_MAX_HEADROOM;
+  policy->min_grid = DEFAULT_MIN_GRID;
+  policy->incident_raise = 1;
+}
+
+int hr__policy_validate(const hr_policy *p, char *why, size_t n)
+{
+  const char *msg = NULL;
+
+  if(!p)
+    msg = "no policy";
+  else if(p->min_headroom < 0 || p->min_headroom > HR_MAX_SMS)
+    msg = "min_headroom must be 0..1024";
+  else if(p->max_headroom < 0 || p->max_headroom > HR_MAX_SMS)
+    msg = "max_headroom must be 0..1024";
+  else if(p->min_headroom > p->max_headroom)
+    msg = "min_headroom must not exceed max_headroom";
+  else if(p->min_grid < 1 || p->min_grid > HR_MAX_SMS)
+    msg = "min_grid must be 1..1024";
+  else if(p->incident_raise != 0 && p->incident_raise != 1)
+    msg = "incident_raise must be 0 or 1";
+  if(msg) {
+    if(why && n)
+      snprintf(why, n, "%s", msg);
+    return HR_EINVAL;
+  }
+  return HR_OK;
+}
+
+static int round_up(int v, int m) { return (v + m - 1) / m * m; }
+static int round_down(int v, int m) { return v / m * m; }
+
+static int input_valid(const hr_policy_input *in)
+{
+  if(!in || in->sms < 1 || in->sms > HR_MAX_SMS)
+    return 0;
+  if(in->cluster < 1 || in->cluster > HR_MAX_CGA || in->raised < 0)
+    return 0;
+  if(in->n_footprints < 0 || (in->n_footprints > 0 && !in->footprints))
+    return 0;
+  return 1;
+}
+
+int hr__policy_comm_ctas(const hr_policy_input *in)
+{
+  long total = 0;
+  int i;
+
+  for(i = 0; i < in->n_footprints; i++) {
+    const hr_footprint *f = &in->footprints[i];
+    total += (long)f->ctas * f->concurrent;
+    if(total > HR_MAX_SMS * HR_MAX_CTAS)
+      return HR_MAX_SMS * HR_MAX_CTAS; /* saturate: far past any ceiling */
+  }
+  return (int)total;
+}
+
+/* Collectives in flight on the GPU, at least 1: a GPU with no footprint
+ * yet is budgeted for one collective, so its first communicator fits. */
+static int collectives(const hr_policy_input *in)
+{
+  long k = 0;
+  int i;
+
+  for(i = 0; i < in->n_footprints; i++)
+    k += in->footprints[i].concurrent;
+  if(k < 1)
+    k = 1;
+  return k > HR_MAX_SMS ? HR_MAX_SMS : (int)k;
+}
+
+static int ceiling_of(const hr_policy *p, const hr_policy_input *in)
+{
+  int ceiling = p->max_headroom;
+
+  if(ceiling > in->sms - p->min_grid)
+    ceiling = in->sms - p->min_grid;
+  if(ceiling < 0)
+    ceiling = 0;
+  return round_down(ceiling, in->cluster);
+}
+
+int hr__policy_budget(const hr_policy *p, const hr_policy_input *in,
+                      hr_budget *out)
+{
+  int c, ceiling, need, floor_, headroom, per, cap;
+  long comm;
+
+  if(!out || hr__policy_validate(p, NULL, 0) || !input_valid(in))
+    return HR_EINVAL;
+
+  c = in->cluster;
+  ceiling = ceiling_of(p, in);
+  comm = hr__policy_comm_ctas(in);
+  need = comm * c > HR_MAX_SMS ? HR_MAX_SMS : (int)(comm * c);
+  floor_ = round_up(p->min_headroom + in->raised, c);
+
+  headroom = need > floor_ ? need : floor_;
+  if(headroom > ceiling)
+    headroom = ceiling;
+
+  /* The NCCL cap: K collectives of p CTAs each, c SMs per CTA. */
+  per = ceiling / c / collectives(in);
+  cap = 1;
+  while(cap * 2 <= per && cap * 2 <= HR_MAX_CTAS)
+    cap *= 2;
+
+  out->sms = in->sms;
+  out->cluster = c;
+  out->headroom = headroom;
+  out->grid = in->sms - headroom;
+  out->nccl_min_ctas = 1;
+  out->nccl_max_ctas = cap;
+  out->nccl_cga_cluster_size = 1;
+  out->nccl_nvls_enable = 0;
+  out->degraded = 0;
+  return HR_OK;
+}
+
+int hr__policy_raise(const hr_policy *p, const hr_policy_input *in)
+{
+  hr_budget now;
+  int target;
+
+  if(!in)
+    return 0;
+  if(!p || !p->incident_raise || hr__policy_budget(p, in, &now))
+    return in->raised;
+  /* One cluster above what failed, so the headroom in force really grows,
+   * even when the footprints (not the floor) decided it; never past the
+   * ceiling, where raising further would only make the number lie. */
+  target = now.headroom + in->cluster;
+  if(target > ceiling_of(p, in))
+    target = ceiling_of(p, in);
+  if(target - p->min_headroom > in->raised)
+    return target - p->min_headroom;
+  return in->raised;
+}

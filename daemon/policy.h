@@ -1,0 +1,67 @@
+/*
+ * policy.h: the budget policy, a pure function.
+ *
+ * State and policy in, budget out: no I/O, no clock, no globals, so the
+ * table-driven tests in tests/unit/test_policy.c pin it against the
+ * measurements in FINDINGS.md. The daemon calls it whenever a GPU's inputs
+ * change and bumps the epoch when the answer differs.
+ *
+ * Headroom mode, for a GPU of S SMs and a mega kernel of cluster size c:
+ *
+ *   ceiling  = min(max_headroom, S - min_grid), rounded down to c
+ *   N        = sum over footprints of ctas x concurrent    (comm CTAs)
+ *   need     = c * N       an occupied SM can strand its cluster partner,
+ *                          so each comm CTA costs up to c SMs (FINDINGS 1)
+ *   floor    = min_headroom + raised, rounded up to c
+ *   headroom = min(max(need, floor), ceiling)
+ *   grid     = S - headroom
+ *
+ * NCCL gets maxCTAs = the largest power of two p with c * p * K <= ceiling,
+ * K the collectives in flight (at least 1), capped at 64: a communicator
+ * created with that cap keeps the footprint inside the ceiling.
+ * cgaClusterSize is 1 (FINDINGS 3: NCCL's default CGA size, not its
+ * channel count, set the headroom needed) and NVLS stays off.
+ *
+ * Footprints are counted as registered: they describe communicators that
+ * already exist, whose CTA counts can no longer change.
+ */
+#ifndef HR_POLICY_H
+#define HR_POLICY_H
+
+#include "hr_proto.h"
+
+/* One registered comm footprint, as the policy sees it. */
+typedef struct hr_footprint {
+  int ctas;             /* CTAs per collective */
+  int cga;              /* CGA cluster size it was created with */
+  int concurrent;       /* collectives in flight at once */
+} hr_footprint;
+
+typedef struct hr_policy_input {
+  int sms;              /* SMs on the GPU */
+  int cluster;          /* largest cluster size among the GPU's leases */
+  int raised;           /* headroom added by incidents */
+  int n_footprints;
+  const hr_footprint *footprints;
+} hr_policy_input;
+
+/* The defaults: floor 2, ceiling 32, minimum grid 64, incidents raise. */
+void hr__policy_default(hr_policy *policy);
+
+/* Check an operator's policy; on error writes why into `why` (size n). */
+int hr__policy_validate(const hr_policy *policy, char *why, size_t n);
+
+/* Compute the budget of one GPU. Fills every field of `out` except gpu,
+ * epoch and mode, which belong to the caller. HR_EINVAL on bad input. */
+int hr__policy_budget(const hr_policy *policy, const hr_policy_input *in,
+                      hr_budget *out);
+
+/* Comm CTAs in flight: sum of ctas x concurrent (saturating). */
+int hr__policy_comm_ctas(const hr_policy_input *in);
+
+/* The `raised` that lifts this GPU's headroom one cluster above the
+ * headroom in force now (capped at the ceiling): what a reported barrier
+ * timeout does. Returns in->raised unchanged when incident_raise is off. */
+int hr__policy_raise(const hr_policy *policy, const hr_policy_input *in);
+
+#endif /* HR_POLICY_H */
