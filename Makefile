@@ -29,6 +29,13 @@ WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
 OPT      ?= -O2 -g
 CFLAGS   += $(CSTD) $(WARN) $(OPT) -fPIC -pthread
 CPPFLAGS += -Iproto -Iclient -Idaemon -Ikernels
+# DEPS_PREFIX: a folder where the Debian packages were unpacked (dpkg -x),
+# for machines where they cannot be installed (see tests/gpu/device_env.sh).
+ifneq ($(DEPS_PREFIX),)
+CPPFLAGS += -I$(DEPS_PREFIX)/usr/include
+LDFLAGS  += -L$(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu \
+            -Wl,-rpath,$(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu
+endif
 LDLIBS_UV    := -luv
 LDLIBS_CJSON := -lcjson
 LDLIBS_CMOCKA := -lcmocka
@@ -58,7 +65,7 @@ all: $(BINS)
 # Installs missing Debian build dependencies when run as root; otherwise
 # names exactly what is missing and stops.
 deps:
-	@sh tests/deps.sh $(DEB_DEPS)
+	@CPPFLAGS="$(CPPFLAGS)" sh tests/deps.sh $(DEB_DEPS)
 
 # ---- running ------------------------------------------------------------
 RUN_SOCKET := $(CURDIR)/$(BUILD)/run/headroom.sock

@@ -8,4 +8,4 @@ BINS += $(BINDIR)/headroomd
 
 $(BINDIR)/headroomd: $(OBJDIR)/daemon/main.o $(DAEMON_OBJS) $(PROTO_OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS_UV) $(LDLIBS_CJSON) -ldl
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_UV) $(LDLIBS_CJSON) -ldl

@@ -8,7 +8,7 @@ for spec in "$@"; do
   pkg=${spec%%:*}
   hdr=${spec#*:}
   if [ -n "$hdr" ]; then
-    echo "#include <$hdr>" | ${CC:-cc} -E -x c - >/dev/null 2>&1 && continue
+    echo "#include <$hdr>" | ${CC:-cc} $CPPFLAGS -E -x c - >/dev/null 2>&1 && continue
   else
     dpkg -s "$pkg" >/dev/null 2>&1 && continue
   fi
