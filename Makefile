@@ -24,8 +24,7 @@ BUILD    ?= build
 PREFIX   ?= /usr/local
 
 CSTD     := -std=c11 -D_GNU_SOURCE
-WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
-            -Wno-unused-parameter
+WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes
 OPT      ?= -O2 -g
 CFLAGS   += $(CSTD) $(WARN) $(OPT) -fPIC -pthread
 CPPFLAGS += -Iproto -Iclient -Idaemon -Ikernels

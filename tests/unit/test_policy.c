@@ -1,0 +1,231 @@
+/*
+ * test_policy.c: the budget policy against a table of cases, including
+ * every one-GPU case measured in FINDINGS.md sections 1 and 3.
+ *
+ * A "hog" of k SMs in FINDINGS is modelled as one footprint of k CTAs,
+ * one collective in flight: k SMs held by something else when the mega
+ * grid launches.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "policy.h"
+
+typedef struct policy_case {
+  const char *what;
+  int sms, cluster, raised;
+  int min_headroom, max_headroom, min_grid;
+  int n;                         /* footprints below */
+  hr_footprint fp[4];
+  int want_headroom, want_grid, want_max_ctas;
+} policy_case;
+
+#define DEF 2, 32, 64           /* the default policy */
+
+static const policy_case cases[] = {
+  /* Nothing registered: the floor, one cluster. */
+  {"idle GPU", 132, 2, 0, DEF, 0, {{0}}, 2, 130, 16},
+  /* FINDINGS 1: cluster of 2 against k hog SMs needs 2k (pair waste). */
+  {"F1 cluster2 hog1: grid 130 completes", 132, 2, 0, DEF, 1,
+   {{1, 1, 1}}, 2, 130, 16},
+  {"F1 cluster2 hog3 scattered: 128 timed out, 126 completes", 132, 2, 0, DEF,
+   1, {{3, 1, 1}}, 6, 126, 16},
+  {"F1 cluster2 hog8: 2k", 132, 2, 0, DEF, 1, {{8, 1, 1}}, 16, 116, 16},
+  /* FINDINGS 1: an ordinary grid (cluster 1) needs exactly k; the floor
+   * still keeps one cluster free when k is smaller. */
+  {"F1 plain hog1 (floor)", 132, 1, 0, DEF, 1, {{1, 1, 1}}, 2, 130, 32},
+  {"F1 plain hog4", 132, 1, 0, DEF, 1, {{4, 1, 1}}, 4, 128, 32},
+  {"F1 plain hog16", 132, 1, 0, DEF, 1, {{16, 1, 1}}, 16, 116, 32},
+  /* FINDINGS 3: 3 concurrent all-reduces of 8 CTAs = 24 comm CTAs: the
+   * theory wants 48 SMs; the default ceiling holds it at 32 and tells NCCL
+   * to create further communicators with 4 CTAs (3 x 4 x 2 <= 32). */
+  {"F3 3x8 CTAs, default ceiling", 132, 2, 0, DEF, 1, {{8, 1, 3}}, 32, 100, 4},
+  {"F3 3x8 CTAs, ceiling 64", 132, 2, 0, 2, 64, 64, 1, {{8, 1, 3}}, 48, 84, 8},
+  {"F3 3x4 CTAs", 132, 2, 0, DEF, 1, {{4, 1, 3}}, 24, 108, 4},
+  /* Several footprints from several clients add up. */
+  {"two clients", 132, 2, 0, DEF, 2, {{2, 1, 1}, {4, 1, 2}}, 20, 112, 4},
+  /* The minimum grid lowers the ceiling: 132 - 120 = 12. */
+  {"min_grid caps", 132, 2, 0, 2, 32, 120, 1, {{8, 1, 1}}, 12, 120, 4},
+  /* The floor rounds up to the cluster. */
+  {"floor rounds up", 132, 2, 0, 5, 32, 64, 0, {{0}}, 6, 126, 16},
+  {"floor cluster 4", 132, 4, 0, 2, 32, 64, 0, {{0}}, 4, 128, 8},
+  /* Incidents raise the floor. */
+  {"raised 2", 132, 2, 2, DEF, 0, {{0}}, 4, 128, 16},
+  {"raised past ceiling", 132, 2, 100, DEF, 0, {{0}}, 32, 100, 16},
+  /* A ceiling below one cluster rounds to 0: the operator asked for it. */
+  {"ceiling under a cluster", 65, 2, 0, DEF, 0, {{0}}, 0, 65, 1},
+  /* Saturating footprints stay at the ceiling, no overflow. */
+  {"huge footprints", 132, 2, 0, DEF, 4,
+   {{64, 8, 64}, {64, 8, 64}, {64, 8, 64}, {64, 8, 64}}, 32, 100, 1},
+  /* A smaller GPU. */
+  {"114-SM part", 114, 2, 0, DEF, 1, {{3, 1, 1}}, 6, 108, 16},
+};
+
+static void run_case(const policy_case *c)
+{
+  hr_policy p = {c->min_headroom, c->max_headroom, c->min_grid, 1};
+  hr_policy_input in = {c->sms, c->cluster, c->raised, c->n, c->fp};
+  hr_budget b;
+
+  memset(&b, 0xff, sizeof(b));
+  if(hr__policy_budget(&p, &in, &b) != HR_OK)
+    fail_msg("%s: policy refused valid input", c->what);
+  if(b.headroom != c->want_headroom || b.grid != c->want_grid ||
+     b.nccl_max_ctas != c->want_max_ctas)
+    fail_msg("%s: headroom %d grid %d maxCTAs %d, want %d %d %d", c->what,
+             b.headroom, b.grid, b.nccl_max_ctas, c->want_headroom,
+             c->want_grid, c->want_max_ctas);
+  /* Invariants every budget keeps. */
+  assert_int_equal(b.sms, c->sms);
+  assert_int_equal(b.cluster, c->cluster);
+  assert_int_equal(b.grid + b.headroom, c->sms);
+  assert_int_equal(b.headroom % c->cluster, 0);
+  assert_true(b.headroom <= c->max_headroom);
+  assert_true(b.grid >= c->min_grid);
+  assert_int_equal(b.nccl_max_ctas & (b.nccl_max_ctas - 1), 0);
+  assert_true(b.nccl_min_ctas >= 1 && b.nccl_min_ctas <= b.nccl_max_ctas);
+  assert_int_equal(b.nccl_cga_cluster_size, 1);
+  assert_int_equal(b.nccl_nvls_enable, 0);
+  assert_int_equal(b.degraded, 0);
+}
+
+static void test_table(void **state)
+{
+  size_t i;
+  (void)state;
+  for(i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+    run_case(&cases[i]);
+}
+
+static void test_default_policy(void **state)
+{
+  hr_policy p;
+  char why[128];
+  (void)state;
+  hr__policy_default(&p);
+  assert_int_equal(p.min_headroom, 2);
+  assert_int_equal(p.max_headroom, 32);
+  assert_int_equal(p.min_grid, 64);
+  assert_int_equal(p.incident_raise, 1);
+  assert_int_equal(hr__policy_validate(&p, why, sizeof(why)), HR_OK);
+}
+
+static void test_validate_rejects(void **state)
+{
+  static const struct {
+    hr_policy p;
+    const char *word;           /* the message names the field */
+  } bad[] = {
+    {{-1, 32, 64, 1}, "min_headroom"},
+    {{2, 2000, 64, 1}, "max_headroom"},
+    {{40, 32, 64, 1}, "exceed"},
+    {{2, 32, 0, 1}, "min_grid"},
+    {{2, 32, 64, 7}, "incident_raise"},
+  };
+  char why[128];
+  size_t i;
+  (void)state;
+  for(i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    why[0] = '\0';
+    assert_int_equal(hr__policy_validate(&bad[i].p, why, sizeof(why)),
+                     HR_EINVAL);
+    assert_non_null(strstr(why, bad[i].word));
+  }
+  assert_int_equal(hr__policy_validate(NULL, why, sizeof(why)), HR_EINVAL);
+}
+
+static void test_bad_input(void **state)
+{
+  hr_policy p;
+  hr_footprint fp = {1, 1, 1};
+  hr_budget b;
+  hr_policy_input in = {132, 2, 0, 0, NULL};
+  (void)state;
+  hr__policy_default(&p);
+
+  assert_int_equal(hr__policy_budget(&p, &in, NULL), HR_EINVAL);
+  assert_int_equal(hr__policy_budget(&p, NULL, &b), HR_EINVAL);
+  assert_int_equal(hr__policy_budget(NULL, &in, &b), HR_EINVAL);
+  in.sms = 0;
+  assert_int_equal(hr__policy_budget(&p, &in, &b), HR_EINVAL);
+  in.sms = 132;
+  in.cluster = 0;
+  assert_int_equal(hr__policy_budget(&p, &in, &b), HR_EINVAL);
+  in.cluster = 2;
+  in.raised = -2;
+  assert_int_equal(hr__policy_budget(&p, &in, &b), HR_EINVAL);
+  in.raised = 0;
+  in.n_footprints = 1;          /* count without the array */
+  assert_int_equal(hr__policy_budget(&p, &in, &b), HR_EINVAL);
+  in.footprints = &fp;
+  assert_int_equal(hr__policy_budget(&p, &in, &b), HR_OK);
+  p.min_headroom = 99;          /* invalid policy: floor above ceiling */
+  assert_int_equal(hr__policy_budget(&p, &in, &b), HR_EINVAL);
+}
+
+/* A barrier timeout lifts the headroom in force by one cluster. */
+static void test_raise(void **state)
+{
+  hr_policy p;
+  hr_footprint fp = {3, 1, 1};
+  hr_policy_input in = {132, 2, 0, 0, NULL};
+  hr_budget b;
+  (void)state;
+  hr__policy_default(&p);
+
+  /* From the floor: 2 -> 4 -> 6. */
+  in.raised = hr__policy_raise(&p, &in);
+  assert_int_equal(in.raised, 2);
+  assert_int_equal(hr__policy_budget(&p, &in, &b), HR_OK);
+  assert_int_equal(b.headroom, 4);
+  in.raised = hr__policy_raise(&p, &in);
+  assert_int_equal(hr__policy_budget(&p, &in, &b), HR_OK);
+  assert_int_equal(b.headroom, 6);
+
+  /* When footprints decided the headroom (6), the raise goes above it. */
+  in.raised = 0;
+  in.n_footprints = 1;
+  in.footprints = &fp;
+  in.raised = hr__policy_raise(&p, &in);
+  assert_int_equal(hr__policy_budget(&p, &in, &b), HR_OK);
+  assert_int_equal(b.headroom, 8);
+
+  /* At the ceiling it stops growing. */
+  in.raised = 30;
+  assert_int_equal(hr__policy_raise(&p, &in), 30);
+  in.raised = 29;
+  assert_int_equal(hr__policy_raise(&p, &in), 30);
+
+  /* Switched off: unchanged. */
+  p.incident_raise = 0;
+  in.raised = 4;
+  assert_int_equal(hr__policy_raise(&p, &in), 4);
+}
+
+static void test_comm_ctas(void **state)
+{
+  hr_footprint fp[2] = {{8, 1, 3}, {2, 2, 2}};
+  hr_policy_input in = {132, 2, 0, 2, fp};
+  (void)state;
+  assert_int_equal(hr__policy_comm_ctas(&in), 28);
+  in.n_footprints = 0;
+  assert_int_equal(hr__policy_comm_ctas(&in), 0);
+}
+
+int main(void)
+{
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_table),
+    cmocka_unit_test(test_default_policy),
+    cmocka_unit_test(test_validate_rejects),
+    cmocka_unit_test(test_bad_input),
+    cmocka_unit_test(test_raise),
+    cmocka_unit_test(test_comm_ctas),
+  };
+  return cmocka_run_group_tests_name("policy", tests, NULL, NULL);
+}
