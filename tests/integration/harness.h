@@ -1,0 +1,71 @@
+/*
+ * harness.h: start a real headroomd on a temporary socket, and talk to it
+ * either through libheadroom or through a raw socket (for the requests the
+ * library never sends: garbage, half lines, other users, status).
+ */
+#ifndef HR_TEST_HARNESS_H
+#define HR_TEST_HARNESS_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "hr_proto.h"
+
+typedef struct hr_daemon {
+  char dir[256];                /* temporary folder, removed at stop */
+  char socket[300];
+  char config[300];
+  char state_dir[300];
+  char log[300];
+  pid_t pid;
+} hr_daemon;
+
+/* Build folder of the binaries: $HEADROOM_BUILD or "build". */
+const char *th_build_dir(void);
+
+/* Create the folder and a config (`extra` is appended to it; may be NULL),
+ * then start headroomd and wait until it accepts connections. */
+int th_daemon_start(hr_daemon *d, const char *extra);
+/* Start again on the same folder, socket and state (after a kill). */
+int th_daemon_restart(hr_daemon *d);
+/* SIGTERM and wait; returns the exit status (or -1 on a signal/timeout). */
+int th_daemon_stop(hr_daemon *d);
+/* SIGKILL and reap. */
+void th_daemon_kill(hr_daemon *d);
+/* Remove the folder. */
+void th_daemon_cleanup(hr_daemon *d);
+/* Print the daemon's log (on failure, to see why). */
+void th_daemon_dump_log(const hr_daemon *d);
+
+/* A raw connection with its own line buffer. */
+typedef struct th_raw {
+  int fd;
+  size_t len;
+  char buf[2 * HR_PROTO_MAX_LINE];
+} th_raw;
+
+int th_raw_connect(th_raw *r, const char *path);
+void th_raw_close(th_raw *r);
+int th_raw_send(th_raw *r, const void *data, size_t len);
+int th_raw_send_str(th_raw *r, const char *s);
+/* Read one line (without '\n') into out; returns its length, -1 on EOF or
+ * error, -2 on timeout. */
+long th_raw_read_line(th_raw *r, char *out, size_t cap, int timeout_ms);
+/* Read lines until a reply (not an event) arrives and decode it. */
+int th_raw_reply(th_raw *r, hr_reply *rep, int timeout_ms);
+/* Encode and send a request, then wait for its reply. */
+int th_raw_request(th_raw *r, const hr_request *req, hr_reply *rep);
+/* Connect and say hello. */
+int th_raw_open(th_raw *r, const char *path);
+
+/* Fetch the daemon's status over a fresh connection; hr_status_free it. */
+int th_status(const char *path, hr_status *st);
+
+/* Run a program to completion with a timeout; returns its exit code, or
+ * -1 when it was killed. stdout goes to `out` (may be NULL) if given. */
+int th_run(char *const argv[], const char *out_path, int timeout_ms);
+
+/* Milliseconds on a monotonic clock. */
+long long th_now_ms(void);
+
+#endif /* HR_TEST_HARNESS_H */
