@@ -52,7 +52,7 @@ UNIT_TESTS :=
 INTEG_TESTS :=
 GPU_TESTS :=
 
-.PHONY: all run test unit-test integ-test gpu-test bench clean deps
+.PHONY: all run test unit-test integ-test gpu-test bench clean deps install
 all:
 
 include $(sort $(wildcard proto/*.mk client/*.mk daemon/*.mk kernels/*.mk \
@@ -85,6 +85,46 @@ gpu-test: deps
 
 clean:
 	rm -rf $(BUILD)
+
+# ---- install ------------------------------------------------------------
+# make install [PREFIX=/usr/local] [DESTDIR=] [SYSCONFDIR=/etc]
+# An existing config file is never overwritten (the new one is put beside
+# it as headroomd.conf.new).
+SYSCONFDIR ?= /etc
+I_BIN   := $(PREFIX)/bin
+I_SBIN  := $(PREFIX)/sbin
+I_LIB   := $(PREFIX)/lib
+I_INC   := $(PREFIX)/include
+I_DOC   := $(PREFIX)/share/doc/headroom
+I_UNIT  := $(PREFIX)/lib/systemd/system
+I_USERS := $(PREFIX)/lib/sysusers.d
+VERSION := $(shell sed -n 's/^\#define HR_VERSION_STRING "\(.*\)"/\1/p' client/headroom.h)
+SUBST   := sed -e 's|@BINDIR@|$(I_SBIN)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
+             -e 's|@DOCDIR@|$(I_DOC)|g' -e 's|@PREFIX@|$(PREFIX)|g' \
+             -e 's|@LIBDIR@|$(I_LIB)|g' -e 's|@INCLUDEDIR@|$(I_INC)|g' \
+             -e 's|@VERSION@|$(VERSION)|g'
+
+install: all
+	install -d $(DESTDIR)$(I_BIN) $(DESTDIR)$(I_SBIN) $(DESTDIR)$(I_LIB)/pkgconfig \
+	  $(DESTDIR)$(I_INC) $(DESTDIR)$(I_DOC) $(DESTDIR)$(I_UNIT) \
+	  $(DESTDIR)$(I_USERS) $(DESTDIR)$(SYSCONFDIR)/headroom
+	install -m 0755 $(BINDIR)/headroomd $(DESTDIR)$(I_SBIN)/headroomd
+	install -m 0755 $(BINDIR)/headroomctl $(BINDIR)/headroom-run $(DESTDIR)$(I_BIN)/
+	cp -P $(LIBDIR)/libheadroom.so* $(DESTDIR)$(I_LIB)/
+	install -m 0644 $(LIBDIR)/libheadroom.a $(DESTDIR)$(I_LIB)/
+	install -m 0644 client/headroom.h $(DESTDIR)$(I_INC)/
+	if [ -f $(LIBDIR)/libheadroom_moe.a ]; then \
+	  cp -P $(LIBDIR)/libheadroom_moe.* $(DESTDIR)$(I_LIB)/ && \
+	  install -m 0644 kernels/headroom_moe.h $(DESTDIR)$(I_INC)/; fi
+	$(SUBST) systemd/headroom.pc.in > $(DESTDIR)$(I_LIB)/pkgconfig/headroom.pc
+	$(SUBST) systemd/headroomd.service > $(DESTDIR)$(I_UNIT)/headroomd.service
+	$(SUBST) systemd/headroomd.socket > $(DESTDIR)$(I_UNIT)/headroomd.socket
+	install -m 0644 systemd/headroom.sysusers $(DESTDIR)$(I_USERS)/headroom.conf
+	install -m 0644 README.md proto/PROTOCOL.md docs/*.md $(DESTDIR)$(I_DOC)/
+	if [ -e $(DESTDIR)$(SYSCONFDIR)/headroom/headroomd.conf ]; then \
+	  install -m 0644 systemd/headroomd.conf $(DESTDIR)$(SYSCONFDIR)/headroom/headroomd.conf.new; \
+	else \
+	  install -m 0644 systemd/headroomd.conf $(DESTDIR)$(SYSCONFDIR)/headroom/headroomd.conf; fi
 
 $(OBJDIR)/%.o: %.c
 	@mkdir -p $(dir $@)
