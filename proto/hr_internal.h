@@ -1,0 +1,66 @@
+/*
+ * hr_internal.h: what the files of proto/ share with each other and with
+ * nobody else: the message-type table, int-indexed name tables for
+ * hr__dec_enum, and the codecs of the payloads several messages carry.
+ */
+#ifndef HR_INTERNAL_H
+#define HR_INTERNAL_H
+
+#include "hr_json.h"
+#include "hr_proto.h"
+
+/* Limits on ids: 2^53 - 1 so that every id is exact in a double. */
+#define HR__MAX_ID ((int64_t)HR_PROTO_MAX_ID)
+/* Detail fields: -1 (unknown) or a non-negative int. */
+#define HR__DETAIL_MIN (-1)
+/* Protocol versions a hello may list. */
+#define HR__VERSION_MAX 1000
+
+int hr__msg_type_from_name(const char *name, hr_msg_type *out);
+
+const char *hr__mode_name_i(int i);
+const char *hr__incident_kind_name_i(int i);
+const char *hr__topology_source_name_i(int i);
+
+/* 1 for a mega kernel cluster size the protocol accepts: 1, 2, 4 or 8. */
+int hr__cluster_valid(int cluster);
+
+/* Payloads, as member `name` of `parent` (see PROTOCOL.md for the shapes).
+ * Decoders fail on a missing member only when it is required. */
+void hr__budget_encode(hr__enc *e, cJSON *parent, const char *name,
+                       const hr_budget *b);
+void hr__budget_decode(hr__dec *d, const cJSON *parent, const char *name,
+                       hr_budget *b);
+
+/* `fields` picks the members written (HR_POLICY_* bits); a decoder sets
+ * *fields to the members it found and requires `required` of them. */
+void hr__policy_encode(hr__enc *e, cJSON *parent, const char *name,
+                       const hr_policy *p, unsigned fields);
+void hr__policy_decode(hr__dec *d, const cJSON *parent, const char *name,
+                       hr_policy *p, unsigned required, unsigned *fields);
+
+/* Details are written without their -1 fields and read back with absent
+ * fields as -1; a detail that is all -1 is not written at all. */
+void hr__detail_encode(hr__enc *e, cJSON *parent, const char *name,
+                       const hr_incident_detail *dt);
+void hr__detail_decode(hr__dec *d, const cJSON *parent, const char *name,
+                       hr_incident_detail *dt);
+void hr__detail_unknown(hr_incident_detail *dt);
+
+/* One GPU's identity: index, sms, name, as members of `obj` itself. */
+void hr__gpu_info_encode(hr__enc *e, cJSON *obj, const hr_gpu_info *g);
+void hr__gpu_info_decode(hr__dec *d, const cJSON *obj, hr_gpu_info *g);
+
+void hr__topology_encode(hr__enc *e, cJSON *parent, const char *name,
+                         const hr_topology *t);
+void hr__topology_decode(hr__dec *d, const cJSON *parent, const char *name,
+                         hr_topology *t);
+
+/* The status reply's "status" member. The decoder allocates the arrays and
+ * frees them again itself when it fails. */
+void hr__status_encode(hr__enc *e, cJSON *parent, const char *name,
+                       const hr_status *s);
+void hr__status_decode(hr__dec *d, const cJSON *parent, const char *name,
+                       hr_status *s);
+
+#endif /* HR_INTERNAL_H */
