@@ -1,0 +1,49 @@
+# client/: libheadroom (shared, with soname, and static), headroomctl and
+# headroom-run. The tools link the static library, so they run from the
+# build tree with no LD_LIBRARY_PATH.
+CLIENT_TOOLS := client/headroomctl.c client/headroom_run.c
+CLIENT_SRCS := $(filter-out $(CLIENT_TOOLS),$(wildcard client/*.c))
+CLIENT_OBJS := $(patsubst %.c,$(OBJDIR)/%.o,$(CLIENT_SRCS))
+
+LIBHEADROOM_VERSION := 0.1.0
+LIBHEADROOM_SONAME := libheadroom.so.0
+LIBHEADROOM_REAL := $(LIBDIR)/libheadroom.so.$(LIBHEADROOM_VERSION)
+LIBHEADROOM_A := $(LIBDIR)/libheadroom.a
+LIBHEADROOM_SO := $(LIBDIR)/libheadroom.so
+# What a program linking libheadroom.a needs besides it (-ldl: libcuda is
+# opened at run time, for SM counts when no daemon answers).
+LDLIBS_HEADROOM := $(LDLIBS_CJSON) -pthread -ldl
+
+BINS += $(LIBHEADROOM_SO) $(LIBDIR)/$(LIBHEADROOM_SONAME) $(LIBHEADROOM_A) \
+        $(BINDIR)/headroomctl $(BINDIR)/headroom-run
+
+# proto/proto.mk is read after this file, so PROTO_OBJS is expanded a
+# second time, when the rules run.
+.SECONDEXPANSION:
+
+# Only hr_* symbols leave the shared object (client/libheadroom.map);
+# -z defs: a missing symbol fails the link here, not in a user's program.
+$(LIBHEADROOM_REAL): $(CLIENT_OBJS) $$(PROTO_OBJS) client/libheadroom.map
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -shared -Wl,-soname,$(LIBHEADROOM_SONAME) \
+	  -Wl,--version-script=client/libheadroom.map -Wl,-z,defs \
+	  -o $@ $(filter %.o,$^) $(LDLIBS_HEADROOM)
+
+$(LIBDIR)/$(LIBHEADROOM_SONAME): $(LIBHEADROOM_REAL)
+	ln -sf $(notdir $<) $@
+
+$(LIBHEADROOM_SO): $(LIBDIR)/$(LIBHEADROOM_SONAME)
+	ln -sf $(notdir $<) $@
+
+$(LIBHEADROOM_A): $(CLIENT_OBJS) $$(PROTO_OBJS)
+	@mkdir -p $(dir $@)
+	rm -f $@
+	$(AR) rcs $@ $^
+
+$(BINDIR)/headroomctl: $(OBJDIR)/client/headroomctl.o $(LIBHEADROOM_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_HEADROOM)
+
+$(BINDIR)/headroom-run: $(OBJDIR)/client/headroom_run.o $(LIBHEADROOM_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_HEADROOM)

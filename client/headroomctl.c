@@ -1,0 +1,591 @@
+/*
+ * headroomctl: the operator's view of headroomd.
+ *
+ * Scripts rely on two things here: every JSON line printed is one the
+ * protocol's own decoder accepts (replies and events are decoded, then
+ * encoded again, never passed through unchecked), and the exit code says
+ * which kind of failure happened (see usage()).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hr_client_int.h"
+
+enum {
+  EXIT_OK = 0,
+  EXIT_DAEMON = 1,      /* the daemon answered with an error */
+  EXIT_USAGE = 2,
+  EXIT_CONNECT = 3,     /* cannot connect, or the connection was lost */
+  EXIT_PERM = 4         /* permission denied */
+};
+
+#define DEFAULT_TIMEOUT_MS 5000
+
+static const char usage_text[] =
+"NAME\n"
+"    headroomctl - query and steer headroomd, the GPU SM broker\n"
+"\n"
+"SYNOPSIS\n"
+"    headroomctl [--socket PATH] [--timeout MS] status [--pretty]\n"
+"    headroomctl [--socket PATH] [--timeout MS] watch [--gpu N]\n"
+"    headroomctl [--socket PATH] [--timeout MS] policy get\n"
+"    headroomctl [--socket PATH] [--timeout MS] policy set KEY=VALUE...\n"
+"    headroomctl --help | --version\n"
+"\n"
+"DESCRIPTION\n"
+"    Talks to the headroomd of this node over its Unix socket, one JSON\n"
+"    object per line (see proto/PROTOCOL.md).\n"
+"\n"
+"COMMANDS\n"
+"    status      Print the daemon's status as one JSON line: topology,\n"
+"                policy, clients, and per GPU its budget, footprints,\n"
+"                leases and recent incidents.\n"
+"    status --pretty\n"
+"                The same as tables: per GPU the SMs, headroom, grid,\n"
+"                epoch, NCCL cap, comm CTAs in flight, headroom raised by\n"
+"                incidents and the counts; then the footprints, leases,\n"
+"                recent incidents and clients.\n"
+"    watch [--gpu N]\n"
+"                Subscribe to budget changes (of GPU N, or of every GPU)\n"
+"                and print each pushed event as one JSON line, flushed at\n"
+"                once, until interrupted (SIGINT or SIGTERM: exit 0) or\n"
+"                the daemon goes away (exit 3).\n"
+"    policy get  Print the operator's policy as one JSON line.\n"
+"    policy set KEY=VALUE...\n"
+"                Change the policy (operators only: root, or a member of\n"
+"                the daemon's operator group) and print the new one. Keys:\n"
+"                  min_headroom=SMS    floor on every GPU's headroom\n"
+"                  max_headroom=SMS    ceiling on it\n"
+"                  min_grid=SMS        never leave the mega kernel less\n"
+"                  incident_raise=yes|no\n"
+"                                      a reported barrier timeout raises\n"
+"                                      the GPU's headroom by one cluster\n"
+"\n"
+"OPTIONS\n"
+"    -s, --socket PATH   the daemon's socket (default: $HEADROOM_SOCKET,\n"
+"                        else " HR_DEFAULT_SOCKET ")\n"
+"    -t, --timeout MS    give up on a reply after MS milliseconds\n"
+"                        (default 5000)\n"
+"    -h, --help          this text\n"
+"    -V, --version       the version of headroomctl and its protocol\n"
+"\n"
+"ENVIRONMENT\n"
+"    HEADROOM_SOCKET     the socket, when --socket is not given\n"
+"\n"
+"EXIT STATUS\n"
+"    0   success\n"
+"    1   the daemon answered with an error\n"
+"    2   usage error\n"
+"    3   cannot connect to the daemon, or the connection was lost\n"
+"    4   permission denied (the socket, or an operator-only request)\n"
+"\n"
+"EXAMPLES\n"
+"    headroomctl status --pretty\n"
+"    headroomctl watch --gpu 0\n"
+"    sudo headroomctl policy set max_headroom=24 incident_raise=no\n";
+
+static int timeout_ms = DEFAULT_TIMEOUT_MS;
+static int stop_pipe[2] = {-1, -1};
+
+static int usage_error(const char *fmt, const char *arg)
+{
+  fprintf(stderr, "headroomctl: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\nTry 'headroomctl --help'.\n");
+  return EXIT_USAGE;
+}
+
+/* The exit code for a library error. */
+static int exit_code(int err)
+{
+  switch(err) {
+  case HR_OK:
+    return EXIT_OK;
+  case HR_EPERM:
+    return EXIT_PERM;
+  case HR_ECONNECT:
+  case HR_ECLOSED:
+  case HR_ETIMEDOUT:
+  case HR_ETOOLARGE:
+  case HR_EPROTO:
+  case HR_ESHUTDOWN:
+    return EXIT_CONNECT;
+  default:
+    return EXIT_DAEMON;
+  }
+}
+
+static int fail(const char *what, int err, const hr_reply *rep)
+{
+  if(rep && rep->type == HR_MSG_ERROR && rep->u.error.message[0])
+    fprintf(stderr, "headroomctl: %s: %s (%s)\n", what, hr_strerror(err),
+            rep->u.error.message);
+  else
+    fprintf(stderr, "headroomctl: %s: %s\n", what, hr_strerror(err));
+  return exit_code(err);
+}
+
+/* Connect and say hello; returns an exit code. */
+static int open_conn(hr__conn *c, const char *path)
+{
+  hr_rep_hello hello;
+  char why[128];
+  int err;
+
+  hr__conn_init(c);
+  err = hr__conn_connect(c, path, timeout_ms, why, sizeof(why));
+  if(err) {
+    fprintf(stderr, "headroomctl: cannot connect to %s: %s\n", path, why);
+    return exit_code(err);
+  }
+  err = hr__conn_hello(c, "headroomctl", timeout_ms, &hello, NULL, NULL);
+  if(err)
+    return fail("hello", err, NULL);
+  return EXIT_OK;
+}
+
+/* Print a reply (or event) as the one JSON line the protocol defines. */
+static int print_json(const hr_reply *rep)
+{
+  hr_buf b;
+  int err;
+  hr_buf_init(&b, HR_PROTO_MAX_LINE);
+  err = hr_proto_encode_reply(rep, &b);
+  if(!err) {
+    fwrite(b.data, 1, b.len, stdout);
+    fflush(stdout);
+  }
+  hr_buf_free(&b);
+  if(err)
+    fprintf(stderr, "headroomctl: cannot encode the reply: %s\n",
+            hr_strerror(err));
+  return err ? EXIT_DAEMON : EXIT_OK;
+}
+
+/* Send one request and wait for its reply; returns an exit code. */
+static int request(hr__conn *c, hr_request *req, hr_reply *rep,
+                   const char *what)
+{
+  int err = hr__conn_call(c, req, rep, timeout_ms, NULL, NULL);
+  if(err)
+    return fail(what, err, rep);
+  return EXIT_OK;
+}
+
+/* ---- status --pretty ---------------------------------------------------- */
+
+static void print_uptime(int64_t ms)
+{
+  int64_t s = ms / 1000;
+  if(s >= 86400)
+    printf("%lldd%02lldh", (long long)(s / 86400), (long long)(s % 86400 / 3600));
+  else if(s >= 3600)
+    printf("%lldh%02lldm", (long long)(s / 3600), (long long)(s % 3600 / 60));
+  else
+    printf("%lldm%02llds", (long long)(s / 60), (long long)(s % 60));
+}
+
+static const char *yes_no(int v)
+{
+  return v ? "yes" : "no";
+}
+
+static void print_time(int64_t unix_ms)
+{
+  time_t t = (time_t)(unix_ms / 1000);
+  struct tm tm;
+  char text[32];
+  if(localtime_r(&t, &tm) && strftime(text, sizeof(text), "%Y-%m-%d %H:%M:%S",
+                                      &tm))
+    printf("%s", text);
+  else
+    printf("%lld", (long long)unix_ms);
+}
+
+static void print_pretty(const hr_status *st)
+{
+  const char *src = hr_topology_source_name(st->topology_source);
+  int i, j, any;
+
+  printf("%s, up ", st->daemon);
+  print_uptime(st->uptime_ms);
+  printf(", %lld requests served, topology from %s, %d client%s\n",
+         (long long)st->requests, src ? src : "?", st->n_clients,
+         st->n_clients == 1 ? "" : "s");
+  printf("policy: min_headroom %d, max_headroom %d, min_grid %d, "
+         "incident_raise %s\n\n", st->policy.min_headroom,
+         st->policy.max_headroom, st->policy.min_grid,
+         yes_no(st->policy.incident_raise));
+
+  printf("%-4s %5s %9s %5s %6s %9s %4s %10s %7s %8s %6s %7s %10s\n", "GPU",
+         "SMS", "HEADROOM", "GRID", "EPOCH", "NCCL_CAP", "CGA", "COMM_CTAS",
+         "RAISED", "CLIENTS", "COMMS", "LEASES", "INCIDENTS");
+  for(i = 0; i < st->n_gpus; i++) {
+    const hr_status_gpu *g = &st->gpus[i];
+    char cap[24];
+    if(g->budget.nccl_min_ctas > 0)
+      snprintf(cap, sizeof(cap), "%d-%d", g->budget.nccl_min_ctas,
+               g->budget.nccl_max_ctas);
+    else
+      snprintf(cap, sizeof(cap), "%d", g->budget.nccl_max_ctas);
+    printf("%-4d %5d %9d %5d %6u %9s %4d %10d %7d %8d %6d %7d %10d\n",
+           g->info.index, g->info.sms, g->budget.headroom, g->budget.grid,
+           g->budget.epoch, cap, g->budget.nccl_cga_cluster_size,
+           g->comm_ctas, g->raised, g->n_clients, g->n_comms, g->n_leases,
+           g->n_incidents);
+  }
+
+  printf("\nFOOTPRINTS\n");
+  printf("%-4s %6s %7s %-20s %5s %4s %11s\n", "GPU", "ID", "CLIENT", "NAME",
+         "CTAS", "CGA", "CONCURRENT");
+  for(i = 0, any = 0; i < st->n_gpus; i++) {
+    const hr_status_gpu *g = &st->gpus[i];
+    for(j = 0; j < g->n_comms; j++, any++) {
+      const hr_status_comm *m = &g->comms[j];
+      printf("%-4d %6lld %7lld %-20s %5d %4d %11d\n", g->info.index,
+             (long long)m->id, (long long)m->client,
+             m->name[0] ? m->name : "-", m->ctas, m->cga, m->concurrent);
+    }
+  }
+  if(!any)
+    printf("(none)\n");
+
+  printf("\nLEASES\n");
+  printf("%-4s %6s %7s %8s %-12s\n", "GPU", "ID", "CLIENT", "CLUSTER", "MODE");
+  for(i = 0, any = 0; i < st->n_gpus; i++) {
+    const hr_status_gpu *g = &st->gpus[i];
+    for(j = 0; j < g->n_leases; j++, any++) {
+      const hr_status_lease *l = &g->leases[j];
+      const char *mode = hr_mode_name(l->mode);
+      printf("%-4d %6lld %7lld %8d %-12s\n", g->info.index, (long long)l->id,
+             (long long)l->client, l->cluster, mode ? mode : "?");
+    }
+  }
+  if(!any)
+    printf("(none)\n");
+
+  printf("\nRECENT INCIDENTS\n");
+  for(i = 0, any = 0; i < st->n_gpus; i++) {
+    const hr_status_gpu *g = &st->gpus[i];
+    for(j = 0; j < g->n_incidents; j++, any++) {
+      const hr_status_incident *in = &g->incidents[j];
+      const char *kind = hr_incident_kind_name(in->kind);
+      printf("GPU %d #%lld ", g->info.index, (long long)in->id);
+      print_time(in->time_ms);
+      printf(" %s client %lld lease %lld: barrier %d, %d of %d arrived, "
+             "SM %d, grid %d, timeout %d ms, CUDA error %d%s%s\n",
+             kind ? kind : "?", (long long)in->client, (long long)in->lease,
+             in->detail.barrier, in->detail.arrived, in->detail.expected,
+             in->detail.sm, in->detail.grid, in->detail.timeout_ms,
+             in->detail.cuda_error, in->message[0] ? ": " : "", in->message);
+    }
+  }
+  if(!any)
+    printf("(none)\n");
+
+  printf("\nCLIENTS\n");
+  printf("%6s %8s %6s %6s %-20s %8s %10s\n", "ID", "PID", "UID", "GID",
+         "NAME", "OPERATOR", "SUBSCRIBED");
+  for(i = 0; i < st->n_clients; i++) {
+    const hr_status_client *c = &st->clients[i];
+    printf("%6lld %8d %6d %6d %-20s %8s %10s\n", (long long)c->id, c->pid,
+           c->uid, c->gid, c->name[0] ? c->name : "-", yes_no(c->operator_),
+           yes_no(c->subscribed));
+  }
+  if(!st->n_clients)
+    printf("(none)\n");
+}
+
+/* ---- commands ----------------------------------------------------------- */
+
+/* What the command line asked for, checked before connecting: a usage
+ * error must not depend on whether a daemon is running. */
+typedef enum { CMD_STATUS, CMD_WATCH, CMD_POLICY } ctl_kind;
+
+typedef struct ctl_cmd {
+  ctl_kind kind;
+  int pretty;           /* status --pretty */
+  int gpu;              /* watch --gpu, -1: every GPU */
+  hr_request req;       /* policy get/set */
+} ctl_cmd;
+
+static int status_parse(int argc, char **argv, ctl_cmd *cmd)
+{
+  int i;
+  for(i = 0; i < argc; i++) {
+    if(!strcmp(argv[i], "--pretty") || !strcmp(argv[i], "-p"))
+      cmd->pretty = 1;
+    else
+      return usage_error("status: unknown argument '%s'", argv[i]);
+  }
+  return EXIT_OK;
+}
+
+static int cmd_status(hr__conn *c, const ctl_cmd *cmd)
+{
+  hr_request req;
+  hr_reply rep;
+  int rc;
+
+  memset(&req, 0, sizeof(req));
+  req.type = HR_MSG_STATUS;
+  rc = request(c, &req, &rep, "status");
+  if(rc)
+    return rc;
+  if(cmd->pretty) {
+    print_pretty(&rep.u.status);
+    fflush(stdout);
+  }
+  else {
+    rc = print_json(&rep);
+  }
+  hr_reply_free(&rep);
+  return rc;
+}
+
+static void on_stop_signal(int sig)
+{
+  int saved = errno;
+  (void)sig;
+  if(write(stop_pipe[1], "x", 1) < 0) {
+    /* nothing to do: a byte is already waiting */
+  }
+  errno = saved;
+}
+
+static int watch_signals(hr__conn *c)
+{
+  struct sigaction sa;
+  if(pipe2(stop_pipe, O_CLOEXEC | O_NONBLOCK))
+    return -1;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  c->intr_fd = stop_pipe[0];
+  return 0;
+}
+
+static int watch_parse(int argc, char **argv, ctl_cmd *cmd)
+{
+  const char *v;
+  int i;
+  for(i = 0; i < argc; i++) {
+    if(!strcmp(argv[i], "--gpu") && i + 1 < argc)
+      v = argv[++i];
+    else if(!strncmp(argv[i], "--gpu=", 6))
+      v = argv[i] + 6;
+    else
+      return usage_error("watch: unknown argument '%s'", argv[i]);
+    if(hr__parse_int(v, 0, HR_MAX_GPUS - 1, &cmd->gpu))
+      return usage_error("watch: --gpu wants 0..63, not '%s'", v);
+  }
+  return EXIT_OK;
+}
+
+static int cmd_watch(hr__conn *c, const ctl_cmd *cmd)
+{
+  hr_request req;
+  hr_reply rep;
+  int rc, err;
+
+  if(watch_signals(c))
+    return fail("watch", HR_ENOMEM, NULL);
+  memset(&req, 0, sizeof(req));
+  req.type = HR_MSG_SUBSCRIBE;
+  req.u.subscribe.gpu = cmd->gpu;
+  rc = request(c, &req, &rep, "subscribe");
+  if(rc)
+    return rc;
+  hr_reply_free(&rep);
+  for(;;) {
+    err = hr__conn_read_reply(c, -1, &rep);
+    if(err == HR__EINTR)
+      return EXIT_OK;
+    if(err == HR_EPROTO)
+      continue;       /* the daemon's to fix; keep watching */
+    if(err) {
+      fprintf(stderr, "headroomctl: watch: the daemon went away (%s)\n",
+              hr_strerror(err));
+      return EXIT_CONNECT;
+    }
+    if(rep.id < 0 && rep.type != HR_MSG_ERROR)
+      print_json(&rep);
+    hr_reply_free(&rep);
+  }
+}
+
+/* One KEY=VALUE of `policy set` into the request. */
+static int policy_arg(const char *arg, hr_req_policy_set *ps)
+{
+  static const struct {
+    const char *key;
+    unsigned bit;
+  } keys[] = {
+    {"min_headroom", HR_POLICY_MIN_HEADROOM},
+    {"max_headroom", HR_POLICY_MAX_HEADROOM},
+    {"min_grid", HR_POLICY_MIN_GRID},
+    {"incident_raise", HR_POLICY_INCIDENT_RAISE},
+  };
+  const char *eq = strchr(arg, '=');
+  const char *v;
+  size_t i, klen;
+  int n;
+
+  if(!eq)
+    return usage_error("policy set: '%s' is not KEY=VALUE", arg);
+  klen = (size_t)(eq - arg);
+  v = eq + 1;
+  for(i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+    if(strlen(keys[i].key) == klen && !strncmp(arg, keys[i].key, klen))
+      break;
+  }
+  if(i == sizeof(keys) / sizeof(keys[0]))
+    return usage_error("policy set: unknown key in '%s' (min_headroom, "
+                       "max_headroom, min_grid, incident_raise)", arg);
+  if(keys[i].bit == HR_POLICY_INCIDENT_RAISE) {
+    if(!strcmp(v, "yes") || !strcmp(v, "true") || !strcmp(v, "1"))
+      n = 1;
+    else if(!strcmp(v, "no") || !strcmp(v, "false") || !strcmp(v, "0"))
+      n = 0;
+    else
+      return usage_error("policy set: incident_raise wants yes or no, not "
+                         "'%s'", v);
+    ps->policy.incident_raise = n;
+  }
+  else {
+    if(hr__parse_int(v, 0, HR_MAX_SMS, &n))
+      return usage_error("policy set: '%s' wants a number of SMs", arg);
+    if(keys[i].bit == HR_POLICY_MIN_HEADROOM)
+      ps->policy.min_headroom = n;
+    else if(keys[i].bit == HR_POLICY_MAX_HEADROOM)
+      ps->policy.max_headroom = n;
+    else
+      ps->policy.min_grid = n;
+  }
+  ps->fields |= keys[i].bit;
+  return EXIT_OK;
+}
+
+static int policy_parse(int argc, char **argv, hr_request *req)
+{
+  int i, rc;
+  memset(req, 0, sizeof(*req));
+  if(argc < 1)
+    return usage_error("policy: %s", "expected 'get' or 'set KEY=VALUE...'");
+  if(!strcmp(argv[0], "get")) {
+    if(argc > 1)
+      return usage_error("policy get: unknown argument '%s'", argv[1]);
+    req->type = HR_MSG_POLICY_GET;
+    return EXIT_OK;
+  }
+  if(strcmp(argv[0], "set"))
+    return usage_error("policy: unknown subcommand '%s'", argv[0]);
+  if(argc < 2)
+    return usage_error("policy set: %s", "expected KEY=VALUE...");
+  req->type = HR_MSG_POLICY_SET;
+  for(i = 1; i < argc; i++) {
+    rc = policy_arg(argv[i], &req->u.policy_set);
+    if(rc)
+      return rc;
+  }
+  return EXIT_OK;
+}
+
+static int cmd_policy(hr__conn *c, hr_request *req)
+{
+  hr_reply rep;
+  int rc = request(c, req, &rep, req->type == HR_MSG_POLICY_GET ?
+                   "policy get" : "policy set");
+  if(rc)
+    return rc;
+  rc = print_json(&rep);
+  hr_reply_free(&rep);
+  return rc;
+}
+
+int main(int argc, char **argv)
+{
+  static const struct option opts[] = {
+    {"socket", required_argument, NULL, 's'},
+    {"timeout", required_argument, NULL, 't'},
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, 'V'},
+    {NULL, 0, NULL, 0}
+  };
+  const char *path = NULL, *name;
+  ctl_cmd cmd;
+  hr__conn conn;
+  int opt, rc;
+
+  opterr = 0;
+  while((opt = getopt_long(argc, argv, "+s:t:hV", opts, NULL)) != -1) {
+    switch(opt) {
+    case 's':
+      path = optarg;
+      break;
+    case 't':
+      if(hr__parse_int(optarg, 1, 3600 * 1000, &timeout_ms))
+        return usage_error("--timeout wants milliseconds, not '%s'", optarg);
+      break;
+    case 'h':
+      fputs(usage_text, stdout);
+      return EXIT_OK;
+    case 'V':
+      printf("headroomctl %s (protocol %d)\n", HR_VERSION_STRING,
+             HR_PROTO_VERSION);
+      return EXIT_OK;
+    default:
+      return usage_error("unknown or incomplete option '%s'",
+                         argv[optind - 1]);
+    }
+  }
+  if(optind >= argc)
+    return usage_error("%s", "no command (status, watch, policy)");
+  memset(&cmd, 0, sizeof(cmd));
+  cmd.gpu = -1;
+  name = argv[optind++];
+  if(!strcmp(name, "status")) {
+    cmd.kind = CMD_STATUS;
+    rc = status_parse(argc - optind, argv + optind, &cmd);
+  }
+  else if(!strcmp(name, "watch")) {
+    cmd.kind = CMD_WATCH;
+    rc = watch_parse(argc - optind, argv + optind, &cmd);
+  }
+  else if(!strcmp(name, "policy")) {
+    cmd.kind = CMD_POLICY;
+    rc = policy_parse(argc - optind, argv + optind, &cmd.req);
+  }
+  else {
+    rc = usage_error("unknown command '%s'", name);
+  }
+  if(rc)
+    return rc;
+  if(!path) {
+    path = getenv(HR_ENV_SOCKET);
+    if(!path || !*path)
+      path = HR_DEFAULT_SOCKET;
+  }
+  signal(SIGPIPE, SIG_IGN);
+
+  rc = open_conn(&conn, path);
+  if(!rc) {
+    if(cmd.kind == CMD_STATUS)
+      rc = cmd_status(&conn, &cmd);
+    else if(cmd.kind == CMD_WATCH)
+      rc = cmd_watch(&conn, &cmd);
+    else
+      rc = cmd_policy(&conn, &cmd.req);
+  }
+  hr__conn_free(&conn);
+  return rc;
+}

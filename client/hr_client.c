@@ -1,0 +1,369 @@
+/*
+ * hr_client.c: the client object, and how requests reach the daemon.
+ *
+ * Any thread may send a request: it takes an id, queues itself as pending,
+ * writes its line under the write mutex and sleeps on a condition variable
+ * until the I/O thread (hr_io.c), the only reader of the socket, hands it
+ * the reply with that id, or the connection dies, or its time runs out.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hr_client_int.h"
+
+#define DEFAULT_REQUEST_TIMEOUT_MS 5000
+#define DEFAULT_RECONNECT_MS 200
+#define DEFAULT_SMS 132          /* H100/H200 SXM, when nothing better */
+
+/* An absolute CLOCK_MONOTONIC time `ms` from now, for timed waits. */
+static void deadline_ts(struct timespec *ts, int ms)
+{
+  clock_gettime(CLOCK_MONOTONIC, ts);
+  ts->tv_sec += ms / 1000;
+  ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+  if(ts->tv_nsec >= 1000000000L) {
+    ts->tv_sec++;
+    ts->tv_nsec -= 1000000000L;
+  }
+}
+
+static int cond_init_monotonic(pthread_cond_t *cv)
+{
+  pthread_condattr_t a;
+  int rc;
+  if(pthread_condattr_init(&a))
+    return HR_ENOMEM;
+  pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+  rc = pthread_cond_init(cv, &a);
+  pthread_condattr_destroy(&a);
+  return rc ? HR_ENOMEM : HR_OK;
+}
+
+int hr__client_call_locked(hr_client *c, hr_request *req, hr_reply *rep,
+                           uint64_t *genp)
+{
+  hr__pending p, **pp;
+  struct timespec until;
+  hr_buf b;
+  uint64_t gen = c->gen;
+  int err;
+
+  memset(&p, 0, sizeof(p));
+  p.id = req->id = ++c->next_id;
+  p.next = c->pending;
+  c->pending = &p;
+  *genp = gen;
+  pthread_mutex_unlock(&c->mu);
+
+  hr_buf_init(&b, HR_PROTO_MAX_LINE);
+  err = hr_proto_encode_request(req, &b);
+  if(!err) {
+    pthread_mutex_lock(&c->wmu);
+    if(c->wfd < 0 || c->wgen != gen) {
+      err = HR_ECLOSED;
+    }
+    else {
+      err = hr__fd_write(c->wfd, b.data, b.len, c->request_timeout_ms);
+      if(err)
+        /* Make the I/O thread see the broken connection now rather than
+         * at its next read. */
+        shutdown(c->wfd, SHUT_RDWR);
+      if(err == HR_ETIMEDOUT || err == HR__EINTR)
+        err = HR_ECLOSED;
+    }
+    pthread_mutex_unlock(&c->wmu);
+  }
+  hr_buf_free(&b);
+
+  pthread_mutex_lock(&c->mu);
+  deadline_ts(&until, c->request_timeout_ms);
+  while(!err && !p.done) {
+    if(pthread_cond_timedwait(&c->reply_cv, &c->mu, &until) == ETIMEDOUT &&
+       !p.done)
+      err = HR_ETIMEDOUT;
+  }
+  if(p.done && (!err || err == HR_ETIMEDOUT))
+    err = p.err;
+  for(pp = &c->pending; *pp; pp = &(*pp)->next) {
+    if(*pp == &p) {
+      *pp = p.next;
+      break;
+    }
+  }
+  if(p.done && !err)
+    *rep = p.reply;
+  else if(p.done)
+    hr_reply_free(&p.reply);
+  return err;
+}
+
+int hr__client_wait_settled(hr_client *c, uint64_t failed_gen)
+{
+  /* No time limit: a resync is a bounded number of requests, each bounded
+   * by request_timeout_ms, and a failed write shuts the socket down so the
+   * I/O thread notices at once. Returning early could free an object the
+   * resync is still using. */
+  while(!c->stopping &&
+        (c->state == HR__SYNCING ||
+         (c->state == HR__UP && failed_gen && c->gen == failed_gen)))
+    pthread_cond_wait(&c->state_cv, &c->mu);
+  return c->stopping ? HR_ECLOSED : HR_OK;
+}
+
+void hr__client_note_budget(hr_client *c, const hr_budget *b)
+{
+  hr_lease *l;
+  int g = b->gpu;
+  if(g < 0 || g >= HR_MAX_GPUS || !c->gen)
+    return;
+  /* Replies and events can describe the same epoch twice; never go back
+   * to an older one. */
+  if(c->gpu_budget_gen[g] == c->gen && b->epoch < c->gpu_budget[g].epoch)
+    return;
+  c->gpu_budget[g] = *b;
+  c->gpu_budget_gen[g] = c->gen;
+  for(l = c->leases; l; l = l->next) {
+    if(l->gpu == g && l->daemon_id && l->gen == c->gen)
+      hr__lease_set_budget(l, b);
+  }
+  pthread_cond_broadcast(&c->change_cv);
+}
+
+int hr__client_known_budget(hr_client *c, int gpu, hr_budget *out)
+{
+  if(gpu < 0 || gpu >= HR_MAX_GPUS || !c->gen ||
+     c->gpu_budget_gen[gpu] != c->gen)
+    return 0;
+  *out = c->gpu_budget[gpu];
+  return 1;
+}
+
+int hr__client_sms(hr_client *c, int gpu)
+{
+  int i, sms;
+  if(c->have_topology) {
+    for(i = 0; i < c->topology.n_gpus; i++) {
+      if(c->topology.gpus[i].index == gpu && c->topology.gpus[i].sms > 0)
+        return c->topology.gpus[i].sms;
+    }
+  }
+  sms = hr__cuda_sms(gpu);
+  return sms > 0 ? sms : DEFAULT_SMS;
+}
+
+int hr__client_check_gpu(hr_client *c, int gpu)
+{
+  if(gpu < 0 || gpu >= HR_MAX_GPUS)
+    return HR_EINVAL;
+  if(c->have_topology && gpu >= c->topology.n_gpus)
+    return HR_EINVAL;
+  return HR_OK;
+}
+
+void hr__client_send_async(hr_client *c, hr_request *req)
+{
+  hr_buf b;
+  pthread_mutex_lock(&c->mu);
+  req->id = ++c->next_id;
+  pthread_mutex_unlock(&c->mu);
+  hr_buf_init(&b, HR_PROTO_MAX_LINE);
+  if(!hr_proto_encode_request(req, &b)) {
+    pthread_mutex_lock(&c->wmu);
+    if(c->wfd >= 0)
+      hr__fd_write(c->wfd, b.data, b.len, c->request_timeout_ms);
+    pthread_mutex_unlock(&c->wmu);
+  }
+  hr_buf_free(&b);
+}
+
+/* ---- the public object -------------------------------------------------- */
+
+static int check_options(const hr_client_options *o)
+{
+  if(!o)
+    return HR_OK;
+  if(o->request_timeout_ms < 0 || o->reconnect_ms < 0)
+    return HR_EINVAL;
+  if(o->name && strlen(o->name) >= HR_NAME_MAX)
+    return HR_EINVAL;
+  return HR_OK;
+}
+
+static const char *resolve_path(const char *arg)
+{
+  const char *env;
+  if(arg)
+    return arg;
+  env = getenv(HR_ENV_SOCKET);
+  return env && *env ? env : HR_DEFAULT_SOCKET;
+}
+
+static void client_free(hr_client *c)
+{
+  while(c->comms) {
+    hr_comm *m = c->comms;
+    c->comms = m->next;
+    free(m);
+  }
+  while(c->leases) {
+    hr_lease *l = c->leases;
+    c->leases = l->next;
+    pthread_mutex_destroy(&l->mu);
+    free(l);
+  }
+  hr__conn_free(&c->conn);
+  if(c->wake[0] >= 0)
+    close(c->wake[0]);
+  if(c->wake[1] >= 0)
+    close(c->wake[1]);
+  pthread_cond_destroy(&c->change_cv);
+  pthread_cond_destroy(&c->state_cv);
+  pthread_cond_destroy(&c->reply_cv);
+  pthread_mutex_destroy(&c->wmu);
+  pthread_mutex_destroy(&c->mu);
+  free(c->path);
+  free(c);
+}
+
+/* Start the I/O thread with every signal blocked: the application's
+ * handlers must run on the application's threads. */
+static int start_thread(hr_client *c)
+{
+  sigset_t all, old;
+  int rc;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  rc = pthread_create(&c->thread, NULL, hr__io_main, c);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if(rc)
+    return HR_ENOMEM;
+  c->thread_started = 1;
+  return HR_OK;
+}
+
+int hr_client_open(hr_client **out, const char *socket_path,
+                   const hr_client_options *opts)
+{
+  struct sockaddr_un sa;
+  hr_client *c = NULL;
+  const char *path;
+  char why[128];
+  int err;
+
+  if(!out)
+    return HR_EINVAL;
+  err = check_options(opts);
+  if(err)
+    return err;
+  path = resolve_path(socket_path);
+  if(!*path || strlen(path) >= sizeof(sa.sun_path))
+    return HR_EINVAL;
+  *out = NULL;
+
+  c = calloc(1, sizeof(*c));
+  if(!c)
+    return HR_ENOMEM;
+  c->wake[0] = c->wake[1] = -1;
+  c->wfd = -1;
+  hr__conn_init(&c->conn);
+  if(pthread_mutex_init(&c->mu, NULL) || pthread_mutex_init(&c->wmu, NULL) ||
+     cond_init_monotonic(&c->reply_cv) || cond_init_monotonic(&c->state_cv) ||
+     cond_init_monotonic(&c->change_cv)) {
+    /* Glibc's init cannot fail with default attributes; other libcs
+     * would leak here at worst, never crash. */
+    free(c);
+    return HR_ENOMEM;
+  }
+  c->path = strdup(path);
+  if(!c->path || pipe2(c->wake, O_CLOEXEC | O_NONBLOCK)) {
+    err = HR_ENOMEM;
+    goto out;
+  }
+  c->conn.intr_fd = c->wake[0];
+  snprintf(c->name, sizeof(c->name), "%s",
+           opts && opts->name ? opts->name : program_invocation_short_name);
+  c->request_timeout_ms = opts && opts->request_timeout_ms ?
+                          opts->request_timeout_ms : DEFAULT_REQUEST_TIMEOUT_MS;
+  c->reconnect_ms = opts && opts->reconnect_ms ?
+                    opts->reconnect_ms : DEFAULT_RECONNECT_MS;
+  c->quiet = opts ? opts->quiet : 0;
+  hr__fallback_read(&c->fallback, c->quiet);
+
+  err = hr__io_connect(c, why, sizeof(why));
+  if(err == HR_EVERSION || err == HR_ENOMEM)
+    goto out;
+  if(err && !c->quiet)
+    hr__fallback_notice(&c->fallback, c->path, why, hr__client_sms(c, 0));
+  err = start_thread(c);
+
+out:
+  if(err) {
+    client_free(c);
+    return err;
+  }
+  *out = c;
+  return HR_OK;
+}
+
+void hr_client_close(hr_client *c)
+{
+  if(!c)
+    return;
+  pthread_mutex_lock(&c->mu);
+  c->stopping = 1;
+  pthread_cond_broadcast(&c->state_cv);
+  pthread_cond_broadcast(&c->reply_cv);
+  pthread_cond_broadcast(&c->change_cv);
+  pthread_mutex_unlock(&c->mu);
+  if(c->thread_started) {
+    /* One byte keeps wake[0] readable until the thread has seen it. */
+    while(write(c->wake[1], "x", 1) < 0 && errno == EINTR)
+      ;
+    pthread_join(c->thread, NULL);
+  }
+  /* Closing the socket is the release: the daemon drops every footprint
+   * and lease of a connection the moment it closes. */
+  client_free(c);
+}
+
+int hr_client_connected(const hr_client *c)
+{
+  if(!c)
+    return 0;
+  return atomic_load_explicit(&c->connected, memory_order_acquire);
+}
+
+int hr_client_gpu_count(const hr_client *client)
+{
+  hr_client *c = (hr_client *)client;   /* only the mutex is written */
+  int n;
+  if(!c)
+    return HR_EINVAL;
+  pthread_mutex_lock(&c->mu);
+  n = c->have_topology ? c->topology.n_gpus : 0;
+  pthread_mutex_unlock(&c->mu);
+  return n;
+}
+
+int hr_client_gpu_sms(const hr_client *client, int gpu)
+{
+  hr_client *c = (hr_client *)client;
+  int i, sms = HR_ENOTFOUND;
+  if(!c || gpu < 0 || gpu >= HR_MAX_GPUS)
+    return HR_EINVAL;
+  pthread_mutex_lock(&c->mu);
+  for(i = 0; c->have_topology && i < c->topology.n_gpus; i++) {
+    if(c->topology.gpus[i].index == gpu)
+      sms = c->topology.gpus[i].sms;
+  }
+  pthread_mutex_unlock(&c->mu);
+  return sms;
+}

@@ -1,0 +1,193 @@
+/*
+ * hr_client_int.h: the client object, its leases and footprints, as the
+ * library's own files see them.
+ *
+ * Locking, in the order they may be taken:
+ *   client->mu     lists, states, ids, pending requests, topology, cache
+ *   lease->mu      the full hr_budget copy of one lease
+ *   client->wmu    the descriptor requests are written to
+ * The hot path (hr_lease_grid and friends) takes none of them: it reads one
+ * atomic word per lease.
+ *
+ * Connection states, changed only by the I/O thread (and hr_client_open
+ * before that thread exists):
+ *   DOWN     no daemon: leases are degraded, new footprints and leases are
+ *            kept locally, the I/O thread retries every reconnect_ms
+ *   SYNCING  a daemon accepted hello; the I/O thread re-registers every
+ *            footprint and re-acquires every lease. Calls that change the
+ *            lists wait for it to finish, so the lists hold still meanwhile.
+ *   UP       requests go to the daemon; replies come back through the I/O
+ *            thread, matched by id.
+ */
+#ifndef HR_CLIENT_INT_H
+#define HR_CLIENT_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "headroom.h"
+#include "hr_conn.h"
+#include "hr_proto.h"
+
+enum { HR__DOWN = 0, HR__SYNCING, HR__UP };
+
+/* What the environment said when the client was opened: the fallback for
+ * degraded leases. Read once so that the I/O thread never calls getenv()
+ * while the application may be calling setenv(). */
+typedef struct hr__fallback {
+  int headroom;            /* DG_MEGA_MOE_SM_HEADROOM, 0 when unset/bad */
+  int headroom_set;        /* the variable was set (valid or not) */
+  char headroom_raw[32];   /* its text, for the warning */
+  int nccl_min_ctas;       /* NCCL_MIN_CTAS, 0 when unset */
+  int nccl_max_ctas;       /* NCCL_MAX_CTAS, 0 when unset */
+  int nccl_cga_cluster_size; /* NCCL_CGA_CLUSTER_SIZE, 0 when unset */
+} hr__fallback;
+
+/* A request waiting for its reply; lives on the requester's stack. */
+typedef struct hr__pending {
+  int64_t id;
+  int done;                /* set by the I/O thread */
+  int err;                 /* HR_OK, an error reply's code, HR_ECLOSED */
+  hr_reply reply;          /* owned by the requester once done */
+  struct hr__pending *next;
+} hr__pending;
+
+struct hr_comm {
+  hr_client *client;
+  int gpu, ctas, cga, concurrent;
+  char name[HR_NAME_MAX];
+  int64_t daemon_id;       /* 0: not registered on connection `gen` */
+  uint64_t gen;            /* the connection daemon_id belongs to */
+  struct hr_comm *prev, *next;
+};
+
+struct hr_lease {
+  /* The hot path's word: grid (bits 0-15), headroom (16-30), degraded
+   * (31), epoch (32-63). Written last, with release order, after `budget`
+   * so that a reader that sees a new word also sees its budget. */
+  _Atomic uint64_t word;
+  hr_client *client;
+  int gpu, cluster;
+  hr_mode mode;
+  int64_t daemon_id;       /* 0: not held on connection `gen` */
+  uint64_t gen;
+  pthread_mutex_t mu;      /* guards budget */
+  hr_budget budget;
+  struct hr_lease *prev, *next;
+};
+
+struct hr_client {
+  pthread_mutex_t mu;
+  pthread_cond_t reply_cv;   /* a pending request completed */
+  pthread_cond_t state_cv;   /* state or gen changed */
+  pthread_cond_t change_cv;  /* some lease's word changed */
+  pthread_mutex_t wmu;
+
+  /* Set at open, then read-only. */
+  char *path;
+  char name[HR_NAME_MAX];
+  int request_timeout_ms;
+  int reconnect_ms;
+  int quiet;
+  hr__fallback fallback;
+  int wake[2];               /* pipe: a byte in wake[1] stops the thread */
+  pthread_t thread;
+  int thread_started;
+
+  /* Owned by the I/O thread (reads); written by requesters under wmu. */
+  hr__conn conn;
+  int wfd;                   /* under wmu: fd requests go to, -1 if none */
+  uint64_t wgen;             /* under wmu: connection wfd belongs to */
+
+  /* Under mu. */
+  int state;                 /* HR__DOWN, HR__SYNCING, HR__UP */
+  int stopping;
+  uint64_t gen;              /* bumped for every new connection */
+  int64_t next_id;
+  hr__pending *pending;
+  int have_topology;         /* a daemon has described the node */
+  hr_topology topology;      /* the last one a daemon reported */
+  char daemon_name[HR_NAME_MAX];
+  hr_budget gpu_budget[HR_MAX_GPUS]; /* latest budget seen per GPU ... */
+  uint64_t gpu_budget_gen[HR_MAX_GPUS]; /* ... valid when == gen */
+  hr_comm *comms;
+  hr_lease *leases;
+
+  _Atomic int connected;     /* state == UP, for the lock-free query */
+};
+
+/* ---- hr_client.c ------------------------------------------------------- */
+
+/* Send `req` on the current connection and wait for its reply. Called
+ * with c->mu held and c->state == HR__UP; returns with it held. On HR_OK
+ * `rep` is the reply (hr_reply_free it). HR_ECLOSED when the connection
+ * went away first, HR_ETIMEDOUT, or the daemon's error code. `*gen` is the
+ * connection the request went out on. */
+int hr__client_call_locked(hr_client *c, hr_request *req, hr_reply *rep,
+                           uint64_t *gen);
+
+/* Wait (c->mu held) until no resync is running and the connection is not
+ * the one that just failed (`failed_gen`, 0 for none). */
+int hr__client_wait_settled(hr_client *c, uint64_t failed_gen);
+
+/* Record a budget the daemon sent for a GPU (c->mu held) and apply it to
+ * every lease on that GPU. */
+void hr__client_note_budget(hr_client *c, const hr_budget *b);
+
+/* The latest budget the daemon sent for `gpu` on this connection (c->mu
+ * held); 0 if none. */
+int hr__client_known_budget(hr_client *c, int gpu, hr_budget *out);
+
+/* SMs of `gpu`: the daemon's last topology, else CUDA, else 132. */
+int hr__client_sms(hr_client *c, int gpu);
+
+/* Check gpu against 0..HR_MAX_GPUS-1 and the topology when known. */
+int hr__client_check_gpu(hr_client *c, int gpu);
+
+/* Write a line of its own (a cleanup request) with the next id; c->mu
+ * must not be held. Replies to it are ignored. */
+void hr__client_send_async(hr_client *c, hr_request *req);
+
+/* ---- hr_io.c ----------------------------------------------------------- */
+
+void *hr__io_main(void *arg);
+
+/* Connect, hello, subscribe and resync. Called by hr_client_open before
+ * the thread starts and by the thread itself; `why` says what failed. */
+int hr__io_connect(hr_client *c, char *why, size_t why_len);
+
+/* ---- hr_lease.c -------------------------------------------------------- */
+
+/* Store a budget into a lease: full copy first, then the word. Caller
+ * holds c->mu and broadcasts change_cv. */
+void hr__lease_set_budget(hr_lease *l, const hr_budget *b);
+
+/* Fill the degraded budget of a lease (c->mu held). */
+void hr__lease_fallback_budget(hr_lease *l, hr_budget *out);
+
+/* ---- hr_env.c ---------------------------------------------------------- */
+
+/* Read the environment once. Warns (unless quiet) about a bad value. */
+void hr__fallback_read(hr__fallback *f, int quiet);
+
+/* The degraded budget of a GPU of `sms` SMs for a lease of `cluster`. */
+void hr__fallback_budget(const hr__fallback *f, int gpu, int sms,
+                         int cluster, hr_mode mode, hr_budget *out);
+
+/* The one-per-process notice that no daemon answered. */
+void hr__fallback_notice(const hr__fallback *f, const char *path,
+                         const char *why, int sms);
+
+/* setenv the variables a lease stands for (see hr_lease_export_env). */
+int hr__budget_export_env(const hr_budget *b);
+
+/* Parse a whole decimal int in [min, max]; HR_EINVAL otherwise. */
+int hr__parse_int(const char *s, int min, int max, int *out);
+
+/* ---- hr_cuda.c --------------------------------------------------------- */
+
+/* SMs of CUDA device `gpu` through the driver (dlopen'ed), or HR_ENOGPU. */
+int hr__cuda_sms(int gpu);
+
+#endif /* HR_CLIENT_INT_H */

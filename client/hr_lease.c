@@ -1,0 +1,294 @@
+/*
+ * hr_lease.c: leases, and the hot path that reads them.
+ *
+ * A trainer reads the grid before every launch of the mega kernel, so
+ * that read is one acquire load of a 64-bit word: no lock, no syscall, no
+ * call into anything. Everything else about a lease is slow-path.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "hr_client_int.h"
+
+/* The packed word: grid 16 bits, headroom 15, degraded 1, epoch 32. */
+#define W_GRID(w) ((int)((w) & 0xffffu))
+#define W_HEADROOM(w) ((int)(((w) >> 16) & 0x7fffu))
+#define W_DEGRADED(w) ((int)(((w) >> 31) & 1u))
+#define W_EPOCH(w) ((uint32_t)((w) >> 32))
+
+static uint64_t word_pack(const hr_budget *b)
+{
+  uint64_t grid = b->grid < 0 ? 0 : b->grid > 0xffff ? 0xffff : b->grid;
+  uint64_t head = b->headroom < 0 ? 0 :
+                  b->headroom > 0x7fff ? 0x7fff : b->headroom;
+  return grid | head << 16 | (uint64_t)(b->degraded ? 1 : 0) << 31 |
+         (uint64_t)b->epoch << 32;
+}
+
+static uint64_t word_load(const hr_lease *l)
+{
+  return atomic_load_explicit(&l->word, memory_order_acquire);
+}
+
+void hr__lease_set_budget(hr_lease *l, const hr_budget *b)
+{
+  pthread_mutex_lock(&l->mu);
+  l->budget = *b;
+  /* The daemon's per-GPU budget says nothing about this lease's mode. */
+  l->budget.gpu = l->gpu;
+  l->budget.mode = l->mode;
+  pthread_mutex_unlock(&l->mu);
+  atomic_store_explicit(&l->word, word_pack(b), memory_order_release);
+}
+
+void hr__lease_fallback_budget(hr_lease *l, hr_budget *out)
+{
+  hr_client *c = l->client;
+  hr__fallback_budget(&c->fallback, l->gpu, hr__client_sms(c, l->gpu),
+                      l->cluster, l->mode, out);
+}
+
+static void lease_link(hr_client *c, hr_lease *l)
+{
+  l->prev = NULL;
+  l->next = c->leases;
+  if(c->leases)
+    c->leases->prev = l;
+  c->leases = l;
+}
+
+static void lease_unlink(hr_client *c, hr_lease *l)
+{
+  if(l->prev)
+    l->prev->next = l->next;
+  else
+    c->leases = l->next;
+  if(l->next)
+    l->next->prev = l->prev;
+}
+
+static int valid_cluster(int cluster)
+{
+  return cluster == 1 || cluster == 2 || cluster == 4 || cluster == 8;
+}
+
+int hr_lease_acquire(hr_client *c, int gpu, int cluster, hr_mode mode,
+                     hr_lease **out)
+{
+  hr_lease *l = NULL;
+  uint64_t failed = 0;
+  int err;
+
+  if(!c || !out || !valid_cluster(cluster) || (unsigned)mode >= HR_MODE_COUNT)
+    return HR_EINVAL;
+  pthread_mutex_lock(&c->mu);
+  err = hr__client_check_gpu(c, gpu);
+  if(err)
+    goto out;
+  l = calloc(1, sizeof(*l));
+  if(!l || pthread_mutex_init(&l->mu, NULL)) {
+    free(l);
+    l = NULL;
+    err = HR_ENOMEM;
+    goto out;
+  }
+  l->client = c;
+  l->gpu = gpu;
+  l->cluster = cluster;
+  l->mode = mode;
+
+  for(;;) {
+    hr_request req;
+    hr_reply rep;
+    hr_budget b;
+    uint64_t gen;
+
+    err = hr__client_wait_settled(c, failed);
+    if(err)
+      break;
+    if(c->state != HR__UP) {
+      /* No daemon: a degraded lease now, a real one after reconnecting. */
+      hr__lease_fallback_budget(l, &b);
+      hr__lease_set_budget(l, &b);
+      lease_link(c, l);
+      break;
+    }
+    memset(&req, 0, sizeof(req));
+    req.type = HR_MSG_LEASE;
+    req.u.lease.gpu = gpu;
+    req.u.lease.cluster = cluster;
+    req.u.lease.mode = mode;
+    err = hr__client_call_locked(c, &req, &rep, &gen);
+    if(err == HR_ECLOSED) {
+      failed = gen;
+      continue;
+    }
+    if(err)
+      break;
+    if(c->state == HR__UP && c->gen == gen) {
+      l->daemon_id = rep.u.lease.lease;
+      l->gen = gen;
+      /* The I/O thread noted the reply's budget, and any newer one. */
+      if(!hr__client_known_budget(c, gpu, &b))
+        b = rep.u.lease.budget;
+      hr__lease_set_budget(l, &b);
+      lease_link(c, l);
+      hr_reply_free(&rep);
+      break;
+    }
+    /* The connection that granted it is gone, and with it the lease. */
+    hr_reply_free(&rep);
+    failed = gen;
+  }
+
+out:
+  pthread_mutex_unlock(&c->mu);
+  if(err) {
+    if(l) {
+      pthread_mutex_destroy(&l->mu);
+      free(l);
+    }
+    return err;
+  }
+  *out = l;
+  return HR_OK;
+}
+
+int hr_lease_release(hr_lease *l)
+{
+  hr_client *c;
+  uint64_t failed = 0;
+  int err = HR_OK;
+
+  if(!l)
+    return HR_EINVAL;
+  c = l->client;
+  pthread_mutex_lock(&c->mu);
+  for(;;) {
+    hr_request req;
+    hr_reply rep;
+    uint64_t gen;
+
+    if(hr__client_wait_settled(c, failed))
+      break;
+    if(c->state != HR__UP || l->gen != c->gen || !l->daemon_id)
+      break;    /* the daemon does not hold it */
+    memset(&req, 0, sizeof(req));
+    req.type = HR_MSG_RELEASE;
+    req.u.release.lease = l->daemon_id;
+    err = hr__client_call_locked(c, &req, &rep, &gen);
+    if(err == HR_ECLOSED) {
+      /* Gone with the connection; if a resync took it again, release
+       * that one. */
+      err = HR_OK;
+      failed = gen;
+      continue;
+    }
+    if(!err)
+      hr_reply_free(&rep);
+    break;
+  }
+  lease_unlink(c, l);
+  pthread_mutex_unlock(&c->mu);
+  pthread_mutex_destroy(&l->mu);
+  free(l);
+  return err;
+}
+
+/* ---- the hot path --------------------------------------------------------
+ * Keep these tiny: a test counts their instructions. */
+
+int hr_lease_grid(const hr_lease *l)
+{
+  if(!l)
+    return HR_EINVAL;
+  return W_GRID(word_load(l));
+}
+
+int hr_lease_headroom(const hr_lease *l)
+{
+  if(!l)
+    return HR_EINVAL;
+  return W_HEADROOM(word_load(l));
+}
+
+uint32_t hr_lease_epoch(const hr_lease *l)
+{
+  if(!l)
+    return 0;
+  return W_EPOCH(word_load(l));
+}
+
+int hr_lease_degraded(const hr_lease *l)
+{
+  if(!l)
+    return HR_EINVAL;
+  return W_DEGRADED(word_load(l));
+}
+
+/* ---- slow-path queries -------------------------------------------------- */
+
+int hr_lease_budget(const hr_lease *lease, hr_budget *out)
+{
+  hr_lease *l = (hr_lease *)lease;    /* only the mutex is written */
+  if(!l || !out)
+    return HR_EINVAL;
+  pthread_mutex_lock(&l->mu);
+  *out = l->budget;
+  pthread_mutex_unlock(&l->mu);
+  return HR_OK;
+}
+
+int hr_lease_gpu(const hr_lease *l)
+{
+  if(!l)
+    return HR_EINVAL;
+  return l->gpu;
+}
+
+hr_client *hr_lease_client(const hr_lease *l)
+{
+  return l ? l->client : NULL;
+}
+
+int hr_lease_wait_change(const hr_lease *l, uint32_t epoch, int timeout_ms)
+{
+  struct timespec until;
+  hr_client *c;
+  int err = HR_OK;
+
+  if(!l || timeout_ms < 0)
+    return HR_EINVAL;
+  c = l->client;
+  clock_gettime(CLOCK_MONOTONIC, &until);
+  until.tv_sec += timeout_ms / 1000;
+  until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+  if(until.tv_nsec >= 1000000000L) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&c->mu);
+  while(W_EPOCH(word_load(l)) == epoch && !c->stopping) {
+    if(pthread_cond_timedwait(&c->change_cv, &c->mu, &until) == ETIMEDOUT) {
+      if(W_EPOCH(word_load(l)) == epoch)
+        err = HR_ETIMEDOUT;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&c->mu);
+  return err;
+}
+
+int hr_lease_export_env(const hr_lease *l)
+{
+  hr_budget b;
+  int err;
+  if(!l)
+    return HR_EINVAL;
+  err = hr_lease_budget(l, &b);
+  if(err)
+    return err;
+  return hr__budget_export_env(&b);
+}
