@@ -1,0 +1,366 @@
+/*
+ * conn.c: one client connection: accept, framing, capped writes, close
+ * (see conn.h).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conn.h"
+#include "dispatch.h"
+#include "log.h"
+#include "state.h"
+
+/* How long a closing connection may take to flush its last replies before
+ * it is cut off: a peer that stopped reading must not keep it forever. */
+#define LINGER_MS 2000
+#define RBUF_FIRST 4096
+
+typedef struct write_req {
+  uv_write_t req;
+  hr__conn *conn;
+  char data[];
+} write_req;
+
+/* One read buffer for every connection: the loop is single-threaded and
+ * each read is consumed before the next is allocated. */
+static char read_buf[HR_PROTO_MAX_LINE];
+
+static void on_handle_closed(uv_handle_t *h)
+{
+  hr__conn *c = h->data;
+  hr__daemon *d = c->d;
+
+  if(--c->handles > 0)
+    return;
+  if(c->prev)
+    c->prev->next = c->next;
+  else
+    d->conns = c->next;
+  if(c->next)
+    c->next->prev = c->prev;
+  free(c->rbuf);
+  free(c);
+}
+
+static void close_handles(hr__conn *c)
+{
+  if(!uv_is_closing((uv_handle_t *)&c->pipe))
+    uv_close((uv_handle_t *)&c->pipe, on_handle_closed);
+  if(!uv_is_closing((uv_handle_t *)&c->linger))
+    uv_close((uv_handle_t *)&c->linger, on_handle_closed);
+}
+
+/* The moment a connection stops being a client: whatever it held goes. */
+static void begin_close(hr__conn *c, hr__log_level level, const char *why)
+{
+  hr__daemon *d = c->d;
+
+  c->closing = 1;
+  if(c->id)
+    hr__log(level, "client %lld (pid %d) disconnected: %s", (long long)c->id,
+            c->peer.pid, why);
+  if(c->counted) {
+    c->counted = 0;
+    d->n_clients--;
+  }
+  hr__dispatch_gone(c);
+}
+
+void hr__conn_close(hr__conn *c, const char *why)
+{
+  if(!c)
+    return;
+  if(!c->closing)
+    begin_close(c, HR_LOG_INFO, why);
+  close_handles(c);
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status)
+{
+  hr__conn *c = req->handle->data;
+
+  (void)status;
+  close_handles(c);
+}
+
+static void on_linger(uv_timer_t *t)
+{
+  hr__conn *c = t->data;
+
+  hr__debug("client %lld: final replies not read in %d ms; cut off",
+            (long long)c->id, LINGER_MS);
+  close_handles(c);
+}
+
+void hr__conn_drain(hr__conn *c, const char *why)
+{
+  if(!c || c->closing)
+    return;
+  begin_close(c, HR_LOG_INFO, why);
+  uv_read_stop((uv_stream_t *)&c->pipe);
+  /* uv_shutdown completes once every queued write is out. */
+  if(uv_shutdown(&c->shutdown_req, (uv_stream_t *)&c->pipe, on_shutdown)) {
+    close_handles(c);
+    return;
+  }
+  uv_timer_start(&c->linger, on_linger, LINGER_MS, 0);
+}
+
+int hr__conn_subscribed(const hr__conn *c, int gpu)
+{
+  if(gpu < 0 || gpu >= HR_MAX_GPUS)
+    return 0;
+  return c->sub_all || (c->sub_mask & ((hr__gpu_mask)1 << gpu));
+}
+
+/* ---- writing ----------------------------------------------------------- */
+
+static void on_write(uv_write_t *req, int status)
+{
+  write_req *w = (write_req *)req;
+  hr__conn *c = w->conn;
+
+  free(w);
+  if(status < 0 && status != UV_ECANCELED && !c->closing) {
+    char why[96];
+    snprintf(why, sizeof(why), "write failed: %s", uv_strerror(status));
+    hr__conn_close(c, why);
+  }
+}
+
+int hr__conn_send(hr__conn *c, const hr_buf *msg)
+{
+  uv_stream_t *s;
+  write_req *w;
+  uv_buf_t buf;
+  size_t queued;
+  int rc;
+
+  if(!c || !msg || !msg->len)
+    return HR_EINVAL;
+  if(c->closing)
+    return HR_ECLOSED;
+  s = (uv_stream_t *)&c->pipe;
+  queued = uv_stream_get_write_queue_size(s);
+  if(queued + msg->len > c->d->cfg.write_queue_max) {
+    char why[160];
+    snprintf(why, sizeof(why), "not reading: %zu bytes queued, over "
+             "write_queue_max (%zu)", queued + msg->len,
+             c->d->cfg.write_queue_max);
+    begin_close(c, HR_LOG_WARNING, why);
+    close_handles(c);
+    return HR_ELIMIT;
+  }
+  w = malloc(sizeof(*w) + msg->len);
+  if(!w) {
+    hr__conn_close(c, "out of memory queueing a reply");
+    return HR_ENOMEM;
+  }
+  w->conn = c;
+  memcpy(w->data, msg->data, msg->len);
+  buf = uv_buf_init(w->data, (unsigned)msg->len);
+  rc = uv_write(&w->req, s, &buf, 1, on_write);
+  if(rc) {
+    char why[96];
+    free(w);
+    snprintf(why, sizeof(why), "write failed: %s", uv_strerror(rc));
+    hr__conn_close(c, why);
+    return HR_ECLOSED;
+  }
+  return HR_OK;
+}
+
+int hr__conn_send_error(hr__conn *c, int64_t id, hr_wire_error code,
+                        const char *fmt, ...)
+{
+  char msg[HR_MESSAGE_MAX];
+  hr_buf *out;
+  va_list ap;
+  int rc;
+
+  if(!c || !fmt)
+    return HR_EINVAL;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  out = &c->d->out;
+  hr_buf_reset(out);
+  rc = hr_proto_encode_error(id, code, msg, out);
+  if(rc) {
+    hr__err("client %lld: cannot encode an error reply (%s)",
+            (long long)c->id, hr_strerror(rc));
+    return rc;
+  }
+  return hr__conn_send(c, out);
+}
+
+/* ---- reading ----------------------------------------------------------- */
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+  (void)h;
+  (void)suggested;
+  buf->base = read_buf;
+  buf->len = sizeof(read_buf);
+}
+
+static int blank(const char *p, size_t len)
+{
+  size_t i;
+
+  for(i = 0; i < len; i++)
+    if(p[i] != ' ' && p[i] != '\t' && p[i] != '\r')
+      return 0;
+  return 1;
+}
+
+static void handle_line(hr__conn *c, const char *line, size_t len)
+{
+  /* Blank lines (a stray "\r\n", a trailing newline) are not messages. */
+  if(blank(line, len))
+    return;
+  hr__dispatch_line(c, line, len);
+}
+
+static int rbuf_reserve(hr__conn *c, size_t need)
+{
+  size_t cap = c->rcap ? c->rcap : RBUF_FIRST;
+  char *p;
+
+  if(need <= c->rcap)
+    return HR_OK;
+  while(cap < need)
+    cap *= 2;
+  if(cap > HR_PROTO_MAX_LINE)
+    cap = HR_PROTO_MAX_LINE;
+  p = realloc(c->rbuf, cap);
+  if(!p)
+    return HR_ENOMEM;
+  c->rbuf = p;
+  c->rcap = cap;
+  return HR_OK;
+}
+
+/* Split `n` bytes into lines. A line must fit HR_PROTO_MAX_LINE with its
+ * '\n', so more than HR_PROTO_MAX_LINE - 1 bytes without one is already
+ * too large; we answer at once rather than buffer without bound. */
+static void feed(hr__conn *c, const char *p, size_t n)
+{
+  while(n > 0 && !c->closing) {
+    const char *nl = memchr(p, '\n', n);
+    size_t take = nl ? (size_t)(nl - p) : n;
+
+    if(c->rlen + take > HR_PROTO_MAX_LINE - 1) {
+      hr__notice("client %lld (pid %d): message over %d bytes; closing",
+                 (long long)c->id, c->peer.pid, HR_PROTO_MAX_LINE);
+      hr__conn_send_error(c, -1, HR_WERR_TOO_LARGE,
+                          "message longer than %d bytes", HR_PROTO_MAX_LINE);
+      hr__conn_drain(c, "message too large");
+      return;
+    }
+    if(nl && c->rlen == 0) {
+      /* The common case, a whole line in this read: no copy. */
+      handle_line(c, p, take);
+    } else {
+      size_t len = c->rlen + take;
+      if(rbuf_reserve(c, len)) {
+        hr__conn_close(c, "out of memory buffering a message");
+        return;
+      }
+      memcpy(c->rbuf + c->rlen, p, take);
+      c->rlen = len;
+      if(!nl)
+        return;
+      c->rlen = 0; /* before dispatch: the line is consumed either way */
+      handle_line(c, c->rbuf, len);
+    }
+    p += take + 1;
+    n -= take + 1;
+  }
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+  hr__conn *c = s->data;
+  hr__daemon *d = c->d;
+
+  if(nread > 0) {
+    feed(c, buf->base, (size_t)nread);
+  } else if(nread == UV_EOF) {
+    /* A last message without its '\n' (echo -n ... | socat) is still
+     * answered: the peer may have shut down only its writing side. */
+    if(c->rlen && !c->closing) {
+      size_t len = c->rlen;
+      c->rlen = 0;
+      handle_line(c, c->rbuf, len);
+    }
+    hr__conn_drain(c, "closed by the client");
+  } else if(nread < 0) {
+    char why[96];
+    snprintf(why, sizeof(why), "read failed: %s", uv_strerror((int)nread));
+    hr__conn_close(c, why);
+  }
+  hr__dispatch_flush(d);
+}
+
+/* ---- accepting --------------------------------------------------------- */
+
+void hr__conn_accept(hr__daemon *d)
+{
+  hr__conn *c;
+  uv_os_fd_t fd;
+  int rc;
+
+  c = calloc(1, sizeof(*c));
+  if(!c) {
+    hr__err("accept: out of memory");
+    return;
+  }
+  c->d = d;
+  uv_pipe_init(d->loop, &c->pipe, 0);
+  uv_timer_init(d->loop, &c->linger);
+  c->pipe.data = c;
+  c->linger.data = c;
+  c->handles = 2;
+  c->next = d->conns;
+  if(d->conns)
+    d->conns->prev = c;
+  d->conns = c;
+
+  rc = uv_accept((uv_stream_t *)&d->listener, (uv_stream_t *)&c->pipe);
+  if(rc) {
+    hr__warn("accept: %s", uv_strerror(rc));
+    c->closing = 1;
+    close_handles(c);
+    return;
+  }
+  if(uv_fileno((uv_handle_t *)&c->pipe, &fd) || hr__peer_read(fd, &c->peer)) {
+    hr__warn("accept: cannot read peer credentials; refusing");
+    c->closing = 1;
+    close_handles(c);
+    return;
+  }
+  if(d->n_clients >= d->cfg.max_clients) {
+    hr__warn("refusing pid %d uid %d: max_clients (%d) connected",
+             c->peer.pid, c->peer.uid, d->cfg.max_clients);
+    hr__conn_send_error(c, -1, HR_WERR_LIMIT_EXCEEDED,
+                        "too many clients (max_clients = %d)",
+                        d->cfg.max_clients);
+    hr__conn_drain(c, "max_clients reached");
+    return;
+  }
+  c->counted = 1;
+  d->n_clients++;
+  c->id = hr__state_client_id(&d->state);
+  c->is_operator = hr__peer_is_operator(&c->peer, d->cfg.operator_group);
+  rc = uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read);
+  if(rc) {
+    hr__conn_close(c, uv_strerror(rc));
+    return;
+  }
+  hr__info("client %lld connected (pid %d, uid %d, gid %d%s)",
+           (long long)c->id, c->peer.pid, c->peer.uid, c->peer.gid,
+           c->is_operator ? ", operator" : "");
+}

@@ -1,0 +1,71 @@
+/*
+ * conn.h: one client connection: line framing in, a capped queue out.
+ *
+ * Reads are split into '\n'-terminated lines of at most HR_PROTO_MAX_LINE
+ * bytes ('\n' included), however the bytes arrive: a line may span many
+ * reads and one read may hold many lines. A longer line gets a too_large
+ * error and the connection is closed once that reply is flushed.
+ *
+ * Writes are queued, never waited for. A client that stops reading only
+ * fills its own queue; past write_queue_max it is disconnected, so it can
+ * never hold up the loop or anyone else.
+ *
+ * A connection's footprints and leases are dropped the moment it starts
+ * closing, for whatever reason (EOF, error, too_large, shutdown).
+ */
+#ifndef HR_DAEMON_CONN_H
+#define HR_DAEMON_CONN_H
+
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "daemon.h"
+#include "hr_proto.h"
+#include "log.h"
+#include "peer.h"
+
+struct hr__conn {
+  uv_pipe_t pipe;                   /* first: the handle's data is the conn */
+  uv_timer_t linger;                /* caps the wait for a closing flush */
+  uv_shutdown_t shutdown_req;
+  hr__daemon *d;
+  hr__conn *prev, *next;
+  int64_t id;                       /* client id */
+  hr__peer peer;
+  int is_operator;
+  char name[HR_NAME_MAX];           /* from hello */
+  int hello;                        /* hello accepted */
+  int version;                      /* protocol version chosen */
+  int sub_all;                      /* subscribed to every GPU */
+  hr__gpu_mask sub_mask;            /* ... or to these */
+  int n_comms, n_leases;            /* for the per-client limits */
+  char *rbuf;                       /* the line being received */
+  size_t rlen, rcap;
+  int counted;                      /* counts toward max_clients */
+  int closing;                      /* no more reads, replies or events */
+  int handles;                      /* libuv handles not yet closed */
+};
+
+/* Accept one pending connection on the listener. */
+void hr__conn_accept(hr__daemon *d);
+
+/* Queue one encoded message (`msg`, '\n' included). Past the client's
+ * write queue cap the client is disconnected: HR_ELIMIT. HR_ECLOSED when
+ * it is already closing. */
+int hr__conn_send(hr__conn *c, const hr_buf *msg);
+
+/* Encode and queue an error reply for request `id` (-1: unknown). */
+int hr__conn_send_error(hr__conn *c, int64_t id, hr_wire_error code,
+                        const char *fmt, ...) HR__PRINTF(4, 5);
+
+/* Close after what is queued has been flushed (bounded by a timer). */
+void hr__conn_drain(hr__conn *c, const char *why);
+
+/* Close now; queued writes are dropped. */
+void hr__conn_close(hr__conn *c, const char *why);
+
+/* Subscribed to `gpu`'s budget events. */
+int hr__conn_subscribed(const hr__conn *c, int gpu);
+
+#endif /* HR_DAEMON_CONN_H */

@@ -1,0 +1,364 @@
+/*
+ * daemon.c: start-up, signals, timers, reload and shutdown (daemon.h).
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "conn.h"
+#include "daemon.h"
+#include "dispatch.h"
+#include "log.h"
+#include "notify.h"
+#include "server.h"
+#include "topology.h"
+
+/* How long clients get to read their shutdown event before the daemon
+ * closes what is left and exits. */
+#define STOP_GRACE_MS 3000
+#define STATUS_PERIOD_MS 1000
+
+int64_t hr__daemon_time_ms(void)
+{
+  struct timespec ts;
+
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* "8 GPUs x 132 SMs", or a list when they differ. */
+static void describe_topology(const hr_topology *t, char *buf, size_t n)
+{
+  size_t len;
+  int g, same = 1;
+
+  for(g = 1; g < t->n_gpus; g++)
+    if(t->gpus[g].sms != t->gpus[0].sms)
+      same = 0;
+  if(same) {
+    snprintf(buf, n, "%d GPU%s x %d SMs", t->n_gpus,
+             t->n_gpus == 1 ? "" : "s", t->gpus[0].sms);
+  } else {
+    len = (size_t)snprintf(buf, n, "%d GPUs, SMs:", t->n_gpus);
+    for(g = 0; g < t->n_gpus && len < n; g++)
+      len += (size_t)snprintf(buf + len, n - len, " %d", t->gpus[g].sms);
+  }
+  if(t->n_gpus > 0 && t->gpus[0].name[0]) {
+    len = strlen(buf);
+    if(len < n)
+      snprintf(buf + len, n - len, ", %s", t->gpus[0].name);
+  }
+}
+
+/* ---- persistence, sd_notify -------------------------------------------- */
+
+static void save_if_dirty(hr__daemon *d)
+{
+  if(!d->state.dirty)
+    return;
+  d->state.dirty = 0;
+  hr__persist_save(&d->persist, &d->state, hr__daemon_time_ms());
+}
+
+/* Once per loop turn, after all I/O callbacks: many changes in one turn
+ * cost one write, and each change is on disk before the loop sleeps. */
+static void on_check(uv_check_t *h)
+{
+  hr__daemon *d = h->data;
+
+  hr__dispatch_flush(d); /* events of closes outside a read callback */
+  save_if_dirty(d);
+}
+
+static void send_status(hr__daemon *d)
+{
+  char line[sizeof(d->last_status)];
+
+  snprintf(line, sizeof(line), "STATUS=serving %d client%s on %d GPU%s",
+           d->n_clients, d->n_clients == 1 ? "" : "s", d->state.n_gpus,
+           d->state.n_gpus == 1 ? "" : "s");
+  if(!strcmp(line, d->last_status))
+    return;
+  memcpy(d->last_status, line, sizeof(line));
+  hr__notify(line);
+}
+
+static void on_status_timer(uv_timer_t *t)
+{
+  send_status(t->data);
+}
+
+static void on_watchdog(uv_timer_t *t)
+{
+  (void)t;
+  hr__notify("WATCHDOG=1");
+}
+
+static void start_notify_timers(hr__daemon *d)
+{
+  uint64_t usec = hr__notify_watchdog_usec();
+  uint64_t ms;
+
+  if(usec) {
+    /* Half the interval, as systemd advises: one late turn is not death. */
+    ms = usec / 2000;
+    if(ms < 1)
+      ms = 1;
+    uv_timer_init(d->loop, &d->watchdog);
+    d->watchdog.data = d;
+    uv_timer_start(&d->watchdog, on_watchdog, ms, ms);
+    uv_unref((uv_handle_t *)&d->watchdog);
+    d->watchdog_on = 1;
+    hr__info("systemd watchdog: pinging every %llu ms",
+             (unsigned long long)ms);
+  }
+  if(getenv("NOTIFY_SOCKET")) {
+    uv_timer_init(d->loop, &d->status_timer);
+    d->status_timer.data = d;
+    uv_timer_start(&d->status_timer, on_status_timer, STATUS_PERIOD_MS,
+                   STATUS_PERIOD_MS);
+    uv_unref((uv_handle_t *)&d->status_timer);
+    d->status_on = 1;
+  }
+}
+
+/* ---- signals ----------------------------------------------------------- */
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+  hr__daemon *d = h->data;
+
+  if(signum == SIGHUP) {
+    hr__daemon_reload(d);
+    return;
+  }
+  hr__daemon_stop(d, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+static void watch_signal(hr__daemon *d, uv_signal_t *h, int signum)
+{
+  uv_signal_init(d->loop, h);
+  h->data = d;
+  uv_signal_start(h, on_signal, signum);
+}
+
+/* ---- start ------------------------------------------------------------- */
+
+int hr__daemon_start(hr__daemon *d, uv_loop_t *loop, const hr__config *cfg,
+                     const hr__config_flags *flags)
+{
+  char why[256], topo[256];
+
+  memset(d, 0, sizeof(*d));
+  d->loop = loop;
+  d->cfg = *cfg;
+  if(flags)
+    d->flags = *flags;
+  d->start_ns = uv_hrtime();
+  hr_buf_init(&d->out, HR_PROTO_MAX_LINE);
+  hr__log_set_level(cfg->log_level);
+  hr__notice("headroomd %s starting (config: %s)", HR_VERSION_STRING,
+             cfg->file[0] ? cfg->file : "none, built-in defaults");
+
+  if(hr__topology_detect(cfg, &d->topo, why, sizeof(why))) {
+    hr__err("topology: %s", why);
+    return 1;
+  }
+  describe_topology(&d->topo, topo, sizeof(topo));
+  hr__notice("topology: %s (%s)", topo, why);
+
+  if(hr__state_init(&d->state, &d->topo, &cfg->policy)) {
+    hr__err("cannot set up per-GPU state");
+    return 1;
+  }
+  if(!hr__persist_open(&d->persist, cfg->state_dir) &&
+     hr__persist_load(&d->persist, &d->state, hr__daemon_time_ms() / 1000)) {
+    hr__err("state: out of memory loading %s", d->persist.path);
+    return 1;
+  }
+  if(hr__server_listen(d))
+    return 1;
+
+  watch_signal(d, &d->sig_hup, SIGHUP);
+  watch_signal(d, &d->sig_term, SIGTERM);
+  watch_signal(d, &d->sig_int, SIGINT);
+  uv_check_init(loop, &d->save_check);
+  d->save_check.data = d;
+  uv_check_start(&d->save_check, on_check);
+  uv_unref((uv_handle_t *)&d->save_check);
+  start_notify_timers(d);
+
+  hr__notice("policy: min_headroom %d, max_headroom %d, min_grid %d, "
+             "incident_raise %s", d->state.policy.min_headroom,
+             d->state.policy.max_headroom, d->state.policy.min_grid,
+             d->state.policy.incident_raise ? "yes" : "no");
+  hr__notify("READY=1");
+  send_status(d);
+  return 0;
+}
+
+/* ---- reload ------------------------------------------------------------ */
+
+static int policy_equal(const hr_policy *a, const hr_policy *b)
+{
+  return a->min_headroom == b->min_headroom &&
+         a->max_headroom == b->max_headroom && a->min_grid == b->min_grid &&
+         a->incident_raise == b->incident_raise;
+}
+
+/* Keys read once at start: a reload notes their change but keeps them. */
+static void keep_restart_only(hr__daemon *d, hr__config *next)
+{
+  const hr__config *cur = &d->cfg;
+
+  if(strcmp(cur->socket, next->socket) ||
+     cur->socket_mode != next->socket_mode)
+    hr__notice("reload: socket settings changed; they apply at restart");
+  if(strcmp(cur->state_dir, next->state_dir))
+    hr__notice("reload: state_dir changed; it applies at restart");
+  if(cur->topology != next->topology || cur->gpus != next->gpus ||
+     cur->sms != next->sms ||
+     memcmp(cur->gpu_sms, next->gpu_sms, sizeof(cur->gpu_sms)))
+    hr__notice("reload: topology settings changed; they apply at restart");
+  memcpy(next->socket, cur->socket, sizeof(next->socket));
+  next->socket_mode = cur->socket_mode;
+  memcpy(next->state_dir, cur->state_dir, sizeof(next->state_dir));
+  next->topology = cur->topology;
+  next->gpus = cur->gpus;
+  next->sms = cur->sms;
+  memcpy(next->gpu_sms, cur->gpu_sms, sizeof(next->gpu_sms));
+}
+
+void hr__daemon_reload(hr__daemon *d)
+{
+  char err[HR__CONFIG_ERR_MAX];
+  hr__gpu_mask changed = 0;
+  hr__config next;
+  hr__conn *c;
+
+  if(d->stopping)
+    return;
+  hr__notice("SIGHUP: reloading %s",
+             d->flags.config ? d->flags.config : HR__DEFAULT_CONFIG);
+  if(hr__config_build(&next, &d->flags, err, sizeof(err))) {
+    hr__err("reload failed, keeping the running configuration: %s", err);
+    return;
+  }
+  keep_restart_only(d, &next);
+  hr__log_set_level(next.log_level);
+  /* The file's policy wins on reload, over one set at run time too: the
+   * file is what the operator wants the node to run with. */
+  if(!policy_equal(&next.policy, &d->state.policy)) {
+    hr__state_set_policy(&d->state, &next.policy, &changed);
+    hr__notice("reload: policy now min_headroom %d, max_headroom %d, "
+               "min_grid %d, incident_raise %s", next.policy.min_headroom,
+               next.policy.max_headroom, next.policy.min_grid,
+               next.policy.incident_raise ? "yes" : "no");
+  }
+  if(strcmp(next.operator_group, d->cfg.operator_group)) {
+    for(c = d->conns; c; c = c->next)
+      if(!c->closing && c->id)
+        c->is_operator = hr__peer_is_operator(&c->peer, next.operator_group);
+  }
+  d->cfg = next;
+  hr__notice("reload done (log level %s)",
+             hr__log_level_name(next.log_level));
+  d->pending |= changed;
+  hr__dispatch_flush(d);
+}
+
+/* ---- stop -------------------------------------------------------------- */
+
+static void close_handle(uv_handle_t *h)
+{
+  if(!uv_is_closing(h))
+    uv_close(h, NULL);
+}
+
+static void on_stop_timer(uv_timer_t *t)
+{
+  hr__daemon *d = t->data;
+  hr__conn *c, *next;
+  int n = 0;
+
+  for(c = d->conns; c; c = next) {
+    next = c->next;
+    hr__conn_close(c, "daemon stopped");
+    n++;
+  }
+  if(n)
+    hr__notice("stop: closed %d connection%s that had not finished", n,
+               n == 1 ? "" : "s");
+  close_handle((uv_handle_t *)t);
+}
+
+void hr__daemon_stop(hr__daemon *d, const char *why)
+{
+  hr__conn *c, *next;
+
+  if(d->stopping) {
+    hr__notice("%s: already stopping", why);
+    return;
+  }
+  hr__notice("%s: stopping", why);
+  hr__notify("STOPPING=1");
+  /* Budgets still owed go out before the goodbye. */
+  hr__dispatch_flush(d);
+  d->stopping = 1;
+  hr__server_close(d);
+  for(c = d->conns; c; c = next) {
+    next = c->next;
+    hr__dispatch_send_shutdown(c, why);
+    hr__conn_drain(c, "daemon stopping");
+  }
+  close_handle((uv_handle_t *)&d->sig_hup);
+  close_handle((uv_handle_t *)&d->sig_term);
+  close_handle((uv_handle_t *)&d->sig_int);
+  close_handle((uv_handle_t *)&d->save_check);
+  if(d->watchdog_on)
+    close_handle((uv_handle_t *)&d->watchdog);
+  if(d->status_on)
+    close_handle((uv_handle_t *)&d->status_timer);
+  /* Drains end by themselves; this only bounds a client that never reads
+   * (it is unref'd so it never keeps the loop alive on its own). */
+  uv_timer_init(d->loop, &d->stop_timer);
+  d->stop_timer.data = d;
+  uv_timer_start(&d->stop_timer, on_stop_timer, STOP_GRACE_MS, 0);
+  uv_unref((uv_handle_t *)&d->stop_timer);
+  d->stop_timer_on = 1;
+  save_if_dirty(d);
+}
+
+/* Close whatever is still open (a failed start) and let libuv finish. */
+static void close_all(uv_handle_t *h, void *arg)
+{
+  (void)arg;
+  close_handle(h);
+}
+
+int hr__daemon_run(hr__daemon *d)
+{
+  int rc;
+
+  rc = uv_run(d->loop, UV_RUN_DEFAULT);
+  (void)rc;
+  save_if_dirty(d);
+  hr__server_close(d);
+  uv_walk(d->loop, close_all, NULL);
+  uv_run(d->loop, UV_RUN_DEFAULT);
+  hr__state_free(&d->state);
+  hr_buf_free(&d->out);
+  hr__notice("stopped");
+  return 0;
+}
+
+void hr__daemon_abort(hr__daemon *d)
+{
+  hr__server_close(d);
+  uv_walk(d->loop, close_all, NULL);
+  uv_run(d->loop, UV_RUN_DEFAULT);
+  hr__state_free(&d->state);
+  hr_buf_free(&d->out);
+}

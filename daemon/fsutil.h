@@ -1,0 +1,17 @@
+/*
+ * fsutil.h: small file-system helpers shared by the socket and state code.
+ */
+#ifndef HR_DAEMON_FSUTIL_H
+#define HR_DAEMON_FSUTIL_H
+
+#include <sys/types.h>
+
+/* mkdir -p `path`: each missing component created with `mode`. Returns 0
+ * or an errno value (ENOTDIR when `path` exists but is not a folder). */
+int hr__mkdirs(const char *path, mode_t mode);
+
+/* The folder part of `path` into `out` ("." for a bare name). Returns 0,
+ * or ENAMETOOLONG when it does not fit in `n` bytes. */
+int hr__dirname(const char *path, char *out, size_t n);
+
+#endif /* HR_DAEMON_FSUTIL_H */

@@ -1,0 +1,65 @@
+/*
+ * main.c: headroomd's entry point: flags, config, start, run.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <uv.h>
+
+#include "config.h"
+#include "daemon.h"
+#include "log.h"
+#include "options.h"
+
+int main(int argc, char **argv)
+{
+  char err[HR__CONFIG_ERR_MAX];
+  static hr__daemon d; /* large (per-GPU incident rings): not on the stack */
+  static hr__config cfg;
+  hr__options opts;
+  uv_loop_t loop;
+
+  if(hr__options_parse(&opts, argc, argv, err, sizeof(err))) {
+    fprintf(stderr, "headroomd: %s\nTry 'headroomd --help'.\n", err);
+    return 1;
+  }
+  switch(opts.action) {
+  case HR_ACTION_HELP:
+    hr__options_usage(stdout);
+    return 0;
+  case HR_ACTION_VERSION:
+    printf("headroomd %s (protocol %d..%d)\n", HR_VERSION_STRING,
+           HR_PROTO_VERSION_MIN, HR_PROTO_VERSION);
+    return 0;
+  default:
+    break;
+  }
+  if(hr__config_build(&cfg, &opts.flags, err, sizeof(err))) {
+    if(opts.action == HR_ACTION_CHECK_CONFIG)
+      fprintf(stderr, "headroomd: %s\n", err);
+    else
+      hr__err("config: %s", err);
+    return 1;
+  }
+  if(opts.action == HR_ACTION_CHECK_CONFIG) {
+    printf("%s: OK\n", cfg.file[0] ? cfg.file : "built-in defaults");
+    return 0;
+  }
+
+  /* A client that vanishes mid-write must cost us an EPIPE, not our life. */
+  signal(SIGPIPE, SIG_IGN);
+  if(uv_loop_init(&loop)) {
+    hr__err("cannot create the event loop");
+    return 1;
+  }
+  if(hr__daemon_start(&d, &loop, &cfg, &opts.flags)) {
+    hr__daemon_abort(&d);
+    uv_loop_close(&loop);
+    hr__err("headroomd not started");
+    return 1;
+  }
+  hr__daemon_run(&d);
+  uv_loop_close(&loop);
+  return 0;
+}

@@ -1,0 +1,126 @@
+/*
+ * options.c: headroomd's flags and --help (see options.h).
+ */
+#include <getopt.h>
+#include <string.h>
+
+#include "options.h"
+
+enum {
+  OPT_CONFIG = 'c',
+  OPT_SOCKET = 's',
+  OPT_STATE_DIR = 'd',
+  OPT_LOG_LEVEL = 'l',
+  OPT_TOPOLOGY = 't',
+  OPT_HELP = 'h',
+  OPT_VERSION = 'V',
+  OPT_CHECK_CONFIG = 256
+};
+
+static const struct option long_options[] = {
+  {"config", required_argument, NULL, OPT_CONFIG},
+  {"socket", required_argument, NULL, OPT_SOCKET},
+  {"state-dir", required_argument, NULL, OPT_STATE_DIR},
+  {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+  {"topology", required_argument, NULL, OPT_TOPOLOGY},
+  {"check-config", no_argument, NULL, OPT_CHECK_CONFIG},
+  {"help", no_argument, NULL, OPT_HELP},
+  {"version", no_argument, NULL, OPT_VERSION},
+  {NULL, 0, NULL, 0}
+};
+
+int hr__options_parse(hr__options *opts, int argc, char **argv, char *err,
+                      size_t n)
+{
+  int c;
+
+  if(!opts || argc < 1 || !argv) {
+    if(err && n)
+      snprintf(err, n, "no arguments");
+    return HR_EINVAL;
+  }
+  memset(opts, 0, sizeof(*opts));
+  opterr = 0;  /* our own messages, through `err` */
+  optind = 0;  /* 0, not 1: makes glibc re-initialise between calls */
+  while((c = getopt_long(argc, argv, "+c:s:d:l:t:hV", long_options,
+                         NULL)) != -1) {
+    switch(c) {
+    case OPT_CONFIG: opts->flags.config = optarg; break;
+    case OPT_SOCKET: opts->flags.socket = optarg; break;
+    case OPT_STATE_DIR: opts->flags.state_dir = optarg; break;
+    case OPT_LOG_LEVEL: opts->flags.log_level = optarg; break;
+    case OPT_TOPOLOGY: opts->flags.topology = optarg; break;
+    case OPT_CHECK_CONFIG: opts->action = HR_ACTION_CHECK_CONFIG; break;
+    case OPT_HELP: opts->action = HR_ACTION_HELP; return HR_OK;
+    case OPT_VERSION: opts->action = HR_ACTION_VERSION; return HR_OK;
+    case ':':
+    case '?':
+    default:
+      if(err && n) {
+        const char *arg = argv[optind - 1 >= 0 ? optind - 1 : 0];
+        if(c == '?' && optopt)
+          snprintf(err, n, "unknown or incomplete option '-%c'", optopt);
+        else
+          snprintf(err, n, "unknown or incomplete option '%s'", arg);
+      }
+      return HR_EINVAL;
+    }
+  }
+  if(optind < argc) {
+    if(err && n)
+      snprintf(err, n, "unexpected argument '%s'", argv[optind]);
+    return HR_EINVAL;
+  }
+  return HR_OK;
+}
+
+void hr__options_usage(FILE *out)
+{
+  fprintf(out,
+"Usage: headroomd [OPTION]...\n"
+"The headroom daemon: sizes the SMs a persistent mega kernel may use on\n"
+"each GPU so that NCCL's kernels always have room beside it.\n"
+"\n"
+"Options (each overrides the config file):\n"
+"  -c, --config PATH     config file (default %s;\n"
+"                        a missing default file is fine, a missing\n"
+"                        explicit one is an error)\n"
+"  -s, --socket PATH     listen on PATH (default %s)\n"
+"  -d, --state-dir DIR   keep learned state in DIR (default %s)\n"
+"  -l, --log-level L     err, warning, notice, info or debug (default info)\n"
+"  -t, --topology T      auto, cuda, config or default (default auto)\n"
+"      --check-config    validate the configuration, exit 0 if good, 1 if not\n"
+"  -h, --help            this text\n"
+"  -V, --version         print the version\n"
+"\n"
+"Config file: 'key = value' lines; '#' starts a comment (at the start of a\n"
+"line, or after whitespace); blank lines are ignored. Unknown keys, bad\n"
+"values and duplicate keys are errors reported as FILE:LINE. Keys:\n"
+"  socket = PATH             listening socket (%s)\n"
+"  socket_mode = OCTAL       permissions of the socket file (0660)\n"
+"  operator_group = GROUP    members may set policy (root always may;\n"
+"                            default: root only)\n"
+"  state_dir = DIR           learned state; unusable: runs without (%s)\n"
+"  log_level = LEVEL         err|warning|notice|info|debug (info)\n"
+"  topology = MODE           auto|cuda|config|default (auto: CUDA if a\n"
+"                            device is found, else the config if 'gpus' is\n"
+"                            set, else the embedded 8 GPUs x 132 SMs)\n"
+"  gpus = N                  GPUs of a config topology, 1..64\n"
+"  sms = N                   SMs of each such GPU, 1..1024 (132)\n"
+"  gpu.N.sms = M             SMs of GPU N, overriding 'sms'\n"
+"  min_headroom = N          headroom floor, SMs (2)\n"
+"  max_headroom = N          headroom ceiling, SMs (32)\n"
+"  min_grid = N              never leave the mega kernel fewer CTAs (64)\n"
+"  incident_raise = yes|no   a reported barrier timeout raises headroom (yes)\n"
+"  max_clients = N           connections at once (1024)\n"
+"  max_comms_per_client = N  footprints one client may register (64)\n"
+"  max_leases_per_client = N leases one client may hold (16)\n"
+"  write_queue_max = BYTES   unsent bytes to one client before it is\n"
+"                            disconnected; K/M/G suffixes (1M)\n"
+"\n"
+"Signals: SIGHUP reloads the config file (policy, log level, limits);\n"
+"SIGTERM or SIGINT stops the daemon cleanly.\n"
+"See docs/config.md for the full reference.\n",
+          HR__DEFAULT_CONFIG, HR_DEFAULT_SOCKET, HR__DEFAULT_STATE_DIR,
+          HR_DEFAULT_SOCKET, HR__DEFAULT_STATE_DIR);
+}

@@ -1,0 +1,465 @@
+/*
+ * state.c: per-GPU footprints, leases, incidents, budgets and epochs
+ * (see state.h).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "state.h"
+
+#define GROW_FIRST 8
+
+static hr__gpu *gpu_at(hr__state *s, int gpu)
+{
+  if(!s || gpu < 0 || gpu >= s->n_gpus)
+    return NULL;
+  return &s->gpus[gpu];
+}
+
+const hr__gpu *hr__state_gpu(const hr__state *s, int gpu)
+{
+  if(!s || gpu < 0 || gpu >= s->n_gpus)
+    return NULL;
+  return &s->gpus[gpu];
+}
+
+static int lease_cluster(const hr__gpu *g)
+{
+  int i, c = 0;
+
+  for(i = 0; i < g->n_leases; i++)
+    if(g->leases[i].cluster > c)
+      c = g->leases[i].cluster;
+  return c ? c : HR__DEFAULT_CLUSTER;
+}
+
+static void policy_input(const hr__gpu *g, hr_policy_input *in)
+{
+  in->sms = g->info.sms;
+  in->cluster = lease_cluster(g);
+  in->raised = g->raised;
+  in->n_footprints = g->n_comms;
+  in->footprints = g->fps;
+}
+
+/* The numbers a client acts on; gpu, epoch and mode are bookkeeping. */
+static int budget_differs(const hr_budget *a, const hr_budget *b)
+{
+  return a->sms != b->sms || a->cluster != b->cluster ||
+         a->headroom != b->headroom || a->grid != b->grid ||
+         a->nccl_min_ctas != b->nccl_min_ctas ||
+         a->nccl_max_ctas != b->nccl_max_ctas ||
+         a->nccl_cga_cluster_size != b->nccl_cga_cluster_size ||
+         a->nccl_nvls_enable != b->nccl_nvls_enable;
+}
+
+/* Recompute GPU `gi`'s budget; bump its epoch when the numbers changed.
+ * `bump` 0 is for start-up and restore, where there is no "before". */
+static void recompute(hr__state *s, int gi, int bump, hr__gpu_mask *changed)
+{
+  hr__gpu *g = &s->gpus[gi];
+  hr_policy_input in;
+  hr_budget b;
+
+  policy_input(g, &in);
+  memset(&b, 0, sizeof(b));
+  if(hr__policy_budget(&s->policy, &in, &b)) {
+    /* Only a bug can get here: the inputs were all range-checked. Keep
+     * the budget in force rather than hand out a broken one. */
+    hr__err("gpu %d: policy rejected its inputs; budget kept", gi);
+    return;
+  }
+  b.gpu = gi;
+  b.mode = HR_MODE_HEADROOM;
+  if(bump && budget_differs(&b, &g->budget)) {
+    g->epoch++;
+    if(g->epoch == 0)
+      g->epoch = 1; /* 0 is never an epoch: clients use it for "none" */
+    if(changed)
+      *changed |= (hr__gpu_mask)1 << gi;
+    s->dirty = 1;
+  }
+  b.epoch = g->epoch;
+  g->budget = b;
+}
+
+int hr__state_init(hr__state *s, const hr_topology *topo,
+                   const hr_policy *policy)
+{
+  int g;
+
+  if(!s || !topo || !policy || topo->n_gpus < 1 ||
+     topo->n_gpus > HR_MAX_GPUS)
+    return HR_EINVAL;
+  if(hr__policy_validate(policy, NULL, 0))
+    return HR_EINVAL;
+  for(g = 0; g < topo->n_gpus; g++)
+    if(topo->gpus[g].sms < 1 || topo->gpus[g].sms > HR_MAX_SMS)
+      return HR_EINVAL;
+  memset(s, 0, sizeof(*s));
+  s->gpus = calloc((size_t)topo->n_gpus, sizeof(*s->gpus));
+  if(!s->gpus)
+    return HR_ENOMEM;
+  s->policy = *policy;
+  s->n_gpus = topo->n_gpus;
+  s->next_client = s->next_comm = s->next_lease = s->next_incident = 1;
+  for(g = 0; g < s->n_gpus; g++) {
+    s->gpus[g].info = topo->gpus[g];
+    s->gpus[g].info.index = g;
+    s->gpus[g].epoch = 1;
+    recompute(s, g, 0, NULL);
+  }
+  return HR_OK;
+}
+
+void hr__state_free(hr__state *s)
+{
+  int g;
+
+  if(!s || !s->gpus)
+    return;
+  for(g = 0; g < s->n_gpus; g++) {
+    free(s->gpus[g].comms);
+    free(s->gpus[g].fps);
+    free(s->gpus[g].leases);
+  }
+  free(s->gpus);
+  s->gpus = NULL;
+  s->n_gpus = 0;
+}
+
+int64_t hr__state_client_id(hr__state *s)
+{
+  return s->next_client++;
+}
+
+int hr__state_budget(const hr__state *s, int gpu, hr_mode mode,
+                     hr_budget *out)
+{
+  const hr__gpu *g = hr__state_gpu(s, gpu);
+
+  if(!g || !out)
+    return HR_ENOTFOUND;
+  *out = g->budget;
+  out->mode = mode;
+  return HR_OK;
+}
+
+/* ---- footprints -------------------------------------------------------- */
+
+static int comms_reserve(hr__gpu *g)
+{
+  hr__comm_rec *c;
+  hr_footprint *f;
+  int cap;
+
+  if(g->n_comms < g->cap_comms)
+    return HR_OK;
+  cap = g->cap_comms ? g->cap_comms * 2 : GROW_FIRST;
+  c = realloc(g->comms, (size_t)cap * sizeof(*c));
+  if(!c)
+    return HR_ENOMEM;
+  g->comms = c;
+  f = realloc(g->fps, (size_t)cap * sizeof(*f));
+  if(!f)
+    return HR_ENOMEM; /* comms grew alone: harmless, cap stays put */
+  g->fps = f;
+  g->cap_comms = cap;
+  return HR_OK;
+}
+
+int hr__state_comm_add(hr__state *s, int64_t client,
+                       const hr_req_register_comm *req, int64_t *id,
+                       hr__gpu_mask *changed)
+{
+  hr__gpu *g;
+  hr__comm_rec *c;
+  int err;
+
+  if(!s || !req || client < 1)
+    return HR_EINVAL;
+  g = gpu_at(s, req->gpu);
+  if(!g)
+    return HR_ENOTFOUND;
+  if(req->ctas < 1 || req->ctas > HR_MAX_CTAS || req->cga < 1 ||
+     req->cga > HR_MAX_CGA || req->concurrent < 1 ||
+     req->concurrent > HR_MAX_CONCURRENT)
+    return HR_EINVAL;
+  err = comms_reserve(g);
+  if(err)
+    return err;
+  c = &g->comms[g->n_comms];
+  memset(c, 0, sizeof(*c));
+  c->id = s->next_comm++;
+  c->client = client;
+  memcpy(c->name, req->name, sizeof(c->name));
+  c->name[sizeof(c->name) - 1] = '\0';
+  c->ctas = req->ctas;
+  c->cga = req->cga;
+  c->concurrent = req->concurrent;
+  g->fps[g->n_comms].ctas = req->ctas;
+  g->fps[g->n_comms].cga = req->cga;
+  g->fps[g->n_comms].concurrent = req->concurrent;
+  g->n_comms++;
+  recompute(s, req->gpu, 1, changed);
+  if(id)
+    *id = c->id;
+  return HR_OK;
+}
+
+static void comm_delete(hr__gpu *g, int i)
+{
+  int tail = g->n_comms - i - 1;
+
+  memmove(&g->comms[i], &g->comms[i + 1], (size_t)tail * sizeof(*g->comms));
+  memmove(&g->fps[i], &g->fps[i + 1], (size_t)tail * sizeof(*g->fps));
+  g->n_comms--;
+}
+
+int hr__state_comm_remove(hr__state *s, int64_t client, int64_t comm,
+                          hr__gpu_mask *changed)
+{
+  int gi, i;
+
+  if(!s)
+    return HR_EINVAL;
+  for(gi = 0; gi < s->n_gpus; gi++) {
+    hr__gpu *g = &s->gpus[gi];
+    for(i = 0; i < g->n_comms; i++) {
+      if(g->comms[i].id != comm)
+        continue;
+      if(g->comms[i].client != client)
+        return HR_ENOTFOUND; /* someone else's: not this client's to touch */
+      comm_delete(g, i);
+      recompute(s, gi, 1, changed);
+      return HR_OK;
+    }
+  }
+  return HR_ENOTFOUND;
+}
+
+/* ---- leases ------------------------------------------------------------ */
+
+static int valid_cluster(int c)
+{
+  return c == 1 || c == 2 || c == 4 || c == 8;
+}
+
+int hr__state_lease_add(hr__state *s, int64_t client, const hr_req_lease *req,
+                        int64_t *id, hr_budget *out, hr__gpu_mask *changed)
+{
+  hr__gpu *g;
+  hr__lease_rec *l;
+
+  if(!s || !req || client < 1)
+    return HR_EINVAL;
+  g = gpu_at(s, req->gpu);
+  if(!g)
+    return HR_ENOTFOUND;
+  if(!valid_cluster(req->cluster))
+    return HR_EINVAL;
+  /* Both modes get the same headroom: a cooperative grid is never partly
+   * resident, but while it waits for room it blocks every later launch
+   * of its process, so it must fit beside the comm kernels too
+   * (FINDINGS 1). Partition mode is not served by this daemon yet. */
+  if(req->mode != HR_MODE_HEADROOM && req->mode != HR_MODE_COOPERATIVE)
+    return HR_EUNSUPPORTED;
+  if(g->n_leases == g->cap_leases) {
+    int cap = g->cap_leases ? g->cap_leases * 2 : GROW_FIRST;
+    hr__lease_rec *p = realloc(g->leases, (size_t)cap * sizeof(*p));
+    if(!p)
+      return HR_ENOMEM;
+    g->leases = p;
+    g->cap_leases = cap;
+  }
+  l = &g->leases[g->n_leases++];
+  l->id = s->next_lease++;
+  l->client = client;
+  l->cluster = req->cluster;
+  l->mode = req->mode;
+  recompute(s, req->gpu, 1, changed);
+  if(id)
+    *id = l->id;
+  if(out)
+    hr__state_budget(s, req->gpu, req->mode, out);
+  return HR_OK;
+}
+
+static void lease_delete(hr__gpu *g, int i)
+{
+  memmove(&g->leases[i], &g->leases[i + 1],
+          (size_t)(g->n_leases - i - 1) * sizeof(*g->leases));
+  g->n_leases--;
+}
+
+int hr__state_lease_remove(hr__state *s, int64_t client, int64_t lease,
+                           hr__gpu_mask *changed)
+{
+  int gi, i;
+
+  if(!s)
+    return HR_EINVAL;
+  for(gi = 0; gi < s->n_gpus; gi++) {
+    hr__gpu *g = &s->gpus[gi];
+    for(i = 0; i < g->n_leases; i++) {
+      if(g->leases[i].id != lease)
+        continue;
+      if(g->leases[i].client != client)
+        return HR_ENOTFOUND;
+      lease_delete(g, i);
+      recompute(s, gi, 1, changed);
+      return HR_OK;
+    }
+  }
+  return HR_ENOTFOUND;
+}
+
+/* ---- incidents --------------------------------------------------------- */
+
+static void incident_keep(hr__gpu *g, const hr_status_incident *inc)
+{
+  if(g->n_incidents == HR__INCIDENTS_KEPT) {
+    memmove(&g->incidents[0], &g->incidents[1],
+            (HR__INCIDENTS_KEPT - 1) * sizeof(g->incidents[0]));
+    g->n_incidents--;
+  }
+  g->incidents[g->n_incidents++] = *inc;
+}
+
+int hr__state_report(hr__state *s, int64_t client, const hr_req_report *req,
+                     int64_t time_ms, int64_t *incident, hr_budget *out,
+                     hr__gpu_mask *changed)
+{
+  hr_status_incident inc;
+  hr_mode mode = HR_MODE_HEADROOM;
+  hr__gpu *g;
+  int i;
+
+  if(!s || !req || client < 1)
+    return HR_EINVAL;
+  g = gpu_at(s, req->gpu);
+  if(!g)
+    return HR_ENOTFOUND;
+  if((int)req->kind < 0 || req->kind >= HR_INCIDENT_COUNT)
+    return HR_EINVAL;
+  memset(&inc, 0, sizeof(inc));
+  inc.id = s->next_incident++;
+  inc.client = client;
+  inc.lease = req->lease;
+  inc.time_ms = time_ms;
+  inc.kind = req->kind;
+  inc.detail = req->detail;
+  memcpy(inc.message, req->message, sizeof(inc.message));
+  inc.message[sizeof(inc.message) - 1] = '\0';
+  incident_keep(g, &inc);
+  s->dirty = 1;
+
+  if(req->kind == HR_INCIDENT_BARRIER_TIMEOUT) {
+    hr_policy_input in;
+    policy_input(g, &in);
+    g->raised = hr__policy_raise(&s->policy, &in);
+    recompute(s, req->gpu, 1, changed);
+  }
+  for(i = 0; i < g->n_leases; i++)
+    if(g->leases[i].id == req->lease && g->leases[i].client == client)
+      mode = g->leases[i].mode;
+  if(incident)
+    *incident = inc.id;
+  if(out)
+    hr__state_budget(s, req->gpu, mode, out);
+  return HR_OK;
+}
+
+/* ---- policy, clients, restore ------------------------------------------ */
+
+void hr__state_set_policy(hr__state *s, const hr_policy *policy,
+                          hr__gpu_mask *changed)
+{
+  int g;
+
+  if(!s || !policy)
+    return;
+  s->policy = *policy;
+  for(g = 0; g < s->n_gpus; g++)
+    recompute(s, g, 1, changed);
+}
+
+void hr__state_drop_client(hr__state *s, int64_t client,
+                           hr__gpu_mask *changed)
+{
+  int gi, i, dropped;
+
+  if(!s)
+    return;
+  for(gi = 0; gi < s->n_gpus; gi++) {
+    hr__gpu *g = &s->gpus[gi];
+    dropped = 0;
+    for(i = g->n_comms - 1; i >= 0; i--) {
+      if(g->comms[i].client == client) {
+        comm_delete(g, i);
+        dropped = 1;
+      }
+    }
+    for(i = g->n_leases - 1; i >= 0; i--) {
+      if(g->leases[i].client == client) {
+        lease_delete(g, i);
+        dropped = 1;
+      }
+    }
+    if(dropped)
+      recompute(s, gi, 1, changed);
+  }
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+int hr__state_clients_on(const hr__state *s, int gpu)
+{
+  const hr__gpu *g = hr__state_gpu(s, gpu);
+  int64_t *ids;
+  int n = 0, i, distinct = 0;
+
+  if(!g || g->n_comms + g->n_leases == 0)
+    return 0;
+  ids = malloc((size_t)(g->n_comms + g->n_leases) * sizeof(*ids));
+  if(!ids)
+    return -1;
+  for(i = 0; i < g->n_comms; i++)
+    ids[n++] = g->comms[i].client;
+  for(i = 0; i < g->n_leases; i++)
+    ids[n++] = g->leases[i].client;
+  qsort(ids, (size_t)n, sizeof(*ids), cmp_i64);
+  for(i = 0; i < n; i++)
+    if(i == 0 || ids[i] != ids[i - 1])
+      distinct++;
+  free(ids);
+  return distinct;
+}
+
+int hr__state_restore(hr__state *s, int gpu, int raised, uint32_t epoch,
+                      const hr_status_incident *incidents, int n)
+{
+  hr__gpu *g = gpu_at(s, gpu);
+  int i;
+
+  if(!g)
+    return HR_ENOTFOUND;
+  if(raised < 0 || raised > HR_MAX_SMS || epoch == 0 || n < 0 ||
+     (n > 0 && !incidents))
+    return HR_EINVAL;
+  g->raised = raised;
+  g->epoch = epoch;
+  g->n_incidents = 0;
+  for(i = n > HR__INCIDENTS_KEPT ? n - HR__INCIDENTS_KEPT : 0; i < n; i++) {
+    incident_keep(g, &incidents[i]);
+    if(incidents[i].id >= s->next_incident)
+      s->next_incident = incidents[i].id + 1;
+  }
+  recompute(s, gpu, 0, NULL);
+  return HR_OK;
+}

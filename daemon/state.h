@@ -1,0 +1,129 @@
+/*
+ * state.h: what headroomd knows about each GPU, and every change to it.
+ *
+ * No sockets and no clock here: a change comes in as a client id and a
+ * decoded request, and goes out as the GPUs whose budget changed (a bit
+ * mask), so the daemon can push events, and the unit tests can drive every
+ * transition directly.
+ *
+ * After any change to a GPU's inputs the budget is recomputed with the
+ * policy (policy.h); when its numbers differ, the GPU's epoch goes up by
+ * one. The input cluster is the largest among the GPU's leases, 2 when it
+ * has none (the mega kernel's usual pairs).
+ *
+ * Ids (clients, footprints, leases, incidents) start at 1 and are never
+ * reused for the life of the daemon; incident ids also stay above those of
+ * incidents restored from the state file.
+ */
+#ifndef HR_DAEMON_STATE_H
+#define HR_DAEMON_STATE_H
+
+#include <stdint.h>
+
+#include "hr_proto.h"
+#include "policy.h"
+
+#define HR__INCIDENTS_KEPT 32        /* per GPU, most recent */
+#define HR__DEFAULT_CLUSTER 2        /* input cluster of a GPU with no lease */
+
+/* Bit g set: GPU g's budget changed (HR_MAX_GPUS is 64). */
+typedef uint64_t hr__gpu_mask;
+
+typedef struct hr__comm_rec {
+  int64_t id, client;
+  char name[HR_NAME_MAX];
+  int ctas, cga, concurrent;
+} hr__comm_rec;
+
+typedef struct hr__lease_rec {
+  int64_t id, client;
+  int cluster;
+  hr_mode mode;
+} hr__lease_rec;
+
+typedef struct hr__gpu {
+  hr_gpu_info info;
+  /* Footprints, in registration order; `fps` mirrors them index by index
+   * in the form the policy takes. */
+  hr__comm_rec *comms;
+  hr_footprint *fps;
+  int n_comms, cap_comms;
+  hr__lease_rec *leases;
+  int n_leases, cap_leases;
+  hr_status_incident incidents[HR__INCIDENTS_KEPT]; /* oldest first */
+  int n_incidents;
+  int raised;                       /* headroom added by incidents */
+  uint32_t epoch;
+  hr_budget budget;                 /* in force; mode is HR_MODE_HEADROOM */
+} hr__gpu;
+
+typedef struct hr__state {
+  hr_policy policy;
+  int n_gpus;
+  hr__gpu *gpus;
+  int64_t next_client, next_comm, next_lease, next_incident;
+  /* Set when something the state file keeps (raised, epoch, incidents)
+   * changed; the owner saves and clears it. */
+  int dirty;
+} hr__state;
+
+/* Start with the topology's GPUs, no clients, epoch 1, budgets computed. */
+int hr__state_init(hr__state *s, const hr_topology *topo,
+                   const hr_policy *policy);
+void hr__state_free(hr__state *s);
+
+/* A fresh client id. */
+int64_t hr__state_client_id(hr__state *s);
+
+/* The GPU, NULL when out of the topology. */
+const hr__gpu *hr__state_gpu(const hr__state *s, int gpu);
+
+/* The budget in force on `gpu`, with `mode` filled in. HR_ENOTFOUND. */
+int hr__state_budget(const hr__state *s, int gpu, hr_mode mode,
+                     hr_budget *out);
+
+/* Register a footprint. HR_ENOTFOUND (gpu), HR_ENOMEM. */
+int hr__state_comm_add(hr__state *s, int64_t client,
+                       const hr_req_register_comm *req, int64_t *id,
+                       hr__gpu_mask *changed);
+
+/* Remove one of `client`'s own footprints; HR_ENOTFOUND otherwise. */
+int hr__state_comm_remove(hr__state *s, int64_t client, int64_t comm,
+                          hr__gpu_mask *changed);
+
+/* Take a lease; `out` is the budget after it, in the lease's mode.
+ * HR_ENOTFOUND (gpu), HR_EUNSUPPORTED (mode), HR_EINVAL (cluster). */
+int hr__state_lease_add(hr__state *s, int64_t client, const hr_req_lease *req,
+                        int64_t *id, hr_budget *out, hr__gpu_mask *changed);
+
+/* Release one of `client`'s own leases; HR_ENOTFOUND otherwise. */
+int hr__state_lease_remove(hr__state *s, int64_t client, int64_t lease,
+                           hr__gpu_mask *changed);
+
+/* Record an incident at `time_ms` (Unix ms). A barrier timeout raises the
+ * GPU's headroom (hr__policy_raise); a launch failure is only recorded.
+ * `out` is the budget after, in the mode of the lease named when it is the
+ * client's own, else headroom. HR_ENOTFOUND (gpu). */
+int hr__state_report(hr__state *s, int64_t client, const hr_req_report *req,
+                     int64_t time_ms, int64_t *incident, hr_budget *out,
+                     hr__gpu_mask *changed);
+
+/* Replace the policy (validated by the caller) and recompute every GPU. */
+void hr__state_set_policy(hr__state *s, const hr_policy *policy,
+                          hr__gpu_mask *changed);
+
+/* Drop every footprint and lease of `client` (its connection closed). */
+void hr__state_drop_client(hr__state *s, int64_t client,
+                           hr__gpu_mask *changed);
+
+/* Clients holding a footprint or a lease on `gpu`. */
+int hr__state_clients_on(const hr__state *s, int gpu);
+
+/* Restore learned state read from the state file: `raised`, the epoch to
+ * continue from, and incidents (oldest first; only the most recent
+ * HR__INCIDENTS_KEPT are kept). Recomputes without bumping the epoch.
+ * HR_ENOTFOUND (gpu), HR_EINVAL (a negative raised, epoch 0). */
+int hr__state_restore(hr__state *s, int gpu, int raised, uint32_t epoch,
+                      const hr_status_incident *incidents, int n);
+
+#endif /* HR_DAEMON_STATE_H */

@@ -1,0 +1,14 @@
+/*
+ * status.h: the reply to "status", built from the daemon's live state.
+ */
+#ifndef HR_DAEMON_STATUS_H
+#define HR_DAEMON_STATUS_H
+
+#include "daemon.h"
+#include "hr_proto.h"
+
+/* Fill `st` (arrays malloc'd; free with hr_status_free). On failure
+ * nothing is left allocated. */
+int hr__status_build(hr__daemon *d, hr_status *st);
+
+#endif /* HR_DAEMON_STATUS_H */
