@@ -1,0 +1,12 @@
+# tests/unit: libheadroom with no daemon (degraded mode, argument checks,
+# exported environment, ncclConfig_t). Built against the static library.
+UNIT_TESTS += $(TESTBIN)/test_client
+
+# NCCL's header, when CUDA ships it, so hr_lease_fill_nccl_config is tested
+# against the real ncclConfig_t (-isystem: its warnings are not ours).
+$(OBJDIR)/tests/unit/test_client.o: CPPFLAGS += \
+  $(if $(wildcard $(CUDA_HOME)/include/nccl.h),-isystem $(CUDA_HOME)/include)
+
+$(TESTBIN)/test_client: $(OBJDIR)/tests/unit/test_client.o $(LIBDIR)/libheadroom.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_HEADROOM) $(LDLIBS_CMOCKA)

@@ -1,0 +1,899 @@
+/*
+ * test_client.c: libheadroom with no daemon.
+ *
+ * Everything here runs against a socket path in an empty temporary folder
+ * (or a socket nobody serves), so it covers what a trainer sees when the
+ * daemon is missing: error names, the degraded fallback from the
+ * environment, argument checks, the exported environment and the NCCL
+ * config. The daemon side is covered by tests/integration.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+/* hr_lease_fill_nccl_config is defined only when NCCL's header came first;
+ * without NCCL, a struct laid out like its ncclConfig_t stands in. */
+#if defined(__has_include)
+#if __has_include(<nccl.h>)
+#include <nccl.h>
+#define HAVE_REAL_NCCL 1
+#endif
+#endif
+#ifndef HAVE_REAL_NCCL
+typedef struct ncclConfig_v22800 {
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  int blocking;
+  int cgaClusterSize;
+  int minCTAs;
+  int maxCTAs;
+  const char *netName;
+  int splitShare;
+  int trafficClass;
+} ncclConfig_t;
+#define NCCL_CONFIG_UNDEF_INT INT_MIN
+#define NCCL_CONFIG_INITIALIZER                                              \
+  {sizeof(ncclConfig_t), 0xcafebeef, 22800, NCCL_CONFIG_UNDEF_INT,           \
+   NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NULL, \
+   NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT}
+#endif
+
+#include "headroom.h"
+#include "hr_proto.h"      /* HR_NAME_MAX */
+
+extern char **environ;
+
+static char tmpdir[64];
+static char sock_path[96];
+
+static const char *const env_vars[] = {
+  "DG_MEGA_MOE_SM_HEADROOM", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS",
+  "NCCL_CGA_CLUSTER_SIZE", "NCCL_NVLS_ENABLE", "HEADROOM_SOCKET",
+};
+
+static void clear_env(void)
+{
+  size_t i;
+  for(i = 0; i < sizeof(env_vars) / sizeof(env_vars[0]); i++)
+    unsetenv(env_vars[i]);
+}
+
+static int group_setup(void **state)
+{
+  (void)state;
+  snprintf(tmpdir, sizeof(tmpdir), "/tmp/hr-unit-XXXXXX");
+  if(!mkdtemp(tmpdir))
+    return -1;
+  snprintf(sock_path, sizeof(sock_path), "%s/h.sock", tmpdir);
+  return 0;
+}
+
+static int group_teardown(void **state)
+{
+  (void)state;
+  unlink(sock_path);
+  rmdir(tmpdir);
+  return 0;
+}
+
+static int test_setup(void **state)
+{
+  (void)state;
+  clear_env();
+  return 0;
+}
+
+/* A client on the empty folder's socket: never a daemon there. */
+static hr_client *open_degraded(void)
+{
+  hr_client_options o;
+  hr_client *c = NULL;
+  memset(&o, 0, sizeof(o));
+  o.quiet = 1;
+  o.reconnect_ms = 20;
+  assert_int_equal(hr_client_open(&c, sock_path, &o), HR_OK);
+  assert_non_null(c);
+  return c;
+}
+
+static hr_lease *lease_on(hr_client *c, int gpu)
+{
+  hr_lease *l = NULL;
+  assert_int_equal(hr_lease_acquire(c, gpu, 2, HR_MODE_HEADROOM, &l), HR_OK);
+  assert_non_null(l);
+  return l;
+}
+
+/* Run fn with stderr going to a file; return what was written (free it). */
+static char *capture_stderr(void (*fn)(void *), void *arg)
+{
+  char path[128];
+  FILE *f;
+  char *text;
+  long n;
+  int saved, fd;
+
+  snprintf(path, sizeof(path), "%s/stderr.txt", tmpdir);
+  fflush(stderr);
+  saved = dup(2);
+  assert_true(saved >= 0);
+  f = fopen(path, "w+");
+  assert_non_null(f);
+  fd = fileno(f);
+  assert_true(dup2(fd, 2) == 2);
+  fn(arg);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  fseek(f, 0, SEEK_END);
+  n = ftell(f);
+  rewind(f);
+  text = calloc(1, (size_t)n + 1);
+  assert_non_null(text);
+  assert_int_equal(fread(text, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  unlink(path);
+  return text;
+}
+
+static int count_lines_with(const char *text, const char *needle)
+{
+  int n = 0;
+  const char *line = text;
+  while(*line) {
+    const char *end = strchr(line, '\n');
+    size_t len = end ? (size_t)(end - line) : strlen(line);
+    char buf[1024];
+    snprintf(buf, sizeof(buf), "%.*s", (int)len, line);
+    if(strstr(buf, needle))
+      n++;
+    line += len + (end ? 1 : 0);
+  }
+  return n;
+}
+
+/* ---- hr_strerror -------------------------------------------------------- */
+
+static void test_strerror_names_every_code(void **state)
+{
+  static const int codes[] = {
+    HR_OK, HR_EINVAL, HR_ENOMEM, HR_ECONNECT, HR_EPROTO, HR_EVERSION,
+    HR_EPERM, HR_ENOTFOUND, HR_ELIMIT, HR_ETIMEDOUT, HR_ECLOSED,
+    HR_EDEGRADED, HR_ETOOLARGE, HR_EINTERNAL, HR_EUNSUPPORTED, HR_ESHUTDOWN,
+    HR_EHELLO, HR_ENOGPU, HR_ECUDA, HR_EBARRIER_TIMEOUT, HR_ECOOP_TOO_LARGE,
+    HR_EABORTED,
+  };
+  const size_t n = sizeof(codes) / sizeof(codes[0]);
+  const char *unknown = hr_strerror(-12345);
+  size_t i, j;
+  (void)state;
+
+  assert_non_null(unknown);
+  for(i = 0; i < n; i++) {
+    const char *s = hr_strerror(codes[i]);
+    assert_non_null(s);
+    assert_true(strlen(s) > 3);
+    if(s == unknown || !strcmp(s, unknown))
+      fail_msg("code %d has no name of its own", codes[i]);
+    for(j = 0; j < i; j++) {
+      if(!strcmp(s, hr_strerror(codes[j])))
+        fail_msg("codes %d and %d share the name '%s'", codes[i], codes[j], s);
+    }
+  }
+  /* Codes that do not exist, including the gaps in the numbering. */
+  assert_string_equal(hr_strerror(1), unknown);
+  assert_string_equal(hr_strerror(-17), unknown);
+  assert_string_equal(hr_strerror(-19), unknown);
+  assert_string_equal(hr_strerror(-25), unknown);
+  assert_string_equal(hr_strerror(INT_MIN), unknown);
+}
+
+/* ---- degraded mode ------------------------------------------------------ */
+
+static void check_word_matches_budget(const hr_lease *l)
+{
+  hr_budget b;
+  assert_int_equal(hr_lease_budget(l, &b), HR_OK);
+  assert_int_equal(hr_lease_grid(l), b.grid);
+  assert_int_equal(hr_lease_headroom(l), b.headroom);
+  assert_int_equal(hr_lease_epoch(l), b.epoch);
+  assert_int_equal(hr_lease_degraded(l), b.degraded);
+}
+
+static void test_degraded_open_full_grid(void **state)
+{
+  hr_client *c = open_degraded();
+  hr_lease *l;
+  hr_budget b;
+  (void)state;
+
+  assert_int_equal(hr_client_connected(c), 0);
+  assert_int_equal(hr_client_gpu_count(c), 0);
+  assert_int_equal(hr_client_gpu_sms(c, 0), HR_ENOTFOUND);
+  l = lease_on(c, 1);
+  assert_int_equal(hr_lease_budget(l, &b), HR_OK);
+  assert_int_equal(b.degraded, 1);
+  assert_int_equal(b.epoch, 0);
+  assert_int_equal(b.gpu, 1);
+  assert_int_equal(b.mode, HR_MODE_HEADROOM);
+  assert_int_equal(b.cluster, 2);
+  assert_true(b.sms > 0 && b.sms <= 1024);
+  /* DG_MEGA_MOE_SM_HEADROOM unset: the historical full grid. */
+  assert_int_equal(b.headroom, 0);
+  assert_int_equal(b.grid, b.sms);
+  /* No NCCL variables: nothing decided. */
+  assert_int_equal(b.nccl_min_ctas, 0);
+  assert_int_equal(b.nccl_max_ctas, 0);
+  assert_int_equal(b.nccl_cga_cluster_size, 0);
+  assert_int_equal(b.nccl_nvls_enable, 0);
+  assert_int_equal(hr_lease_degraded(l), 1);
+  assert_int_equal(hr_lease_gpu(l), 1);
+  assert_ptr_equal(hr_lease_client(l), c);
+  check_word_matches_budget(l);
+  assert_int_equal(hr_lease_release(l), HR_OK);
+  hr_client_close(c);
+}
+
+static void test_degraded_headroom_from_env(void **state)
+{
+  hr_client *c;
+  hr_lease *l, *coop;
+  hr_budget b;
+  (void)state;
+
+  setenv("DG_MEGA_MOE_SM_HEADROOM", "8", 1);
+  c = open_degraded();
+  l = lease_on(c, 0);
+  assert_int_equal(hr_lease_budget(l, &b), HR_OK);
+  assert_int_equal(b.headroom, 8);
+  assert_int_equal(b.grid, b.sms - 8);
+  assert_int_equal(hr_lease_grid(l), b.sms - 8);
+  assert_int_equal(hr_lease_headroom(l), 8);
+  check_word_matches_budget(l);
+  /* The mode is the lease's own. */
+  assert_int_equal(hr_lease_acquire(c, 0, 4, HR_MODE_COOPERATIVE, &coop),
+                   HR_OK);
+  assert_int_equal(hr_lease_budget(coop, &b), HR_OK);
+  assert_int_equal(b.mode, HR_MODE_COOPERATIVE);
+  assert_int_equal(b.cluster, 4);
+  assert_int_equal(b.headroom, 8);
+  hr_client_close(c);     /* also frees both leases */
+}
+
+static void test_degraded_invalid_env_means_zero(void **state)
+{
+  static const char *const bad[] = {
+    "abc", "-3", "4x", "", " 5", "+5", "1e3", "99999", "5000000000", "0x10",
+    "1000",   /* parses, but leaves no SM on a 132-SM GPU */
+  };
+  size_t i;
+  (void)state;
+
+  for(i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    hr_client *c;
+    hr_lease *l;
+    hr_budget b;
+    setenv("DG_MEGA_MOE_SM_HEADROOM", bad[i], 1);
+    c = open_degraded();
+    l = lease_on(c, 0);
+    assert_int_equal(hr_lease_budget(l, &b), HR_OK);
+    hr_client_close(c);
+    if(b.sms > 1000 && !strcmp(bad[i], "1000"))
+      continue;   /* a GPU this large would take it */
+    if(b.headroom != 0 || b.grid != b.sms)
+      fail_msg("DG_MEGA_MOE_SM_HEADROOM=\"%s\" gave headroom %d", bad[i],
+               b.headroom);
+  }
+}
+
+static void test_degraded_nccl_from_env(void **state)
+{
+  hr_client *c;
+  hr_lease *l;
+  hr_budget b;
+  (void)state;
+
+  setenv("NCCL_MIN_CTAS", "2", 1);
+  setenv("NCCL_MAX_CTAS", "8", 1);
+  setenv("NCCL_CGA_CLUSTER_SIZE", "1", 1);
+  c = open_degraded();
+  l = lease_on(c, 0);
+  assert_int_equal(hr_lease_budget(l, &b), HR_OK);
+  assert_int_equal(b.nccl_min_ctas, 2);
+  assert_int_equal(b.nccl_max_ctas, 8);
+  assert_int_equal(b.nccl_cga_cluster_size, 1);
+  assert_int_equal(b.nccl_nvls_enable, 0);
+  hr_client_close(c);
+
+  /* Values NCCL would not take count as unset. */
+  setenv("NCCL_MIN_CTAS", "0", 1);
+  setenv("NCCL_MAX_CTAS", "65", 1);
+  setenv("NCCL_CGA_CLUSTER_SIZE", "many", 1);
+  c = open_degraded();
+  l = lease_on(c, 0);
+  assert_int_equal(hr_lease_budget(l, &b), HR_OK);
+  assert_int_equal(b.nccl_min_ctas, 0);
+  assert_int_equal(b.nccl_max_ctas, 0);
+  assert_int_equal(b.nccl_cga_cluster_size, 0);
+  hr_client_close(c);
+}
+
+/* The environment is read when the client opens, not later: a lease
+ * exported into the environment must not become the next fallback. */
+static void test_degraded_env_read_at_open(void **state)
+{
+  hr_client *c;
+  hr_lease *l;
+  (void)state;
+
+  setenv("DG_MEGA_MOE_SM_HEADROOM", "6", 1);
+  c = open_degraded();
+  setenv("DG_MEGA_MOE_SM_HEADROOM", "20", 1);
+  l = lease_on(c, 0);
+  assert_int_equal(hr_lease_headroom(l), 6);
+  hr_client_close(c);
+}
+
+static void open_two_noisy(void *arg)
+{
+  hr_client_options o;
+  hr_client *a = NULL, *b = NULL;
+  (void)arg;
+  memset(&o, 0, sizeof(o));
+  o.reconnect_ms = 20;
+  setenv("HEADROOM_SOCKET", sock_path, 1);
+  setenv("DG_MEGA_MOE_SM_HEADROOM", "4", 1);
+  assert_int_equal(hr_client_open(&a, NULL, &o), HR_OK);
+  assert_int_equal(hr_client_open(&b, NULL, &o), HR_OK);
+  usleep(100 * 1000);     /* several reconnect attempts: still one line */
+  hr_client_close(a);
+  hr_client_close(b);
+}
+
+static void test_degraded_notice_once_per_process(void **state)
+{
+  char *text;
+  char expect[256];
+  (void)state;
+
+  text = capture_stderr(open_two_noisy, NULL);
+  assert_int_equal(count_lines_with(text, "headroom: no daemon at"), 1);
+  /* The path came from $HEADROOM_SOCKET. */
+  snprintf(expect, sizeof(expect), "no daemon at %s (", sock_path);
+  assert_non_null(strstr(text, expect));
+  assert_non_null(strstr(text, "using DG_MEGA_MOE_SM_HEADROOM=4 (grid "));
+  assert_non_null(strstr(text, "until it answers"));
+  /* No per-retry chatter, no other lines. */
+  assert_int_equal(count_lines_with(text, "headroom"), 1);
+  free(text);
+}
+
+static void open_bad_env_noisy(void *arg)
+{
+  hr_client_options o;
+  hr_client *c = NULL;
+  (void)arg;
+  memset(&o, 0, sizeof(o));
+  setenv("DG_MEGA_MOE_SM_HEADROOM", "lots", 1);
+  assert_int_equal(hr_client_open(&c, sock_path, &o), HR_OK);
+  hr_client_close(c);
+}
+
+static void test_degraded_invalid_env_warns(void **state)
+{
+  char *text;
+  (void)state;
+  text = capture_stderr(open_bad_env_noisy, NULL);
+  assert_int_equal(count_lines_with(text, "DG_MEGA_MOE_SM_HEADROOM=\"lots\""),
+                   1);
+  free(text);
+}
+
+/* A socket file nobody listens on (a daemon that died): still degraded. */
+static void test_degraded_stale_socket(void **state)
+{
+  struct sockaddr_un sa;
+  hr_client *c;
+  hr_lease *l;
+  int fd;
+  (void)state;
+
+  fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  assert_true(fd >= 0);
+  memset(&sa, 0, sizeof(sa));
+  sa.sun_family = AF_UNIX;
+  snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock_path);
+  assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+  c = open_degraded();
+  l = lease_on(c, 0);
+  assert_int_equal(hr_lease_degraded(l), 1);
+  assert_int_equal(hr_client_connected(c), 0);
+  hr_client_close(c);
+  close(fd);
+  unlink(sock_path);
+}
+
+/* A listener that never answers hello: hr_client_open must not hang. */
+static void test_degraded_silent_listener_bounded(void **state)
+{
+  struct sockaddr_un sa;
+  hr_client_options o;
+  hr_client *c = NULL;
+  struct timespec t0, t1;
+  long ms;
+  int fd;
+  (void)state;
+
+  fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  assert_true(fd >= 0);
+  memset(&sa, 0, sizeof(sa));
+  sa.sun_family = AF_UNIX;
+  snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock_path);
+  assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+  assert_int_equal(listen(fd, 16), 0);
+  memset(&o, 0, sizeof(o));
+  o.quiet = 1;
+  o.request_timeout_ms = 150;
+  o.reconnect_ms = 1000;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  assert_int_equal(hr_client_open(&c, sock_path, &o), HR_OK);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+  assert_true(ms >= 100 && ms < 1000);
+  assert_int_equal(hr_client_connected(c), 0);
+  hr_client_close(c);
+  close(fd);
+  unlink(sock_path);
+}
+
+static void test_degraded_footprints_kept(void **state)
+{
+  hr_client *c = open_degraded();
+  hr_comm *m = NULL;
+  (void)state;
+
+  assert_int_equal(hr_comm_register(c, 0, "dp", 8, 1, 2, &m), HR_OK);
+  assert_non_null(m);
+  assert_int_equal(hr_comm_register(c, 0, NULL, 4, 2, 1, NULL), HR_OK);
+  assert_int_equal(hr_comm_unregister(m), HR_OK);
+  hr_client_close(c);     /* frees the one registered with out == NULL */
+}
+
+static void test_wait_change_times_out(void **state)
+{
+  hr_client *c = open_degraded();
+  hr_lease *l = lease_on(c, 0);
+  struct timespec t0, t1;
+  uint32_t e = hr_lease_epoch(l);
+  long ms;
+  (void)state;
+
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  assert_int_equal(hr_lease_wait_change(l, e, 60), HR_ETIMEDOUT);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+  assert_true(ms >= 50);
+  /* Already different: returns at once. */
+  assert_int_equal(hr_lease_wait_change(l, e + 1, 5000), HR_OK);
+  assert_int_equal(hr_lease_wait_change(l, e, 0), HR_ETIMEDOUT);
+  hr_client_close(c);
+}
+
+typedef struct report_args {
+  hr_client *c;
+  hr_lease *l;
+} report_args;
+
+static void report_twice(void *arg)
+{
+  report_args *a = arg;
+  hr_incident_detail d = {2, 120, 130, 17, 130, 200, -1};
+  assert_int_equal(hr_report(a->c, a->l, HR_INCIDENT_BARRIER_TIMEOUT, &d,
+                             "barrier 2"), HR_EDEGRADED);
+  /* No lease: filed against the GPU of the client's lease. */
+  assert_int_equal(hr_report(a->c, NULL, HR_INCIDENT_LAUNCH_FAILURE, NULL,
+                             NULL), HR_EDEGRADED);
+}
+
+static void test_report_degraded_logs(void **state)
+{
+  report_args a;
+  char *text;
+  (void)state;
+
+  a.c = open_degraded();
+  a.l = lease_on(a.c, 3);
+  text = capture_stderr(report_twice, &a);
+  assert_int_equal(count_lines_with(text, "barrier_timeout on GPU 3"), 1);
+  assert_int_equal(count_lines_with(text, "120 of 130 CTAs arrived"), 1);
+  assert_int_equal(count_lines_with(text, ": barrier 2; no daemon"), 1);
+  assert_int_equal(count_lines_with(text, "launch_failure on GPU 3"), 1);
+  free(text);
+  hr_client_close(a.c);
+}
+
+/* ---- argument checks ---------------------------------------------------- */
+
+static void test_invalid_open(void **state)
+{
+  hr_client_options o;
+  hr_client *c = (hr_client *)&o;   /* must stay untouched */
+  char longname[HR_NAME_MAX + 1];
+  char longpath[200];
+  (void)state;
+
+  assert_int_equal(hr_client_open(NULL, sock_path, NULL), HR_EINVAL);
+  memset(&o, 0, sizeof(o));
+  o.request_timeout_ms = -1;
+  assert_int_equal(hr_client_open(&c, sock_path, &o), HR_EINVAL);
+  o.request_timeout_ms = 0;
+  o.reconnect_ms = -5;
+  assert_int_equal(hr_client_open(&c, sock_path, &o), HR_EINVAL);
+  o.reconnect_ms = 0;
+  memset(longname, 'n', sizeof(longname) - 1);
+  longname[sizeof(longname) - 1] = '\0';
+  o.name = longname;
+  assert_int_equal(hr_client_open(&c, sock_path, &o), HR_EINVAL);
+  o.name = NULL;
+  memset(longpath, 'p', sizeof(longpath) - 1);
+  longpath[0] = '/';
+  longpath[sizeof(longpath) - 1] = '\0';
+  assert_int_equal(hr_client_open(&c, longpath, &o), HR_EINVAL);
+  assert_int_equal(hr_client_open(&c, "", &o), HR_EINVAL);
+  assert_ptr_equal(c, (hr_client *)&o);
+
+  assert_int_equal(hr_client_connected(NULL), 0);
+  assert_int_equal(hr_client_gpu_count(NULL), HR_EINVAL);
+  assert_int_equal(hr_client_gpu_sms(NULL, 0), HR_EINVAL);
+  hr_client_close(NULL);
+}
+
+static void test_invalid_register(void **state)
+{
+  hr_client *c = open_degraded();
+  char longname[HR_NAME_MAX + 1];
+  hr_comm *m = (hr_comm *)&m;
+  (void)state;
+
+  memset(longname, 'n', sizeof(longname) - 1);
+  longname[sizeof(longname) - 1] = '\0';
+  assert_int_equal(hr_comm_register(NULL, 0, "x", 8, 1, 1, &m), HR_EINVAL);
+  assert_int_equal(hr_comm_register(c, -1, "x", 8, 1, 1, &m), HR_EINVAL);
+  assert_int_equal(hr_comm_register(c, 64, "x", 8, 1, 1, &m), HR_EINVAL);
+  assert_int_equal(hr_comm_register(c, 0, "x", 0, 1, 1, &m), HR_EINVAL);
+  assert_int_equal(hr_comm_register(c, 0, "x", 65, 1, 1, &m), HR_EINVAL);
+  assert_int_equal(hr_comm_register(c, 0, "x", 8, 0, 1, &m), HR_EINVAL);
+  assert_int_equal(hr_comm_register(c, 0, "x", 8, 9, 1, &m), HR_EINVAL);
+  assert_int_equal(hr_comm_register(c, 0, "x", 8, 1, 0, &m), HR_EINVAL);
+  assert_int_equal(hr_comm_register(c, 0, "x", 8, 1, 65, &m), HR_EINVAL);
+  assert_int_equal(hr_comm_register(c, 0, longname, 8, 1, 1, &m), HR_EINVAL);
+  assert_ptr_equal(m, (hr_comm *)&m);
+  /* The edges of every range are fine. */
+  assert_int_equal(hr_comm_register(c, 63, "x", 64, 8, 64, NULL), HR_OK);
+  assert_int_equal(hr_comm_register(c, 0, "x", 1, 1, 1, NULL), HR_OK);
+  assert_int_equal(hr_comm_unregister(NULL), HR_EINVAL);
+  hr_client_close(c);
+}
+
+static void test_invalid_lease(void **state)
+{
+  hr_client *c = open_degraded();
+  hr_lease *l = (hr_lease *)&l, *ok;
+  hr_budget b;
+  (void)state;
+
+  assert_int_equal(hr_lease_acquire(NULL, 0, 2, HR_MODE_HEADROOM, &l),
+                   HR_EINVAL);
+  assert_int_equal(hr_lease_acquire(c, 0, 2, HR_MODE_HEADROOM, NULL),
+                   HR_EINVAL);
+  assert_int_equal(hr_lease_acquire(c, -1, 2, HR_MODE_HEADROOM, &l),
+                   HR_EINVAL);
+  assert_int_equal(hr_lease_acquire(c, 64, 2, HR_MODE_HEADROOM, &l),
+                   HR_EINVAL);
+  assert_int_equal(hr_lease_acquire(c, 0, 0, HR_MODE_HEADROOM, &l), HR_EINVAL);
+  assert_int_equal(hr_lease_acquire(c, 0, 3, HR_MODE_HEADROOM, &l), HR_EINVAL);
+  assert_int_equal(hr_lease_acquire(c, 0, 16, HR_MODE_HEADROOM, &l),
+                   HR_EINVAL);
+  assert_int_equal(hr_lease_acquire(c, 0, -2, HR_MODE_HEADROOM, &l),
+                   HR_EINVAL);
+  assert_int_equal(hr_lease_acquire(c, 0, 2, (hr_mode)-1, &l), HR_EINVAL);
+  assert_int_equal(hr_lease_acquire(c, 0, 2, HR_MODE_COUNT, &l), HR_EINVAL);
+  assert_ptr_equal(l, (hr_lease *)&l);
+  assert_int_equal(hr_lease_acquire(c, 0, 1, HR_MODE_HEADROOM, &ok), HR_OK);
+  assert_int_equal(hr_lease_acquire(c, 63, 8, HR_MODE_COOPERATIVE, &ok),
+                   HR_OK);
+
+  assert_int_equal(hr_lease_release(NULL), HR_EINVAL);
+  assert_int_equal(hr_lease_grid(NULL), HR_EINVAL);
+  assert_int_equal(hr_lease_headroom(NULL), HR_EINVAL);
+  assert_int_equal(hr_lease_degraded(NULL), HR_EINVAL);
+  assert_int_equal(hr_lease_epoch(NULL), 0);
+  assert_int_equal(hr_lease_budget(NULL, &b), HR_EINVAL);
+  assert_int_equal(hr_lease_budget(ok, NULL), HR_EINVAL);
+  assert_int_equal(hr_lease_gpu(NULL), HR_EINVAL);
+  assert_null(hr_lease_client(NULL));
+  assert_int_equal(hr_lease_wait_change(NULL, 0, 10), HR_EINVAL);
+  assert_int_equal(hr_lease_wait_change(ok, 0, -1), HR_EINVAL);
+  assert_int_equal(hr_lease_export_env(NULL), HR_EINVAL);
+  assert_int_equal(hr_client_gpu_sms(c, -1), HR_EINVAL);
+  assert_int_equal(hr_client_gpu_sms(c, 64), HR_EINVAL);
+  hr_client_close(c);
+}
+
+static void test_invalid_report(void **state)
+{
+  hr_client *a = open_degraded(), *b = open_degraded();
+  hr_lease *lb = lease_on(b, 0);
+  hr_incident_detail d = {-1, -1, -1, -1, -1, -1, -1};
+  (void)state;
+
+  assert_int_equal(hr_report(NULL, NULL, HR_INCIDENT_BARRIER_TIMEOUT, NULL,
+                             NULL), HR_EINVAL);
+  assert_int_equal(hr_report(a, NULL, (hr_incident_kind)-1, NULL, NULL),
+                   HR_EINVAL);
+  assert_int_equal(hr_report(a, NULL, HR_INCIDENT_COUNT, NULL, NULL),
+                   HR_EINVAL);
+  /* Another client's lease. */
+  assert_int_equal(hr_report(a, lb, HR_INCIDENT_BARRIER_TIMEOUT, NULL, NULL),
+                   HR_EINVAL);
+  d.arrived = -2;
+  assert_int_equal(hr_report(a, NULL, HR_INCIDENT_BARRIER_TIMEOUT, &d, NULL),
+                   HR_EINVAL);
+  d.arrived = -1;
+  d.cuda_error = -7;
+  assert_int_equal(hr_report(a, NULL, HR_INCIDENT_LAUNCH_FAILURE, &d, NULL),
+                   HR_EINVAL);
+  hr_client_close(a);
+  hr_client_close(b);
+}
+
+/* ---- the environment, exported ------------------------------------------ */
+
+typedef struct env_copy {
+  int n;
+  char **vars;
+} env_copy;
+
+static void env_snapshot(env_copy *e)
+{
+  int i;
+  for(e->n = 0; environ[e->n]; e->n++)
+    ;
+  e->vars = calloc((size_t)e->n + 1, sizeof(char *));
+  assert_non_null(e->vars);
+  for(i = 0; i < e->n; i++) {
+    e->vars[i] = strdup(environ[i]);
+    assert_non_null(e->vars[i]);
+  }
+}
+
+static int env_has(const env_copy *e, const char *entry)
+{
+  int i;
+  for(i = 0; i < e->n; i++) {
+    if(!strcmp(e->vars[i], entry))
+      return 1;
+  }
+  return 0;
+}
+
+static void env_free(env_copy *e)
+{
+  int i;
+  for(i = 0; i < e->n; i++)
+    free(e->vars[i]);
+  free(e->vars);
+}
+
+/* Every entry of the environment now that was not there before, joined
+ * with ' ' in environment order. */
+static void env_added(const env_copy *before, char *out, size_t cap)
+{
+  int i;
+  out[0] = '\0';
+  for(i = 0; environ[i]; i++) {
+    if(!env_has(before, environ[i])) {
+      strncat(out, environ[i], cap - strlen(out) - 1);
+      strncat(out, " ", cap - strlen(out) - 1);
+    }
+  }
+}
+
+static void test_export_env_exact(void **state)
+{
+  hr_client *c;
+  hr_lease *l;
+  env_copy before;
+  char added[512];
+  (void)state;
+
+  setenv("DG_MEGA_MOE_SM_HEADROOM", "6", 1);
+  setenv("NCCL_MAX_CTAS", "4", 1);
+  c = open_degraded();
+  l = lease_on(c, 0);
+  clear_env();
+  env_snapshot(&before);
+  assert_int_equal(hr_lease_export_env(l), HR_OK);
+  env_added(&before, added, sizeof(added));
+  assert_string_equal(getenv("DG_MEGA_MOE_SM_HEADROOM"), "6");
+  assert_string_equal(getenv("NCCL_MAX_CTAS"), "4");
+  assert_string_equal(getenv("NCCL_NVLS_ENABLE"), "0");
+  assert_null(getenv("NCCL_MIN_CTAS"));
+  assert_null(getenv("NCCL_CGA_CLUSTER_SIZE"));
+  {
+    /* The added set, whatever the order setenv put them in. */
+    int n = 0;
+    char *tok, *save = NULL;
+    for(tok = strtok_r(added, " ", &save); tok;
+        tok = strtok_r(NULL, " ", &save)) {
+      if(strcmp(tok, "DG_MEGA_MOE_SM_HEADROOM=6") &&
+         strcmp(tok, "NCCL_MAX_CTAS=4") && strcmp(tok, "NCCL_NVLS_ENABLE=0"))
+        fail_msg("hr_lease_export_env set %s", tok);
+      n++;
+    }
+    assert_int_equal(n, 3);
+  }
+  {
+    int i;
+    for(i = 0; i < before.n; i++) {
+      char name[256];
+      const char *eq = strchr(before.vars[i], '=');
+      if(!eq)
+        continue;
+      snprintf(name, sizeof(name), "%.*s", (int)(eq - before.vars[i]),
+               before.vars[i]);
+      if(!getenv(name))
+        fail_msg("hr_lease_export_env removed %s", name);
+    }
+  }
+  env_free(&before);
+
+  /* Values that are there are replaced, not duplicated. */
+  setenv("DG_MEGA_MOE_SM_HEADROOM", "99", 1);
+  setenv("NCCL_NVLS_ENABLE", "1", 1);
+  assert_int_equal(hr_lease_export_env(l), HR_OK);
+  assert_string_equal(getenv("DG_MEGA_MOE_SM_HEADROOM"), "6");
+  assert_string_equal(getenv("NCCL_NVLS_ENABLE"), "0");
+  hr_client_close(c);
+}
+
+static void test_export_env_full_budget(void **state)
+{
+  hr_client *c;
+  hr_lease *l;
+  (void)state;
+
+  setenv("NCCL_MIN_CTAS", "2", 1);
+  setenv("NCCL_MAX_CTAS", "16", 1);
+  setenv("NCCL_CGA_CLUSTER_SIZE", "1", 1);
+  c = open_degraded();
+  l = lease_on(c, 0);
+  clear_env();
+  assert_int_equal(hr_lease_export_env(l), HR_OK);
+  assert_string_equal(getenv("DG_MEGA_MOE_SM_HEADROOM"), "0");
+  assert_string_equal(getenv("NCCL_MIN_CTAS"), "2");
+  assert_string_equal(getenv("NCCL_MAX_CTAS"), "16");
+  assert_string_equal(getenv("NCCL_CGA_CLUSTER_SIZE"), "1");
+  assert_string_equal(getenv("NCCL_NVLS_ENABLE"), "0");
+  hr_client_close(c);
+}
+
+/* ---- ncclConfig_t ------------------------------------------------------- */
+
+static void test_fill_nccl_config(void **state)
+{
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  ncclConfig_t pristine = NCCL_CONFIG_INITIALIZER;
+  hr_client *c;
+  hr_lease *l;
+  (void)state;
+
+  /* Nothing decided: the config is left exactly as it was. */
+  c = open_degraded();
+  l = lease_on(c, 0);
+  assert_int_equal(hr_lease_fill_nccl_config(l, &cfg), HR_OK);
+  assert_memory_equal(&cfg, &pristine, sizeof(cfg));
+  assert_int_equal(hr_lease_fill_nccl_config(NULL, &cfg), HR_EINVAL);
+  assert_int_equal(hr_lease_fill_nccl_config(l, NULL), HR_EINVAL);
+  hr_client_close(c);
+
+  /* Decided fields land in theirs, and only there. */
+  setenv("NCCL_MIN_CTAS", "2", 1);
+  setenv("NCCL_MAX_CTAS", "8", 1);
+  setenv("NCCL_CGA_CLUSTER_SIZE", "1", 1);
+  c = open_degraded();
+  l = lease_on(c, 0);
+  assert_int_equal(hr_lease_fill_nccl_config(l, &cfg), HR_OK);
+  assert_int_equal(cfg.minCTAs, 2);
+  assert_int_equal(cfg.maxCTAs, 8);
+  assert_int_equal(cfg.cgaClusterSize, 1);
+  assert_int_equal(cfg.size, pristine.size);
+  assert_int_equal(cfg.magic, pristine.magic);
+  assert_int_equal(cfg.version, pristine.version);
+  assert_int_equal(cfg.blocking, pristine.blocking);
+  assert_ptr_equal(cfg.netName, pristine.netName);
+  assert_int_equal(cfg.splitShare, pristine.splitShare);
+  hr_client_close(c);
+}
+
+/* ---- threads ------------------------------------------------------------ */
+
+static void *churn(void *arg)
+{
+  hr_client *c = arg;
+  int i;
+  for(i = 0; i < 200; i++) {
+    hr_lease *l;
+    hr_comm *m;
+    if(hr_lease_acquire(c, i % 8, 2, HR_MODE_HEADROOM, &l) ||
+       hr_comm_register(c, i % 8, "churn", 1 + i % 64, 1, 1, &m))
+      return (void *)1;
+    if(hr_lease_grid(l) <= 0 || !hr_lease_degraded(l))
+      return (void *)2;
+    if(hr_comm_unregister(m) || hr_lease_release(l))
+      return (void *)3;
+  }
+  return NULL;
+}
+
+static void test_threads_share_a_client(void **state)
+{
+  hr_client *c = open_degraded();
+  pthread_t t[4];
+  int i;
+  (void)state;
+
+  for(i = 0; i < 4; i++)
+    assert_int_equal(pthread_create(&t[i], NULL, churn, c), 0);
+  for(i = 0; i < 4; i++) {
+    void *rv;
+    assert_int_equal(pthread_join(t[i], &rv), 0);
+    assert_null(rv);
+  }
+  hr_client_close(c);
+}
+
+int main(void)
+{
+#define T(fn) cmocka_unit_test_setup(fn, test_setup)
+  const struct CMUnitTest tests[] = {
+    T(test_strerror_names_every_code),
+    T(test_degraded_open_full_grid),
+    T(test_degraded_headroom_from_env),
+    T(test_degraded_invalid_env_means_zero),
+    T(test_degraded_nccl_from_env),
+    T(test_degraded_env_read_at_open),
+    T(test_degraded_notice_once_per_process),
+    T(test_degraded_invalid_env_warns),
+    T(test_degraded_stale_socket),
+    T(test_degraded_silent_listener_bounded),
+    T(test_degraded_footprints_kept),
+    T(test_wait_change_times_out),
+    T(test_report_degraded_logs),
+    T(test_invalid_open),
+    T(test_invalid_register),
+    T(test_invalid_lease),
+    T(test_invalid_report),
+    T(test_export_env_exact),
+    T(test_export_env_full_budget),
+    T(test_fill_nccl_config),
+    T(test_threads_share_a_client),
+  };
+#undef T
+  return cmocka_run_group_tests_name("client", tests, group_setup,
+                                     group_teardown);
+}
