@@ -1,0 +1,1706 @@
+/*
+ * test_proto.c: the wire codec.
+ *
+ * Every request, reply and event is encoded, decoded again and compared
+ * field by field; every class of bad input is fed to the decoders and must
+ * come back with the right wire code and a message that names the field;
+ * the decoders must never read past the length they were given; the
+ * encoders must refuse structs outside the ranges and lines past the cap;
+ * and every example in proto/PROTOCOL.md must be exactly what the encoder
+ * produces, so the spec cannot drift from the code.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "hr_proto.h"
+
+/* ---- Helpers ----------------------------------------------------------- */
+
+/* Encode with `enc`, check the framing, and hand back the line without its
+ * '\n' in `b`. */
+static void encoded_request(const hr_request *req, hr_buf *b)
+{
+  hr_buf_init(b, 0);
+  assert_int_equal(hr_proto_encode_request(req, b), HR_OK);
+  assert_true(b->len > 1);
+  assert_int_equal(b->data[b->len - 1], '\n');
+  assert_null(memchr(b->data, '\n', b->len - 1));
+}
+
+static void encoded_reply(const hr_reply *rep, hr_buf *b)
+{
+  hr_buf_init(b, 0);
+  assert_int_equal(hr_proto_encode_reply(rep, b), HR_OK);
+  assert_true(b->len > 1);
+  assert_int_equal(b->data[b->len - 1], '\n');
+  assert_null(memchr(b->data, '\n', b->len - 1));
+}
+
+static void roundtrip_request(const hr_request *in, hr_request *out)
+{
+  hr_proto_error err;
+  hr_buf b;
+  int rc;
+
+  encoded_request(in, &b);
+  rc = hr_proto_decode_request(b.data, b.len - 1, out, &err);
+  if(rc)
+    print_error("decode of %s failed: %s\n", b.data, err.message);
+  assert_int_equal(rc, HR_OK);
+  assert_int_equal(out->type, in->type);
+  assert_int_equal(out->id, in->id);
+  hr_buf_free(&b);
+}
+
+static void roundtrip_reply(const hr_reply *in, hr_reply *out)
+{
+  hr_proto_error err;
+  hr_buf b;
+  int rc;
+
+  encoded_reply(in, &b);
+  rc = hr_proto_decode_reply(b.data, b.len - 1, out, &err);
+  if(rc)
+    print_error("decode of %s failed: %s\n", b.data, err.message);
+  assert_int_equal(rc, HR_OK);
+  assert_int_equal(out->type, in->type);
+  assert_int_equal(out->id, in->id);
+  hr_buf_free(&b);
+}
+
+static void sample_budget(hr_budget *b, int gpu)
+{
+  memset(b, 0, sizeof(*b));
+  b->gpu = gpu;
+  b->epoch = 4000000000u;           /* above INT32_MAX: must stay unsigned */
+  b->mode = HR_MODE_COOPERATIVE;
+  b->sms = 132;
+  b->cluster = 2;
+  b->headroom = 16;
+  b->grid = 116;
+  b->nccl_min_ctas = 1;
+  b->nccl_max_ctas = 8;
+  b->nccl_cga_cluster_size = 1;
+  b->nccl_nvls_enable = 0;
+  b->degraded = 1;
+}
+
+static void assert_budget_equal(const hr_budget *a, const hr_budget *b)
+{
+  assert_int_equal(a->gpu, b->gpu);
+  assert_int_equal(a->epoch, b->epoch);
+  assert_int_equal(a->mode, b->mode);
+  assert_int_equal(a->sms, b->sms);
+  assert_int_equal(a->cluster, b->cluster);
+  assert_int_equal(a->headroom, b->headroom);
+  assert_int_equal(a->grid, b->grid);
+  assert_int_equal(a->nccl_min_ctas, b->nccl_min_ctas);
+  assert_int_equal(a->nccl_max_ctas, b->nccl_max_ctas);
+  assert_int_equal(a->nccl_cga_cluster_size, b->nccl_cga_cluster_size);
+  assert_int_equal(a->nccl_nvls_enable, b->nccl_nvls_enable);
+  assert_int_equal(a->degraded, b->degraded);
+}
+
+static void assert_policy_equal(const hr_policy *a, const hr_policy *b)
+{
+  assert_int_equal(a->min_headroom, b->min_headroom);
+  assert_int_equal(a->max_headroom, b->max_headroom);
+  assert_int_equal(a->min_grid, b->min_grid);
+  assert_int_equal(a->incident_raise, b->incident_raise);
+}
+
+static void assert_detail_equal(const hr_incident_detail *a,
+                                const hr_incident_detail *b)
+{
+  assert_int_equal(a->barrier, b->barrier);
+  assert_int_equal(a->arrived, b->arrived);
+  assert_int_equal(a->expected, b->expected);
+  assert_int_equal(a->sm, b->sm);
+  assert_int_equal(a->grid, b->grid);
+  assert_int_equal(a->timeout_ms, b->timeout_ms);
+  assert_int_equal(a->cuda_error, b->cuda_error);
+}
+
+static void unknown_detail(hr_incident_detail *dt)
+{
+  dt->barrier = dt->arrived = dt->expected = dt->sm = -1;
+  dt->grid = dt->timeout_ms = dt->cuda_error = -1;
+}
+
+/* Decode `line` as a request and expect failure with `code`, a message
+ * containing `needle`, and `id` echoed. */
+static void expect_request_error(const char *line, size_t len,
+                                 hr_wire_error code, const char *needle,
+                                 int64_t id)
+{
+  hr_proto_error err;
+  hr_request req;
+  int rc;
+
+  rc = hr_proto_decode_request(line, len, &req, &err);
+  if(rc != HR_EPROTO || err.code != code || !strstr(err.message, needle) ||
+     req.id != id)
+    print_error("line %.*s\n  rc %d code %s id %lld message \"%s\"\n"
+                "  want code %s id %lld message containing \"%s\"\n",
+                (int)len, line, rc, hr_wire_error_name(err.code),
+                (long long)req.id, err.message, hr_wire_error_name(code),
+                (long long)id, needle);
+  assert_int_equal(rc, HR_EPROTO);
+  assert_int_equal(err.code, code);
+  assert_non_null(strstr(err.message, needle));
+  assert_int_equal(req.id, id);
+  assert_int_equal(req.type, HR_MSG_NONE);
+}
+
+static void expect_reply_error(const char *line, hr_wire_error code,
+                               const char *needle)
+{
+  hr_proto_error err;
+  hr_reply rep;
+  int rc;
+
+  rc = hr_proto_decode_reply(line, strlen(line), &rep, &err);
+  if(rc != HR_EPROTO || err.code != code || !strstr(err.message, needle))
+    print_error("line %s\n  rc %d code %s message \"%s\"\n"
+                "  want code %s message containing \"%s\"\n", line, rc,
+                hr_wire_error_name(err.code), err.message,
+                hr_wire_error_name(code), needle);
+  assert_int_equal(rc, HR_EPROTO);
+  assert_int_equal(err.code, code);
+  assert_non_null(strstr(err.message, needle));
+  assert_int_equal(rep.type, HR_MSG_NONE);
+}
+
+/* ---- Name tables ------------------------------------------------------- */
+
+static void test_names(void **state)
+{
+  static const struct { hr_wire_error code; const char *name; int hr; }
+  errors[] = {
+    { HR_WERR_BAD_REQUEST, "bad_request", HR_EPROTO },
+    { HR_WERR_HELLO_REQUIRED, "hello_required", HR_EHELLO },
+    { HR_WERR_UNSUPPORTED_VERSION, "unsupported_version", HR_EVERSION },
+    { HR_WERR_UNKNOWN_TYPE, "unknown_type", HR_EPROTO },
+    { HR_WERR_NOT_FOUND, "not_found", HR_ENOTFOUND },
+    { HR_WERR_PERMISSION_DENIED, "permission_denied", HR_EPERM },
+    { HR_WERR_LIMIT_EXCEEDED, "limit_exceeded", HR_ELIMIT },
+    { HR_WERR_TOO_LARGE, "too_large", HR_ETOOLARGE },
+    { HR_WERR_UNSUPPORTED, "unsupported", HR_EUNSUPPORTED },
+    { HR_WERR_SHUTTING_DOWN, "shutting_down", HR_ESHUTDOWN },
+    { HR_WERR_INTERNAL, "internal", HR_EINTERNAL },
+  };
+  static const char *const types[HR_MSG_COUNT] = {
+    NULL, "hello", "register_comm", "unregister_comm", "lease", "release",
+    "report", "status", "subscribe", "policy_get", "policy_set", "budget",
+    "shutdown", "error",
+  };
+  hr_wire_error code;
+  hr_incident_kind kind;
+  hr_mode mode;
+  size_t i;
+  int t;
+
+  (void)state;
+  assert_int_equal(sizeof(errors) / sizeof(errors[0]), HR_WERR_COUNT);
+  for(i = 0; i < HR_WERR_COUNT; i++) {
+    assert_string_equal(hr_wire_error_name(errors[i].code), errors[i].name);
+    assert_int_equal(hr_wire_error_from_name(errors[i].name, &code), HR_OK);
+    assert_int_equal(code, errors[i].code);
+    assert_int_equal(hr_wire_error_to_hr(errors[i].code), errors[i].hr);
+  }
+  assert_null(hr_wire_error_name(HR_WERR_COUNT));
+  assert_null(hr_wire_error_name((hr_wire_error)-1));
+  assert_int_equal(hr_wire_error_from_name("nope", &code), HR_EINVAL);
+  assert_int_equal(hr_wire_error_from_name(NULL, &code), HR_EINVAL);
+  assert_int_equal(hr_wire_error_from_name("Bad_Request", &code), HR_EINVAL);
+  assert_int_equal(hr_wire_error_to_hr(HR_WERR_COUNT), HR_EINTERNAL);
+
+  for(t = 0; t < HR_MSG_COUNT; t++) {
+    if(types[t])
+      assert_string_equal(hr_msg_type_name((hr_msg_type)t), types[t]);
+    else
+      assert_null(hr_msg_type_name((hr_msg_type)t));
+  }
+  assert_null(hr_msg_type_name(HR_MSG_COUNT));
+
+  assert_string_equal(hr_mode_name(HR_MODE_HEADROOM), "headroom");
+  assert_string_equal(hr_mode_name(HR_MODE_COOPERATIVE), "cooperative");
+  assert_null(hr_mode_name(HR_MODE_COUNT));
+  assert_null(hr_mode_name((hr_mode)-1));
+  assert_int_equal(hr_mode_from_name("cooperative", &mode), HR_OK);
+  assert_int_equal(mode, HR_MODE_COOPERATIVE);
+  assert_int_equal(hr_mode_from_name("headroom", &mode), HR_OK);
+  assert_int_equal(mode, HR_MODE_HEADROOM);
+  assert_int_equal(hr_mode_from_name("partition", &mode), HR_EINVAL);
+  assert_int_equal(hr_mode_from_name("headroom", NULL), HR_EINVAL);
+
+  assert_string_equal(hr_incident_kind_name(HR_INCIDENT_BARRIER_TIMEOUT),
+                      "barrier_timeout");
+  assert_string_equal(hr_incident_kind_name(HR_INCIDENT_LAUNCH_FAILURE),
+                      "launch_failure");
+  assert_null(hr_incident_kind_name(HR_INCIDENT_COUNT));
+  assert_int_equal(hr_incident_kind_from_name("launch_failure", &kind), HR_OK);
+  assert_int_equal(kind, HR_INCIDENT_LAUNCH_FAILURE);
+  assert_int_equal(hr_incident_kind_from_name("barrier_timeout", &kind),
+                   HR_OK);
+  assert_int_equal(kind, HR_INCIDENT_BARRIER_TIMEOUT);
+  assert_int_equal(hr_incident_kind_from_name("", &kind), HR_EINVAL);
+
+  assert_string_equal(hr_topology_source_name(HR_TOPO_DEFAULT), "default");
+  assert_string_equal(hr_topology_source_name(HR_TOPO_CONFIG), "config");
+  assert_string_equal(hr_topology_source_name(HR_TOPO_CUDA), "cuda");
+  assert_null(hr_topology_source_name(HR_TOPO_COUNT));
+}
+
+/* ---- hr_buf ------------------------------------------------------------ */
+
+static void test_buf(void **state)
+{
+  char big[1000];
+  hr_buf b;
+  int i;
+
+  (void)state;
+  memset(big, 'x', sizeof(big));
+  hr_buf_init(&b, 0);
+  assert_int_equal(b.cap, HR_PROTO_MAX_LINE);   /* 0: one message */
+  hr_buf_free(&b);
+
+  hr_buf_init(&b, 10);
+  assert_int_equal(hr_buf_append(&b, "hello", 5), HR_OK);
+  assert_int_equal(b.len, 5);
+  assert_string_equal(b.data, "hello");         /* always '\0'-terminated */
+  assert_int_equal(hr_buf_append(&b, "world", 5), HR_OK);
+  assert_int_equal(b.len, 10);
+  assert_memory_equal(b.data, "helloworld", 10);
+  assert_true(b.size <= 11);                    /* never past cap + '\0' */
+  /* One more byte would pass the cap: refused, buffer as it was. */
+  assert_int_equal(hr_buf_append(&b, "!", 1), HR_ETOOLARGE);
+  assert_int_equal(b.len, 10);
+  assert_string_equal(b.data, "helloworld");
+  assert_int_equal(hr_buf_append(&b, "", 0), HR_OK);
+  assert_int_equal(hr_buf_append(&b, big, (size_t)-1), HR_ETOOLARGE);
+  hr_buf_reset(&b);
+  assert_int_equal(b.len, 0);
+  assert_string_equal(b.data, "");
+  assert_int_equal(hr_buf_append(&b, big, 11), HR_ETOOLARGE);
+  assert_int_equal(b.len, 0);
+  hr_buf_free(&b);
+  assert_null(b.data);
+  assert_int_equal(b.len, 0);
+
+  /* Growth across several reallocations keeps the bytes. */
+  hr_buf_init(&b, 100000);
+  for(i = 0; i < 90; i++) {
+    big[0] = (char)('a' + i % 26);
+    assert_int_equal(hr_buf_append(&b, big, sizeof(big)), HR_OK);
+  }
+  assert_int_equal(b.len, 90000);
+  for(i = 0; i < 90; i++)
+    assert_int_equal(b.data[i * 1000], 'a' + i % 26);
+  assert_int_equal(b.data[b.len], '\0');
+  assert_int_equal(hr_buf_append(&b, big, sizeof(big) * 11), HR_ETOOLARGE);
+  hr_buf_free(&b);
+
+  assert_int_equal(hr_buf_append(NULL, "x", 1), HR_EINVAL);
+  hr_buf_init(&b, 10);
+  assert_int_equal(hr_buf_append(&b, NULL, 1), HR_EINVAL);
+  assert_int_equal(hr_buf_append(&b, NULL, 0), HR_OK);
+  hr_buf_free(&b);
+  hr_buf_free(NULL);
+  hr_buf_reset(NULL);
+}
+
+/* ---- Requests round-trip ----------------------------------------------- */
+
+static void test_request_hello(void **state)
+{
+  hr_request in, out;
+
+  (void)state;
+  memset(&in, 0, sizeof(in));
+  in.type = HR_MSG_HELLO;
+  in.id = 0;
+  in.u.hello.n_versions = HR_MAX_VERSIONS;
+  for(int i = 0; i < HR_MAX_VERSIONS; i++)
+    in.u.hello.versions[i] = i == 0 ? 1000 : i;
+  strcpy(in.u.hello.client, "trainer rank 3 \xc3\xa9\xe2\x82\xac \"q\"\\");
+  roundtrip_request(&in, &out);
+  assert_int_equal(out.u.hello.n_versions, HR_MAX_VERSIONS);
+  assert_memory_equal(out.u.hello.versions, in.u.hello.versions,
+                      sizeof(in.u.hello.versions));
+  assert_string_equal(out.u.hello.client, in.u.hello.client);
+
+  /* No client name: left out, read back as "". */
+  in.u.hello.n_versions = 1;
+  in.u.hello.client[0] = '\0';
+  in.id = HR_PROTO_MAX_ID;
+  roundtrip_request(&in, &out);
+  assert_int_equal(out.u.hello.n_versions, 1);
+  assert_int_equal(out.u.hello.versions[0], 1000);
+  assert_string_equal(out.u.hello.client, "");
+}
+
+static void test_request_comms(void **state)
+{
+  hr_request in, out;
+
+  (void)state;
+  memset(&in, 0, sizeof(in));
+  in.type = HR_MSG_REGISTER_COMM;
+  in.id = 3;
+  in.u.register_comm.gpu = 63;
+  memset(in.u.register_comm.name, 'n', HR_NAME_MAX - 1);   /* longest */
+  in.u.register_comm.ctas = 64;
+  in.u.register_comm.cga = 8;
+  in.u.register_comm.concurrent = 64;
+  roundtrip_request(&in, &out);
+  assert_int_equal(out.u.register_comm.gpu, 63);
+  assert_string_equal(out.u.register_comm.name, in.u.register_comm.name);
+  assert_int_equal(out.u.register_comm.ctas, 64);
+  assert_int_equal(out.u.register_comm.cga, 8);
+  assert_int_equal(out.u.register_comm.concurrent, 64);
+
+  memset(&in, 0, sizeof(in));
+  in.type = HR_MSG_REGISTER_COMM;
+  in.id = 4;
+  in.u.register_comm.ctas = 1;
+  in.u.register_comm.cga = 1;
+  in.u.register_comm.concurrent = 1;
+  roundtrip_request(&in, &out);
+  assert_int_equal(out.u.register_comm.gpu, 0);
+  assert_string_equal(out.u.register_comm.name, "");
+  assert_int_equal(out.u.register_comm.ctas, 1);
+
+  memset(&in, 0, sizeof(in));
+  in.type = HR_MSG_UNREGISTER_COMM;
+  in.id = 5;
+  in.u.unregister_comm.comm = HR_PROTO_MAX_ID;
+  roundtrip_request(&in, &out);
+  assert_int_equal(out.u.unregister_comm.comm, HR_PROTO_MAX_ID);
+}
+
+static void test_request_leases(void **state)
+{
+  static const int clusters[] = { 1, 2, 4, 8 };
+  hr_request in, out;
+  size_t i;
+
+  (void)state;
+  for(i = 0; i < 4; i++) {
+    memset(&in, 0, sizeof(in));
+    in.type = HR_MSG_LEASE;
+    in.id = 6;
+    in.u.lease.gpu = (int)i;
+    in.u.lease.cluster = clusters[i];
+    in.u.lease.mode = i % 2 ? HR_MODE_COOPERATIVE : HR_MODE_HEADROOM;
+    roundtrip_request(&in, &out);
+    assert_int_equal(out.u.lease.gpu, in.u.lease.gpu);
+    assert_int_equal(out.u.lease.cluster, clusters[i]);
+    assert_int_equal(out.u.lease.mode, in.u.lease.mode);
+  }
+
+  memset(&in, 0, sizeof(in));
+  in.type = HR_MSG_RELEASE;
+  in.id = 7;
+  in.u.release.lease = 42;
+  roundtrip_request(&in, &out);
+  assert_int_equal(out.u.release.lease, 42);
+}
+
+static void test_request_report(void **state)
+{
+  hr_request in, out;
+
+  (void)state;
+  memset(&in, 0, sizeof(in));
+  in.type = HR_MSG_REPORT;
+  in.id = 8;
+  in.u.report.gpu = 2;
+  in.u.report.kind = HR_INCIDENT_BARRIER_TIMEOUT;
+  in.u.report.lease = 9;
+  in.u.report.detail.barrier = 3;
+  in.u.report.detail.arrived = 130;
+  in.u.report.detail.expected = 132;
+  in.u.report.detail.sm = 0;
+  in.u.report.detail.grid = 132;
+  in.u.report.detail.timeout_ms = 2147483647;
+  in.u.report.detail.cuda_error = -1;
+  memset(in.u.report.message, 'm', HR_MESSAGE_MAX - 1);
+  roundtrip_request(&in, &out);
+  assert_int_equal(out.u.report.gpu, 2);
+  assert_int_equal(out.u.report.kind, HR_INCIDENT_BARRIER_TIMEOUT);
+  assert_int_equal(out.u.report.lease, 9);
+  assert_detail_equal(&out.u.report.detail, &in.u.report.detail);
+  assert_string_equal(out.u.report.message, in.u.report.message);
+
+  /* Nothing optional: no lease, every detail unknown, no message. */
+  memset(&in, 0, sizeof(in));
+  in.type = HR_MSG_REPORT;
+  in.id = 9;
+  in.u.report.kind = HR_INCIDENT_LAUNCH_FAILURE;
+  unknown_detail(&in.u.report.detail);
+  roundtrip_request(&in, &out);
+  assert_int_equal(out.u.report.kind, HR_INCIDENT_LAUNCH_FAILURE);
+  assert_int_equal(out.u.report.lease, 0);
+  assert_detail_equal(&out.u.report.detail, &in.u.report.detail);
+  assert_string_equal(out.u.report.message, "");
+}
+
+static void test_request_small(void **state)
+{
+  hr_request in, out;
+  unsigned f;
+
+  (void)state;
+  memset(&in, 0, sizeof(in));
+  in.type = HR_MSG_STATUS;
+  in.id = 10;
+  roundtrip_request(&in, &out);
+
+  in.type = HR_MSG_POLICY_GET;
+  roundtrip_request(&in, &out);
+
+  in.type = HR_MSG_SUBSCRIBE;
+  in.u.subscribe.gpu = -1;
+  roundtrip_request(&in, &out);
+  assert_int_equal(out.u.subscribe.gpu, -1);
+  in.u.subscribe.gpu = 5;
+  roundtrip_request(&in, &out);
+  assert_int_equal(out.u.subscribe.gpu, 5);
+
+  /* policy_set: every subset of the four fields comes back as sent. */
+  for(f = 1; f < 16; f++) {
+    memset(&in, 0, sizeof(in));
+    in.type = HR_MSG_POLICY_SET;
+    in.id = 11;
+    in.u.policy_set.fields = f;
+    in.u.policy_set.policy.min_headroom = 4;
+    in.u.policy_set.policy.max_headroom = 1024;
+    in.u.policy_set.policy.min_grid = 1;
+    in.u.policy_set.policy.incident_raise = 1;
+    roundtrip_request(&in, &out);
+    assert_int_equal(out.u.policy_set.fields, f);
+    if(f & HR_POLICY_MIN_HEADROOM)
+      assert_int_equal(out.u.policy_set.policy.min_headroom, 4);
+    if(f & HR_POLICY_MAX_HEADROOM)
+      assert_int_equal(out.u.policy_set.policy.max_headroom, 1024);
+    if(f & HR_POLICY_MIN_GRID)
+      assert_int_equal(out.u.policy_set.policy.min_grid, 1);
+    if(f & HR_POLICY_INCIDENT_RAISE)
+      assert_int_equal(out.u.policy_set.policy.incident_raise, 1);
+  }
+  in.u.policy_set.fields = HR_POLICY_INCIDENT_RAISE;
+  in.u.policy_set.policy.incident_raise = 0;
+  roundtrip_request(&in, &out);
+  assert_int_equal(out.u.policy_set.policy.incident_raise, 0);
+}
+
+/* ---- Replies and events round-trip ------------------------------------- */
+
+static void test_reply_hello(void **state)
+{
+  hr_reply in, out;
+  int i;
+
+  (void)state;
+  memset(&in, 0, sizeof(in));
+  in.type = HR_MSG_HELLO;
+  in.id = 1;
+  in.u.hello.version = 1;
+  strcpy(in.u.hello.daemon, "headroomd 0.1.0");
+  in.u.hello.client = 12;
+  in.u.hello.topology.source = HR_TOPO_CUDA;
+  in.u.hello.topology.n_gpus = HR_MAX_GPUS;
+  for(i = 0; i < HR_MAX_GPUS; i++) {
+    in.u.hello.topology.gpus[i].index = i;
+    in.u.hello.topology.gpus[i].sms = i == 0 ? 1024 : 132;
+    snprintf(in.u.hello.topology.gpus[i].name, HR_NAME_MAX,
+             i % 2 ? "NVIDIA H200" : "");
+  }
+  roundtrip_reply(&in, &out);
+  assert_int_equal(out.u.hello.version, 1);
+  assert_string_equal(out.u.hello.daemon, "headroomd 0.1.0");
+  assert_int_equal(out.u.hello.client, 12);
+  assert_int_equal(out.u.hello.topology.source, HR_TOPO_CUDA);
+  assert_int_equal(out.u.hello.topology.n_gpus, HR_MAX_GPUS);
+  for(i = 0; i < HR_MAX_GPUS; i++) {
+    assert_int_equal(out.u.hello.topology.gpus[i].index, i);
+    assert_int_equal(out.u.hello.topology.gpus[i].sms,
+                     in.u.hello.topology.gpus[i].sms);
+    assert_string_equal(out.u.hello.topology.gpus[i].name,
+                        in.u.hello.topology.gpus[i].name);
+  }
+
+  in.u.hello.topology.source = HR_TOPO_CONFIG;
+  in.u.hello.topology.n_gpus = 0;    /* a node with no GPU is still valid */
+  roundtrip_reply(&in, &out);
+  assert_int_equal(out.u.hello.topology.source, HR_TOPO_CONFIG);
+  assert_int_equal(out.u.hello.topology.n_gpus, 0);
+}
+
+static void test_reply_others(void **state)
+{
+  static const hr_msg_type empty[] = {
+    HR_MSG_UNREGISTER_COMM, HR_MSG_RELEASE, HR_MSG_SUBSCRIBE,
+  };
+  hr_reply in, out;
+  size_t i;
+
+  (void)state;
+  memset(&in, 0, sizeof(in));
+  in.type = HR_MSG_REGISTER_COMM;
+  in.id = 3;
+  in.u.register_comm.comm = 17;
+  roundtrip_reply(&in, &out);
+  assert_int_equal(out.u.register_comm.comm, 17);
+
+  for(i = 0; i < sizeof(empty) / sizeof(empty[0]); i++) {
+    memset(&in, 0, sizeof(in));
+    in.type = empty[i];
+    in.id = 100 + (int64_t)i;
+    roundtrip_reply(&in, &out);
+  }
+
+  memset(&in, 0, sizeof(in));
+  in.type = HR_MSG_LEASE;
+  in.id = 5;
+  in.u.lease.lease = 99;
+  sample_budget(&in.u.lease.budget, 3);
+  roundtrip_reply(&in, &out);
+  assert_int_equal(out.u.lease.lease, 99);
+  assert_budget_equal(&out.u.lease.budget, &in.u.lease.budget);
+
+  memset(&in, 0, sizeof(in));
+  in.type = HR_MSG_REPORT;
+  in.id = 6;
+  in.u.report.incident = 7;
+  sample_budget(&in.u.report.budget, 0);
+  in.u.report.budget.mode = HR_MODE_HEADROOM;
+  in.u.report.budget.degraded = 0;
+  in.u.report.budget.nccl_nvls_enable = 2;
+  roundtrip_reply(&in, &out);
+  assert_int_equal(out.u.report.incident, 7);
+  assert_budget_equal(&out.u.report.budget, &in.u.report.budget);
+
+  for(i = 0; i < 2; i++) {
+    memset(&in, 0, sizeof(in));
+    in.type = i ? HR_MSG_POLICY_SET : HR_MSG_POLICY_GET;
+    in.id = 8;
+    in.u.policy.min_headroom = 2;
+    in.u.policy.max_headroom = 32;
+    in.u.policy.min_grid = 64;
+    in.u.policy.incident_raise = (int)i;
+    roundtrip_reply(&in, &out);
+    assert_policy_equal(&out.u.policy, &in.u.policy);
+  }
+}
+
+static void test_reply_events_and_errors(void **state)
+{
+  hr_reply in, out;
+  hr_proto_error err;
+  hr_buf b;
+  int code;
+
+  (void)state;
+  memset(&in, 0, sizeof(in));
+  in.type = HR_MSG_BUDGET;
+  in.id = -1;
+  sample_budget(&in.u.budget, 7);
+  roundtrip_reply(&in, &out);
+  assert_budget_equal(&out.u.budget, &in.u.budget);
+
+  /* An event's id is never written, whatever the struct says. */
+  in.id = 55;
+  encoded_reply(&in, &b);
+  assert_null(strstr(b.data, "\"id\""));
+  assert_int_equal(hr_proto_decode_reply(b.data, b.len - 1, &out, &err),
+                   HR_OK);
+  assert_int_equal(out.id, -1);
+  hr_buf_free(&b);
+
+  memset(&in, 0, sizeof(in));
+  in.type = HR_MSG_SHUTDOWN;
+  in.id = -1;
+  strcpy(in.u.shutdown_reason, "SIGTERM: stopping");
+  roundtrip_reply(&in, &out);
+  assert_string_equal(out.u.shutdown_reason, "SIGTERM: stopping");
+
+  for(code = 0; code < HR_WERR_COUNT; code++) {
+    memset(&in, 0, sizeof(in));
+    in.type = HR_MSG_ERROR;
+    in.id = code == 0 ? -1 : code;
+    in.u.error.code = (hr_wire_error)code;
+    snprintf(in.u.error.message, sizeof(in.u.error.message), "because %d",
+             code);
+    roundtrip_reply(&in, &out);
+    assert_int_equal(out.u.error.code, code);
+    assert_string_equal(out.u.error.message, in.u.error.message);
+  }
+}
+
+/* A status with several of everything, allocated as the daemon would. */
+static void sample_status(hr_status *s)
+{
+  int g, i;
+
+  memset(s, 0, sizeof(*s));
+  strcpy(s->daemon, "headroomd 0.1.0");
+  s->uptime_ms = 123456789;
+  s->requests = HR_PROTO_MAX_ID;
+  s->topology_source = HR_TOPO_CONFIG;
+  s->policy.min_headroom = 2;
+  s->policy.max_headroom = 32;
+  s->policy.min_grid = 64;
+  s->policy.incident_raise = 1;
+  s->n_clients = 3;
+  s->clients = calloc(3, sizeof(*s->clients));
+  assert_non_null(s->clients);
+  for(i = 0; i < 3; i++) {
+    s->clients[i].id = i + 1;
+    s->clients[i].pid = 1000 + i;
+    s->clients[i].uid = i == 0 ? 0 : 1000;
+    s->clients[i].gid = i == 2 ? -1 : 100;
+    snprintf(s->clients[i].name, HR_NAME_MAX, "client-%d", i);
+    s->clients[i].operator_ = i == 0;
+    s->clients[i].subscribed = i != 1;
+  }
+  s->n_gpus = 3;
+  s->gpus = calloc(3, sizeof(*s->gpus));
+  assert_non_null(s->gpus);
+  for(g = 0; g < 3; g++) {
+    hr_status_gpu *gp = &s->gpus[g];
+    gp->info.index = g;
+    gp->info.sms = 132;
+    strcpy(gp->info.name, "NVIDIA H200");
+    sample_budget(&gp->budget, g);
+    gp->budget.mode = HR_MODE_HEADROOM;
+    gp->budget.degraded = 0;
+    gp->comm_ctas = 24 * g;
+    gp->raised = 2 * g;
+    gp->n_clients = g;
+    /* GPU 0 has nothing: empty arrays must round-trip too. */
+    gp->n_comms = g;
+    gp->n_leases = g;
+    gp->n_incidents = g * 2;
+    gp->comms = g ? calloc((size_t)g, sizeof(*gp->comms)) : NULL;
+    gp->leases = g ? calloc((size_t)g, sizeof(*gp->leases)) : NULL;
+    gp->incidents = g ? calloc((size_t)g * 2, sizeof(*gp->incidents)) : NULL;
+    for(i = 0; i < gp->n_comms; i++) {
+      gp->comms[i].id = 10 * g + i + 1;
+      gp->comms[i].client = i + 1;
+      snprintf(gp->comms[i].name, HR_NAME_MAX, "comm-%d-%d", g, i);
+      gp->comms[i].ctas = 8;
+      gp->comms[i].cga = 1 + i;
+      gp->comms[i].concurrent = 3;
+    }
+    for(i = 0; i < gp->n_leases; i++) {
+      gp->leases[i].id = 20 * g + i + 1;
+      gp->leases[i].client = 2;
+      gp->leases[i].cluster = 1 << i;
+      gp->leases[i].mode = (hr_mode)(i % 2);
+    }
+    for(i = 0; i < gp->n_incidents; i++) {
+      hr_status_incident *in = &gp->incidents[i];
+      in->id = 30 * g + i + 1;
+      in->client = i % 2 ? 0 : 3;   /* 0: a client from before a restart */
+      in->lease = i % 2 ? 0 : 5;
+      in->time_ms = 1718000000000LL + i;
+      in->kind = (hr_incident_kind)(i % 2);
+      unknown_detail(&in->detail);
+      if(i % 2 == 0) {
+        in->detail.barrier = 1;
+        in->detail.arrived = 128;
+        in->detail.expected = 130;
+        in->detail.timeout_ms = 2000;
+        strcpy(in->message, "barrier 1 timed out");
+      }
+      else
+        in->detail.cuda_error = 720;
+    }
+  }
+}
+
+static void assert_status_equal(const hr_status *a, const hr_status *b)
+{
+  int g, i;
+
+  assert_string_equal(a->daemon, b->daemon);
+  assert_int_equal(a->uptime_ms, b->uptime_ms);
+  assert_int_equal(a->requests, b->requests);
+  assert_int_equal(a->topology_source, b->topology_source);
+  assert_policy_equal(&a->policy, &b->policy);
+  assert_int_equal(a->n_clients, b->n_clients);
+  for(i = 0; i < a->n_clients; i++) {
+    assert_int_equal(a->clients[i].id, b->clients[i].id);
+    assert_int_equal(a->clients[i].pid, b->clients[i].pid);
+    assert_int_equal(a->clients[i].uid, b->clients[i].uid);
+    assert_int_equal(a->clients[i].gid, b->clients[i].gid);
+    assert_string_equal(a->clients[i].name, b->clients[i].name);
+    assert_int_equal(a->clients[i].operator_, b->clients[i].operator_);
+    assert_int_equal(a->clients[i].subscribed, b->clients[i].subscribed);
+  }
+  assert_int_equal(a->n_gpus, b->n_gpus);
+  for(g = 0; g < a->n_gpus; g++) {
+    const hr_status_gpu *x = &a->gpus[g], *y = &b->gpus[g];
+    assert_int_equal(x->info.index, y->info.index);
+    assert_int_equal(x->info.sms, y->info.sms);
+    assert_string_equal(x->info.name, y->info.name);
+    assert_budget_equal(&x->budget, &y->budget);
+    assert_int_equal(x->comm_ctas, y->comm_ctas);
+    assert_int_equal(x->raised, y->raised);
+    assert_int_equal(x->n_clients, y->n_clients);
+    assert_int_equal(x->n_comms, y->n_comms);
+    assert_int_equal(x->n_leases, y->n_leases);
+    assert_int_equal(x->n_incidents, y->n_incidents);
+    for(i = 0; i < x->n_comms; i++) {
+      assert_int_equal(x->comms[i].id, y->comms[i].id);
+      assert_int_equal(x->comms[i].client, y->comms[i].client);
+      assert_string_equal(x->comms[i].name, y->comms[i].name);
+      assert_int_equal(x->comms[i].ctas, y->comms[i].ctas);
+      assert_int_equal(x->comms[i].cga, y->comms[i].cga);
+      assert_int_equal(x->comms[i].concurrent, y->comms[i].concurrent);
+    }
+    for(i = 0; i < x->n_leases; i++) {
+      assert_int_equal(x->leases[i].id, y->leases[i].id);
+      assert_int_equal(x->leases[i].client, y->leases[i].client);
+      assert_int_equal(x->leases[i].cluster, y->leases[i].cluster);
+      assert_int_equal(x->leases[i].mode, y->leases[i].mode);
+    }
+    for(i = 0; i < x->n_incidents; i++) {
+      assert_int_equal(x->incidents[i].id, y->incidents[i].id);
+      assert_int_equal(x->incidents[i].client, y->incidents[i].client);
+      assert_int_equal(x->incidents[i].lease, y->incidents[i].lease);
+      assert_int_equal(x->incidents[i].time_ms, y->incidents[i].time_ms);
+      assert_int_equal(x->incidents[i].kind, y->incidents[i].kind);
+      assert_detail_equal(&x->incidents[i].detail, &y->incidents[i].detail);
+      assert_string_equal(x->incidents[i].message, y->incidents[i].message);
+    }
+  }
+}
+
+static void test_reply_status(void **state)
+{
+  hr_reply in, out;
+
+  (void)state;
+  memset(&in, 0, sizeof(in));
+  in.type = HR_MSG_STATUS;
+  in.id = 77;
+  sample_status(&in.u.status);
+  roundtrip_reply(&in, &out);
+  assert_status_equal(&out.u.status, &in.u.status);
+  hr_reply_free(&out);
+  assert_null(out.u.status.gpus);
+  assert_null(out.u.status.clients);
+  hr_reply_free(&out);              /* twice is harmless */
+  hr_status_free(&in.u.status);
+
+  /* Nothing at all: a daemon that just started on a GPU-less node. */
+  memset(&in, 0, sizeof(in));
+  in.type = HR_MSG_STATUS;
+  in.id = 78;
+  in.u.status.policy.min_grid = 1;
+  roundtrip_reply(&in, &out);
+  assert_status_equal(&out.u.status, &in.u.status);
+  assert_null(out.u.status.gpus);
+  hr_reply_free(&out);
+}
+
+/* ---- Bad input --------------------------------------------------------- */
+
+#define BAD HR_WERR_BAD_REQUEST
+#define UNKNOWN HR_WERR_UNKNOWN_TYPE
+
+typedef struct bad_case {
+  const char *line;
+  hr_wire_error code;
+  const char *needle;             /* the message must contain it */
+  int64_t id;                     /* echoed id, -1 when unreadable */
+} bad_case;
+
+static const bad_case bad_requests[] = {
+  /* Framing and JSON. */
+  { "", BAD, "invalid JSON", -1 },
+  { "   ", BAD, "invalid JSON", -1 },
+  { "{", BAD, "invalid JSON", -1 },
+  { "{\"id\":1,\"type\":\"status\"", BAD, "invalid JSON", -1 },
+  { "{\"id\":1,}", BAD, "invalid JSON", -1 },
+  { "{'id':1}", BAD, "invalid JSON", -1 },
+  { "{\"id\":1,\"type\":\"status\",\"x\":NaN}", BAD, "invalid JSON", -1 },
+  { "{\"id\":1,\"type\":\"status\",\"x\":\"\\ud800\"}", BAD, "invalid JSON",
+    -1 },
+  { "[1,2]", BAD, "message: must be a JSON object", -1 },
+  { "\"status\"", BAD, "message: must be a JSON object", -1 },
+  { "42", BAD, "message: must be a JSON object", -1 },
+  { "null", BAD, "message: must be a JSON object", -1 },
+  { "{\"id\":1,\"type\":\"status\"}x", BAD, "after the object", -1 },
+  { "{\"id\":1,\"type\":\"status\"} {}", BAD, "after the object", -1 },
+  { "{\"id\":1,\"type\":\"status\"}}", BAD, "after the object", -1 },
+  { "{\"id\":1,\"type\":\"st\x01us\"}", BAD, "control byte 0x01", -1 },
+  { "{\"id\":1,\"type\":\"status\",\"x\":\"\xff\"}", BAD, "UTF-8", -1 },
+  { "{\"id\":1,\"type\":\"status\",\"x\":\"\xc0\xaf\"}", BAD, "UTF-8", -1 },
+  { "{\"id\":1,\"type\":\"status\",\"x\":\"\xed\xa0\x80\"}", BAD, "UTF-8",
+    -1 },
+  /* id. */
+  { "{\"type\":\"status\"}", BAD, "id: required", -1 },
+  { "{\"id\":\"1\",\"type\":\"status\"}", BAD, "id: must be an integer", -1 },
+  { "{\"id\":null,\"type\":\"status\"}", BAD, "id: must be an integer", -1 },
+  { "{\"id\":true,\"type\":\"status\"}", BAD, "id: must be an integer", -1 },
+  { "{\"id\":[1],\"type\":\"status\"}", BAD, "id: must be an integer", -1 },
+  { "{\"id\":-1,\"type\":\"status\"}", BAD, "id: must be an integer 0..", -1 },
+  { "{\"id\":1.5,\"type\":\"status\"}", BAD, "id: must be an integer", -1 },
+  { "{\"id\":1e300,\"type\":\"status\"}", BAD, "id: must be an integer", -1 },
+  { "{\"id\":-1e300,\"type\":\"status\"}", BAD, "id: must be an integer",
+    -1 },
+  { "{\"id\":1e400,\"type\":\"status\"}", BAD, "id: must be an integer", -1 },
+  { "{\"id\":9007199254740992,\"type\":\"status\"}", BAD,
+    "id: must be an integer 0..9007199254740991", -1 },
+  { "{\"id\":1,\"id\":2,\"type\":\"status\"}", BAD,
+    "id: given more than once", -1 },
+  /* type. */
+  { "{\"id\":4}", BAD, "type: required", 4 },
+  { "{\"id\":4,\"type\":7}", BAD, "type: must be a string", 4 },
+  { "{\"id\":4,\"type\":null}", BAD, "type: must be a string", 4 },
+  { "{\"id\":4,\"type\":\"bogus\"}", UNKNOWN, "type: \"bogus\"", 4 },
+  { "{\"id\":4,\"type\":\"STATUS\"}", UNKNOWN, "type: \"STATUS\"", 4 },
+  { "{\"id\":4,\"type\":\"budget\"}", UNKNOWN, "type: \"budget\"", 4 },
+  { "{\"id\":4,\"type\":\"shutdown\"}", UNKNOWN, "type:", 4 },
+  { "{\"id\":4,\"type\":\"error\"}", UNKNOWN, "type:", 4 },
+  { "{\"id\":4,\"type\":\"\"}", UNKNOWN, "type:", 4 },
+  { "{\"id\":4,\"type\":\"status\",\"type\":\"hello\"}", BAD,
+    "type: given more than once", 4 },
+  /* hello. */
+  { "{\"id\":5,\"type\":\"hello\"}", BAD, "versions: required", 5 },
+  { "{\"id\":5,\"type\":\"hello\",\"versions\":1}", BAD,
+    "versions: must be an array", 5 },
+  { "{\"id\":5,\"type\":\"hello\",\"versions\":[]}", BAD,
+    "versions: must list 1..8", 5 },
+  { "{\"id\":5,\"type\":\"hello\",\"versions\":[1,2,3,4,5,6,7,8,9]}", BAD,
+    "versions: must have at most 8 items", 5 },
+  { "{\"id\":5,\"type\":\"hello\",\"versions\":[1,0]}", BAD,
+    "versions[1]: must be an integer 1..1000", 5 },
+  { "{\"id\":5,\"type\":\"hello\",\"versions\":[1001]}", BAD,
+    "versions[0]: must be an integer 1..1000", 5 },
+  { "{\"id\":5,\"type\":\"hello\",\"versions\":[\"1\"]}", BAD,
+    "versions[0]: must be an integer", 5 },
+  { "{\"id\":5,\"type\":\"hello\",\"versions\":[1.5]}", BAD,
+    "versions[0]: must be an integer", 5 },
+  { "{\"id\":5,\"type\":\"hello\",\"versions\":[1],\"client\":5}", BAD,
+    "client: must be a string", 5 },
+  { "{\"id\":5,\"type\":\"hello\",\"versions\":[1],\"client\":\""
+    "0123456789012345678901234567890123456789012345678901234567890123\"}",
+    BAD, "client: must be a string of at most 63 bytes", 5 },
+  /* register_comm. */
+  { "{\"id\":6,\"type\":\"register_comm\",\"name\":\"dp\",\"ctas\":8,\"cga\":1,"
+    "\"concurrent\":3}", BAD, "gpu: required", 6 },
+  { "{\"id\":6,\"type\":\"register_comm\",\"gpu\":0,\"ctas\":8,\"cga\":1,"
+    "\"concurrent\":3}", BAD, "name: required", 6 },
+  { "{\"id\":6,\"type\":\"register_comm\",\"gpu\":0,\"name\":\"dp\",\"cga\":1,"
+    "\"concurrent\":3}", BAD, "ctas: required", 6 },
+  { "{\"id\":6,\"type\":\"register_comm\",\"gpu\":0,\"name\":\"dp\","
+    "\"ctas\":8,\"concurrent\":3}", BAD, "cga: required", 6 },
+  { "{\"id\":6,\"type\":\"register_comm\",\"gpu\":0,\"name\":\"dp\","
+    "\"ctas\":8,\"cga\":1}", BAD, "concurrent: required", 6 },
+  { "{\"id\":6,\"type\":\"register_comm\",\"gpu\":64,\"name\":\"dp\","
+    "\"ctas\":8,\"cga\":1,\"concurrent\":3}", BAD,
+    "gpu: must be an integer 0..63", 6 },
+  { "{\"id\":6,\"type\":\"register_comm\",\"gpu\":-1,\"name\":\"dp\","
+    "\"ctas\":8,\"cga\":1,\"concurrent\":3}", BAD, "gpu: must be", 6 },
+  { "{\"id\":6,\"type\":\"register_comm\",\"gpu\":\"0\",\"name\":\"dp\","
+    "\"ctas\":8,\"cga\":1,\"concurrent\":3}", BAD, "gpu: must be", 6 },
+  { "{\"id\":6,\"type\":\"register_comm\",\"gpu\":0.5,\"name\":\"dp\","
+    "\"ctas\":8,\"cga\":1,\"concurrent\":3}", BAD, "gpu: must be", 6 },
+  { "{\"id\":6,\"type\":\"register_comm\",\"gpu\":0,\"name\":7,"
+    "\"ctas\":8,\"cga\":1,\"concurrent\":3}", BAD, "name: must be a string",
+    6 },
+  { "{\"id\":6,\"type\":\"register_comm\",\"gpu\":0,\"name\":\""
+    "0123456789012345678901234567890123456789012345678901234567890123\","
+    "\"ctas\":8,\"cga\":1,\"concurrent\":3}", BAD,
+    "name: must be a string of at most 63 bytes", 6 },
+  { "{\"id\":6,\"type\":\"register_comm\",\"gpu\":0,\"name\":\"dp\","
+    "\"ctas\":0,\"cga\":1,\"concurrent\":3}", BAD,
+    "ctas: must be an integer 1..64", 6 },
+  { "{\"id\":6,\"type\":\"register_comm\",\"gpu\":0,\"name\":\"dp\","
+    "\"ctas\":65,\"cga\":1,\"concurrent\":3}", BAD,
+    "ctas: must be an integer 1..64", 6 },
+  { "{\"id\":6,\"type\":\"register_comm\",\"gpu\":0,\"name\":\"dp\","
+    "\"ctas\":1e300,\"cga\":1,\"concurrent\":3}", BAD,
+    "ctas: must be an integer 1..64", 6 },
+  { "{\"id\":6,\"type\":\"register_comm\",\"gpu\":0,\"name\":\"dp\","
+    "\"ctas\":2147483648,\"cga\":1,\"concurrent\":3}", BAD,
+    "ctas: must be an integer 1..64", 6 },
+  { "{\"id\":6,\"type\":\"register_comm\",\"gpu\":0,\"name\":\"dp\","
+    "\"ctas\":8,\"cga\":9,\"concurrent\":3}", BAD,
+    "cga: must be an integer 1..8", 6 },
+  { "{\"id\":6,\"type\":\"register_comm\",\"gpu\":0,\"name\":\"dp\","
+    "\"ctas\":8,\"cga\":1,\"concurrent\":65}", BAD,
+    "concurrent: must be an integer 1..64", 6 },
+  { "{\"id\":6,\"type\":\"register_comm\",\"gpu\":0,\"name\":\"dp\","
+    "\"ctas\":8,\"cga\":1,\"concurrent\":true}", BAD,
+    "concurrent: must be an integer", 6 },
+  /* unregister_comm, release. */
+  { "{\"id\":7,\"type\":\"unregister_comm\"}", BAD, "comm: required", 7 },
+  { "{\"id\":7,\"type\":\"unregister_comm\",\"comm\":0}", BAD,
+    "comm: must be an integer 1..9007199254740991", 7 },
+  { "{\"id\":7,\"type\":\"release\",\"lease\":-3}", BAD,
+    "lease: must be an integer 1..", 7 },
+  { "{\"id\":7,\"type\":\"release\",\"lease\":\"5\"}", BAD,
+    "lease: must be an integer", 7 },
+  /* lease. */
+  { "{\"id\":8,\"type\":\"lease\",\"gpu\":0,\"cluster\":3,\"mode\":"
+    "\"headroom\"}", BAD, "cluster: must be 1, 2, 4 or 8", 8 },
+  { "{\"id\":8,\"type\":\"lease\",\"gpu\":0,\"cluster\":16,\"mode\":"
+    "\"headroom\"}", BAD, "cluster: must be", 8 },
+  { "{\"id\":8,\"type\":\"lease\",\"gpu\":0,\"cluster\":0,\"mode\":"
+    "\"headroom\"}", BAD, "cluster: must be", 8 },
+  { "{\"id\":8,\"type\":\"lease\",\"gpu\":0,\"cluster\":2}", BAD,
+    "mode: required", 8 },
+  { "{\"id\":8,\"type\":\"lease\",\"gpu\":0,\"cluster\":2,\"mode\":"
+    "\"partition\"}", BAD, "mode: must be \"headroom\" or \"cooperative\"",
+    8 },
+  { "{\"id\":8,\"type\":\"lease\",\"gpu\":0,\"cluster\":2,\"mode\":0}", BAD,
+    "mode: must be", 8 },
+  /* report. */
+  { "{\"id\":9,\"type\":\"report\",\"gpu\":0}", BAD, "kind: required", 9 },
+  { "{\"id\":9,\"type\":\"report\",\"gpu\":0,\"kind\":\"oops\"}", BAD,
+    "kind: must be \"barrier_timeout\" or \"launch_failure\"", 9 },
+  { "{\"id\":9,\"type\":\"report\",\"gpu\":0,\"kind\":\"launch_failure\","
+    "\"lease\":0}", BAD, "lease: must be an integer 1..", 9 },
+  { "{\"id\":9,\"type\":\"report\",\"gpu\":0,\"kind\":\"launch_failure\","
+    "\"detail\":[]}", BAD, "detail: must be an object", 9 },
+  { "{\"id\":9,\"type\":\"report\",\"gpu\":0,\"kind\":\"launch_failure\","
+    "\"detail\":{\"barrier\":-2}}", BAD,
+    "detail.barrier: must be an integer -1..2147483647", 9 },
+  { "{\"id\":9,\"type\":\"report\",\"gpu\":0,\"kind\":\"launch_failure\","
+    "\"detail\":{\"sm\":2147483648}}", BAD, "detail.sm: must be", 9 },
+  { "{\"id\":9,\"type\":\"report\",\"gpu\":0,\"kind\":\"launch_failure\","
+    "\"detail\":{\"cuda_error\":\"x\"}}", BAD, "detail.cuda_error:", 9 },
+  { "{\"id\":9,\"type\":\"report\",\"gpu\":0,\"kind\":\"launch_failure\","
+    "\"message\":false}", BAD, "message: must be a string", 9 },
+  /* subscribe. */
+  { "{\"id\":10,\"type\":\"subscribe\",\"gpu\":64}", BAD,
+    "gpu: must be an integer 0..63", 10 },
+  { "{\"id\":10,\"type\":\"subscribe\",\"gpu\":-1}", BAD, "gpu: must be", 10 },
+  /* policy_set. */
+  { "{\"id\":11,\"type\":\"policy_set\"}", BAD, "policy: required", 11 },
+  { "{\"id\":11,\"type\":\"policy_set\",\"policy\":3}", BAD,
+    "policy: must be an object", 11 },
+  { "{\"id\":11,\"type\":\"policy_set\",\"policy\":{}}", BAD,
+    "policy: must set at least one", 11 },
+  { "{\"id\":11,\"type\":\"policy_set\",\"policy\":{\"future\":1}}", BAD,
+    "policy: must set at least one", 11 },
+  { "{\"id\":11,\"type\":\"policy_set\",\"policy\":{\"min_headroom\":1025}}",
+    BAD, "policy.min_headroom: must be an integer 0..1024", 11 },
+  { "{\"id\":11,\"type\":\"policy_set\",\"policy\":{\"max_headroom\":-1}}",
+    BAD, "policy.max_headroom: must be an integer 0..1024", 11 },
+  { "{\"id\":11,\"type\":\"policy_set\",\"policy\":{\"min_grid\":0}}", BAD,
+    "policy.min_grid: must be an integer 1..1024", 11 },
+  { "{\"id\":11,\"type\":\"policy_set\",\"policy\":{\"incident_raise\":1}}",
+    BAD, "policy.incident_raise: must be true or false", 11 },
+  { "{\"id\":11,\"type\":\"policy_set\",\"policy\":{\"incident_raise\":"
+    "\"true\"}}", BAD, "policy.incident_raise: must be true or false", 11 },
+  { "{\"id\":11,\"type\":\"policy_set\",\"policy\":{\"min_grid\":8,"
+    "\"min_grid\":9}}", BAD, "policy.min_grid: given more than once", 11 },
+};
+
+static void test_bad_requests(void **state)
+{
+  size_t i;
+
+  (void)state;
+  for(i = 0; i < sizeof(bad_requests) / sizeof(bad_requests[0]); i++)
+    expect_request_error(bad_requests[i].line, strlen(bad_requests[i].line),
+                         bad_requests[i].code, bad_requests[i].needle,
+                         bad_requests[i].id);
+}
+
+/* Things that look odd but are valid, and must stay so. */
+static void test_lenient_requests(void **state)
+{
+  static const char *const ok[] = {
+    /* Unknown members are ignored: newer clients may send more. */
+    "{\"id\":1,\"type\":\"status\",\"future\":{\"a\":[1,2,{}]},\"x\":null}",
+    /* Members in any order, whitespace anywhere JSON allows it. */
+    " {\t\"type\" : \"status\" ,\r\"id\" : 1 } \t\r",
+    /* Integers written as other JSON numbers with an integral value. */
+    "{\"id\":1.0,\"type\":\"lease\",\"gpu\":-0,\"cluster\":2e0,"
+    "\"mode\":\"headroom\"}",
+    "{\"id\":9007199254740991,\"type\":\"status\"}",
+    /* Escapes, and any UTF-8, in strings. */
+    "{\"id\":1,\"type\":\"st\\u0061tus\"}",
+    "{\"id\":1,\"type\":\"hello\",\"versions\":[1],\"client\":\"\\u00e9\\t"
+    "\xe2\x82\xac\xf0\x9f\x98\x80\"}",
+    /* A byte-order mark is tolerated by the parser. */
+    "\xef\xbb\xbf{\"id\":1,\"type\":\"status\"}",
+  };
+  hr_proto_error err;
+  hr_request req;
+  size_t i;
+
+  (void)state;
+  for(i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+    int rc = hr_proto_decode_request(ok[i], strlen(ok[i]), &req, &err);
+    if(rc)
+      print_error("%s: %s\n", ok[i], err.message);
+    assert_int_equal(rc, HR_OK);
+  }
+  assert_int_equal(hr_proto_decode_request(ok[2], strlen(ok[2]), &req, &err),
+                   HR_OK);
+  assert_int_equal(req.id, 1);
+  assert_int_equal(req.u.lease.gpu, 0);
+  assert_int_equal(req.u.lease.cluster, 2);
+  assert_int_equal(hr_proto_decode_request(ok[5], strlen(ok[5]), &req, &err),
+                   HR_OK);
+  assert_string_equal(req.u.hello.client,
+                      "\xc3\xa9\t\xe2\x82\xac\xf0\x9f\x98\x80");
+
+  /* Deep nesting inside an ignored member is bounded by cJSON's limit. */
+  {
+    char deep[4200];
+    size_t n = 0;
+    int k;
+    n += (size_t)sprintf(deep, "{\"id\":1,\"type\":\"status\",\"x\":");
+    for(k = 0; k < 2000; k++)
+      deep[n++] = '[';
+    for(k = 0; k < 2000; k++)
+      deep[n++] = ']';
+    deep[n++] = '}';
+    expect_request_error(deep, n, BAD, "invalid JSON", -1);
+  }
+}
+
+static void test_bad_args(void **state)
+{
+  hr_proto_error err;
+  hr_request req;
+  hr_reply rep;
+  hr_buf b;
+
+  (void)state;
+  hr_buf_init(&b, 0);
+  assert_int_equal(hr_proto_decode_request(NULL, 1, &req, &err), HR_EINVAL);
+  assert_int_equal(hr_proto_decode_request("{}", 2, NULL, &err), HR_EINVAL);
+  assert_int_equal(hr_proto_decode_request("{}", 2, &req, NULL), HR_EINVAL);
+  assert_int_equal(hr_proto_decode_reply(NULL, 1, &rep, &err), HR_EINVAL);
+  assert_int_equal(hr_proto_decode_reply("{}", 2, NULL, &err), HR_EINVAL);
+  /* NULL with length 0 is just an empty line. */
+  expect_request_error(NULL, 0, BAD, "invalid JSON", -1);
+  assert_int_equal(hr_proto_encode_request(NULL, &b), HR_EINVAL);
+  assert_int_equal(hr_proto_encode_reply(NULL, &b), HR_EINVAL);
+  memset(&req, 0, sizeof(req));
+  req.type = HR_MSG_STATUS;
+  assert_int_equal(hr_proto_encode_request(&req, NULL), HR_EINVAL);
+  assert_int_equal(hr_proto_encode_error(1, HR_WERR_COUNT, "x", &b),
+                   HR_EINVAL);
+  assert_int_equal(hr_proto_encode_error(-2, HR_WERR_INTERNAL, "x", &b),
+                   HR_EINVAL);
+  assert_int_equal(b.len, 0);
+  hr_buf_free(&b);
+}
+
+static void test_bad_replies(void **state)
+{
+  static const char budget_ok[] =
+    "{\"gpu\":0,\"epoch\":3,\"mode\":\"headroom\",\"sms\":132,\"cluster\":2,"
+    "\"headroom\":16,\"grid\":116,\"nccl\":{\"min_ctas\":1,\"max_ctas\":8,"
+    "\"cga_cluster_size\":1,\"nvls_enable\":0},\"degraded\":false}";
+  static const struct { const char *line; hr_wire_error code;
+                        const char *needle; } cases[] = {
+    { "[]", BAD, "message: must be a JSON object" },
+    { "{\"id\":1,\"type\":\"status\"} x", BAD, "after the object" },
+    { "{\"id\":1,\"error\":\"bad\"}", BAD, "error: must be an object" },
+    { "{\"error\":{\"code\":\"internal\"}}", BAD, "id: required" },
+    { "{\"id\":-5,\"error\":{\"code\":\"internal\"}}", BAD, "id: must be" },
+    { "{\"id\":1,\"error\":{}}", BAD, "error.code: required" },
+    { "{\"id\":1,\"error\":{\"code\":5}}", BAD, "error.code: must be a string" },
+    { "{\"id\":1,\"error\":{\"code\":\"internal\",\"message\":[]}}", BAD,
+      "error.message: must be a string" },
+    { "{\"id\":1}", BAD, "type: required" },
+    { "{\"id\":1,\"type\":\"nonsense\"}", UNKNOWN, "type: \"nonsense\"" },
+    { "{\"id\":1,\"type\":\"error\"}", BAD, "error: required" },
+    { "{\"type\":\"status\",\"status\":{}}", BAD, "id: required" },
+    { "{\"id\":1,\"type\":\"register_comm\",\"comm\":0}", BAD,
+      "comm: must be an integer 1.." },
+    { "{\"id\":1,\"type\":\"lease\",\"lease\":5}", BAD, "budget: required" },
+    { "{\"id\":1,\"type\":\"lease\",\"lease\":5,\"budget\":{}}", BAD,
+      "budget.gpu: required" },
+    { "{\"id\":1,\"type\":\"lease\",\"lease\":5,\"budget\":{\"gpu\":0,"
+      "\"epoch\":4294967296}}", BAD,
+      "budget.epoch: must be an integer 0..4294967295" },
+    { "{\"id\":1,\"type\":\"lease\",\"lease\":5,\"budget\":{\"gpu\":0,"
+      "\"epoch\":1,\"mode\":\"x\"}}", BAD, "budget.mode: must be" },
+    { "{\"id\":1,\"type\":\"lease\",\"lease\":5,\"budget\":{\"gpu\":0,"
+      "\"epoch\":1,\"mode\":\"headroom\",\"sms\":132,\"cluster\":6}}", BAD,
+      "budget.cluster: must be 1, 2, 4 or 8" },
+    { "{\"id\":1,\"type\":\"lease\",\"lease\":5,\"budget\":{\"gpu\":0,"
+      "\"epoch\":1,\"mode\":\"headroom\",\"sms\":132,\"cluster\":2,"
+      "\"headroom\":4,\"grid\":128}}", BAD, "budget.nccl: required" },
+    { "{\"id\":1,\"type\":\"lease\",\"lease\":5,\"budget\":{\"gpu\":0,"
+      "\"epoch\":1,\"mode\":\"headroom\",\"sms\":132,\"cluster\":2,"
+      "\"headroom\":4,\"grid\":128,\"nccl\":{\"min_ctas\":1,\"max_ctas\":65}"
+      "}}", BAD, "budget.nccl.max_ctas: must be an integer 0..64" },
+    { "{\"id\":1,\"type\":\"lease\",\"lease\":5,\"budget\":{\"gpu\":0,"
+      "\"epoch\":1,\"mode\":\"headroom\",\"sms\":132,\"cluster\":2,"
+      "\"headroom\":4,\"grid\":128,\"nccl\":{\"min_ctas\":1,\"max_ctas\":8,"
+      "\"cga_cluster_size\":1,\"nvls_enable\":0},\"degraded\":0}}", BAD,
+      "budget.degraded: must be true or false" },
+    { "{\"id\":1,\"type\":\"hello\",\"version\":1,\"daemon\":\"d\","
+      "\"client\":1,\"topology\":{\"source\":\"nvml\",\"gpus\":[]}}", BAD,
+      "topology.source: must be \"default\", \"config\" or \"cuda\"" },
+    { "{\"id\":1,\"type\":\"hello\",\"version\":1,\"daemon\":\"d\","
+      "\"client\":1,\"topology\":{\"source\":\"cuda\",\"gpus\":[{\"index\":0,"
+      "\"sms\":132},7]}}", BAD, "topology.gpus[1]: must be an object" },
+    { "{\"id\":1,\"type\":\"hello\",\"version\":1,\"daemon\":\"d\","
+      "\"client\":1,\"topology\":{\"source\":\"cuda\",\"gpus\":[{\"index\":0,"
+      "\"sms\":0}]}}", BAD, "topology.gpus[0].sms: must be an integer 1..1024"
+    },
+    { "{\"id\":1,\"type\":\"policy_get\",\"policy\":{\"min_headroom\":2,"
+      "\"max_headroom\":32,\"min_grid\":64}}", BAD,
+      "policy.incident_raise: required" },
+    { "{\"type\":\"shutdown\"}", BAD, "reason: required" },
+    { "{\"type\":\"budget\"}", BAD, "budget: required" },
+    { "{\"id\":1,\"type\":\"status\",\"status\":{\"daemon\":\"d\","
+      "\"uptime_ms\":1,\"requests\":1,\"topology_source\":\"cuda\","
+      "\"policy\":{\"min_headroom\":2,\"max_headroom\":32,\"min_grid\":64,"
+      "\"incident_raise\":true},\"clients\":[{\"id\":1,\"pid\":1,\"uid\":0,"
+      "\"gid\":0,\"name\":\"x\",\"subscribed\":true}],\"gpus\":[]}}", BAD,
+      "status.clients[0].operator: required" },
+  };
+  size_t i;
+  char line[1024];
+
+  (void)state;
+  for(i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+    expect_reply_error(cases[i].line, cases[i].code, cases[i].needle);
+
+  /* A budget event whose budget is complete decodes, the same with one
+   * field broken does not: the table above is not failing for another
+   * reason. */
+  snprintf(line, sizeof(line), "{\"type\":\"budget\",\"budget\":%s}",
+           budget_ok);
+  {
+    hr_proto_error err;
+    hr_reply rep;
+    assert_int_equal(hr_proto_decode_reply(line, strlen(line), &rep, &err),
+                     HR_OK);
+    assert_int_equal(rep.u.budget.headroom, 16);
+  }
+}
+
+/* A status that fails deep inside, after arrays were allocated: the decoder
+ * must free them (the test binary is also run under valgrind/ASan). */
+static void test_bad_status_frees(void **state)
+{
+  hr_reply in, out;
+  hr_proto_error err;
+  hr_buf b;
+  char *p;
+
+  (void)state;
+  memset(&in, 0, sizeof(in));
+  in.type = HR_MSG_STATUS;
+  in.id = 1;
+  sample_status(&in.u.status);
+  encoded_reply(&in, &b);
+  hr_status_free(&in.u.status);
+  /* Break the kind of the last incident of the last GPU. */
+  p = strstr(b.data, "\"kind\":\"launch_failure\",\"detail\":{\"cuda_error\""
+             ":720}}]}]}");
+  assert_non_null(p);
+  memcpy(p + 8, "launch_failurX", 14);
+  memset(&out, 0xab, sizeof(out));
+  assert_int_equal(hr_proto_decode_reply(b.data, b.len - 1, &out, &err),
+                   HR_EPROTO);
+  assert_non_null(strstr(err.message, "status.gpus[2].incidents[3].kind"));
+  assert_int_equal(out.type, HR_MSG_NONE);
+  assert_null(out.u.status.gpus);
+  assert_null(out.u.status.clients);
+  hr_reply_free(&out);
+  hr_buf_free(&b);
+}
+
+static void test_unknown_error_code(void **state)
+{
+  static const char line[] =
+    "{\"id\":4,\"error\":{\"code\":\"rate_limited\",\"message\":\"slow "
+    "down\"}}";
+  static const char null_id[] =
+    "{\"id\":null,\"error\":{\"code\":\"too_large\",\"message\":\"x\"},"
+    "\"type\":\"ignored\"}";
+  hr_proto_error err;
+  hr_reply rep;
+
+  (void)state;
+  assert_int_equal(hr_proto_decode_reply(line, strlen(line), &rep, &err),
+                   HR_OK);
+  assert_int_equal(rep.type, HR_MSG_ERROR);
+  assert_int_equal(rep.id, 4);
+  assert_int_equal(rep.u.error.code, HR_WERR_INTERNAL);
+  assert_string_equal(rep.u.error.message,
+                      "unknown error code \"rate_limited\": slow down");
+  assert_int_equal(hr_proto_decode_reply(null_id, strlen(null_id), &rep,
+                                         &err), HR_OK);
+  assert_int_equal(rep.id, -1);
+  assert_int_equal(rep.u.error.code, HR_WERR_TOO_LARGE);
+  assert_int_equal(hr_wire_error_to_hr(rep.u.error.code), HR_ETOOLARGE);
+}
+
+/* ---- Reading never passes len ------------------------------------------ */
+
+/* A page whose end is followed by an inaccessible page: a line copied to
+ * the very end of it makes any read past `len` a SIGSEGV. */
+typedef struct fence {
+  char *page;
+  size_t size;
+} fence;
+
+static void fence_init(fence *f)
+{
+  long ps = sysconf(_SC_PAGESIZE);
+
+  f->size = (size_t)ps * 17;       /* 16 usable pages: room for 64 KiB */
+  f->page = mmap(NULL, f->size, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  assert_true(f->page != MAP_FAILED);
+  assert_int_equal(mprotect(f->page + f->size - (size_t)ps, (size_t)ps,
+                            PROT_NONE), 0);
+  f->size -= (size_t)ps;
+}
+
+static const char *fence_put(fence *f, const char *line, size_t len)
+{
+  char *p = f->page + f->size - len;
+
+  memcpy(p, line, len);
+  return p;
+}
+
+static void test_no_read_past_len(void **state)
+{
+  static const char *const lines[] = {
+    "{\"id\":3,\"type\":\"register_comm\",\"gpu\":0,\"name\":\"dp\","
+    "\"ctas\":8,\"cga\":1,\"concurrent\":3}",
+    "{\"id\":1,\"type\":\"hello\",\"versions\":[1,2],\"client\":\"\\u00e9x\"}",
+    "{\"id\":1,\"type\":\"report\",\"gpu\":0,\"kind\":\"barrier_timeout\","
+    "\"detail\":{\"barrier\":1,\"arrived\":12345}}",
+    "{\"id\":2,\"type\":\"status\",\"x\":[true,false,null,-1.5e-3]}",
+    "\xef\xbb\xbf{\"id\":2,\"type\":\"status\"}",
+  };
+  hr_proto_error err;
+  hr_request req;
+  hr_reply rep;
+  fence f;
+  size_t i, n;
+
+  (void)state;
+  fence_init(&f);
+  /* Every prefix of every line, at the very end of readable memory, in
+   * both decoders: whatever they answer, they must not fault. */
+  for(i = 0; i < sizeof(lines) / sizeof(lines[0]); i++) {
+    size_t len = strlen(lines[i]);
+    for(n = 0; n <= len; n++) {
+      const char *p = fence_put(&f, lines[i], n);
+      int rc = hr_proto_decode_request(p, n, &req, &err);
+      assert_int_equal(rc, n == len ? HR_OK : HR_EPROTO);
+      rc = hr_proto_decode_reply(p, n, &rep, &err);
+      hr_reply_free(&rep);
+    }
+  }
+  munmap(f.page, f.size + (size_t)sysconf(_SC_PAGESIZE));
+
+  /* Bytes after `len` that would change the meaning must be ignored. */
+  {
+    static const char buf[] = "{\"id\":1,\"type\":\"status\"}\"garbage";
+    static const char cut[] = "{\"id\":12,\"type\":\"status\"}";
+    assert_int_equal(hr_proto_decode_request(buf, 24, &req, &err), HR_OK);
+    assert_int_equal(req.id, 1);
+    /* "{"id":1" then "2,...": the 2 is not part of the line. */
+    expect_request_error(cut, 7, BAD, "invalid JSON", -1);
+  }
+}
+
+/* ---- Encoder limits ---------------------------------------------------- */
+
+static hr_status big_status(int n_clients)
+{
+  hr_status s;
+  int i;
+
+  memset(&s, 0, sizeof(s));
+  strcpy(s.daemon, "headroomd 0.1.0");
+  s.policy.min_grid = 64;
+  s.n_clients = n_clients;
+  s.clients = calloc((size_t)n_clients, sizeof(*s.clients));
+  assert_non_null(s.clients);
+  for(i = 0; i < n_clients; i++) {
+    s.clients[i].id = i + 1;
+    s.clients[i].pid = 100000 + i;
+    s.clients[i].uid = 1000;
+    s.clients[i].gid = 1000;
+  }
+  return s;
+}
+
+static void test_encode_too_large(void **state)
+{
+  hr_reply rep, out;
+  hr_proto_error err;
+  hr_request req;
+  hr_buf b;
+  int n, lo, hi, i;
+  size_t base, need;
+
+  (void)state;
+  /* Hundreds of clients: past 64 KiB, refused cleanly, buffer untouched. */
+  memset(&rep, 0, sizeof(rep));
+  rep.type = HR_MSG_STATUS;
+  rep.id = 1;
+  rep.u.status = big_status(1000);
+  for(i = 0; i < 1000; i++)
+    memset(rep.u.status.clients[i].name, 'c', HR_NAME_MAX - 1);
+  hr_buf_init(&b, 1 << 20);
+  assert_int_equal(hr_buf_append(&b, "kept\n", 5), HR_OK);
+  assert_int_equal(hr_proto_encode_reply(&rep, &b), HR_ETOOLARGE);
+  assert_int_equal(b.len, 5);
+  assert_string_equal(b.data, "kept\n");
+  hr_status_free(&rep.u.status);
+
+  /* The exact boundary: find the most clients (empty names) that fit, then
+   * pad names so the line is exactly HR_PROTO_MAX_LINE with its '\n'. */
+  lo = 1;
+  hi = 2000;
+  while(lo < hi) {                  /* largest n that encodes */
+    int mid = (lo + hi + 1) / 2;
+    rep.u.status = big_status(mid);
+    hr_buf_reset(&b);
+    if(hr_proto_encode_reply(&rep, &b) == HR_OK)
+      lo = mid;
+    else
+      hi = mid - 1;
+    hr_status_free(&rep.u.status);
+  }
+  n = lo;
+  rep.u.status = big_status(n);
+  hr_buf_reset(&b);
+  assert_int_equal(hr_proto_encode_reply(&rep, &b), HR_OK);
+  base = b.len;
+  need = HR_PROTO_MAX_LINE - base;
+  for(i = 0; need > 0; i++) {
+    size_t k = need < HR_NAME_MAX - 1 ? need : HR_NAME_MAX - 1;
+    memset(rep.u.status.clients[i].name, 'p', k);
+    need -= k;
+  }
+  hr_buf_reset(&b);
+  assert_int_equal(hr_proto_encode_reply(&rep, &b), HR_OK);
+  assert_int_equal(b.len, HR_PROTO_MAX_LINE);
+  /* ...which the decoder accepts (65535 bytes without the '\n')... */
+  assert_int_equal(hr_proto_decode_reply(b.data, b.len - 1, &out, &err),
+                   HR_OK);
+  assert_int_equal(out.u.status.n_clients, n);
+  hr_reply_free(&out);
+  /* ...and one byte more is too large for both. */
+  rep.u.status.clients[i].name[strlen(rep.u.status.clients[i].name)] = 'p';
+  hr_buf_reset(&b);
+  assert_int_equal(hr_proto_encode_reply(&rep, &b), HR_ETOOLARGE);
+  assert_int_equal(b.len, 0);
+  hr_status_free(&rep.u.status);
+  hr_buf_free(&b);
+  {
+    char *huge = malloc(HR_PROTO_MAX_LINE);
+    assert_non_null(huge);
+    memset(huge, ' ', HR_PROTO_MAX_LINE);
+    memcpy(huge, "{\"id\":1,\"type\":\"status\"}", 24);
+    assert_int_equal(hr_proto_decode_request(huge, HR_PROTO_MAX_LINE - 1,
+                                             &req, &err), HR_OK);
+    expect_request_error(huge, HR_PROTO_MAX_LINE, HR_WERR_TOO_LARGE,
+                         "message: longer than 65536", -1);
+    free(huge);
+  }
+
+  /* The buffer's own cap counts too. */
+  memset(&req, 0, sizeof(req));
+  req.type = HR_MSG_STATUS;
+  req.id = 1;
+  hr_buf_init(&b, 10);
+  assert_int_equal(hr_proto_encode_request(&req, &b), HR_ETOOLARGE);
+  assert_int_equal(b.len, 0);
+  hr_buf_free(&b);
+  hr_buf_init(&b, 25);              /* {"id":1,"type":"status"}\n */
+  assert_int_equal(hr_proto_encode_request(&req, &b), HR_OK);
+  assert_int_equal(b.len, 25);
+  assert_int_equal(hr_proto_encode_request(&req, &b), HR_ETOOLARGE);
+  assert_int_equal(b.len, 25);
+  hr_buf_free(&b);
+}
+
+/* Structs outside the ranges are refused, never sent. */
+static void test_encode_invalid(void **state)
+{
+  hr_request req;
+  hr_reply rep;
+  hr_buf b;
+
+  (void)state;
+  hr_buf_init(&b, 0);
+#define REQ_INVALID(setup) do {                                          \
+    memset(&req, 0, sizeof(req));                                        \
+    req.type = HR_MSG_REGISTER_COMM;                                     \
+    req.id = 1;                                                          \
+    req.u.register_comm.ctas = 8;                                        \
+    req.u.register_comm.cga = 1;                                         \
+    req.u.register_comm.concurrent = 1;                                  \
+    setup;                                                               \
+    assert_int_equal(hr_proto_encode_request(&req, &b), HR_EINVAL);      \
+    assert_int_equal(b.len, 0);                                          \
+  } while(0)
+
+  /* The baseline encodes; each change below breaks one rule. */
+  REQ_INVALID(req.u.register_comm.ctas = 0);
+  REQ_INVALID(req.u.register_comm.ctas = 65);
+  REQ_INVALID(req.u.register_comm.gpu = 64);
+  REQ_INVALID(req.u.register_comm.cga = 9);
+  REQ_INVALID(req.u.register_comm.concurrent = 0);
+  REQ_INVALID(memset(req.u.register_comm.name, 'x', HR_NAME_MAX));
+  REQ_INVALID(strcpy(req.u.register_comm.name, "bad \xff utf-8"));
+  REQ_INVALID(req.id = -1);
+  REQ_INVALID(req.id = HR_PROTO_MAX_ID + 1);
+  REQ_INVALID(req.type = HR_MSG_NONE);
+  REQ_INVALID(req.type = HR_MSG_BUDGET);
+  REQ_INVALID(req.type = HR_MSG_ERROR);
+  REQ_INVALID(req.type = HR_MSG_COUNT);
+  REQ_INVALID((req.type = HR_MSG_HELLO, req.u.hello.n_versions = 0));
+  REQ_INVALID((req.type = HR_MSG_HELLO, req.u.hello.n_versions = 9));
+  REQ_INVALID((req.type = HR_MSG_HELLO, req.u.hello.n_versions = 1,
+               req.u.hello.versions[0] = 0));
+  REQ_INVALID((req.type = HR_MSG_LEASE, req.u.lease.cluster = 3));
+  REQ_INVALID((req.type = HR_MSG_LEASE, req.u.lease.cluster = 2,
+               req.u.lease.mode = HR_MODE_COUNT));
+  REQ_INVALID((req.type = HR_MSG_RELEASE, req.u.release.lease = 0));
+  REQ_INVALID((req.type = HR_MSG_UNREGISTER_COMM,
+               req.u.unregister_comm.comm = -4));
+  REQ_INVALID((req.type = HR_MSG_REPORT,
+               req.u.report.kind = HR_INCIDENT_COUNT));
+  REQ_INVALID((req.type = HR_MSG_REPORT, req.u.report.lease = -1));
+  REQ_INVALID((req.type = HR_MSG_REPORT, unknown_detail(&req.u.report.detail),
+               req.u.report.detail.sm = -2));
+  REQ_INVALID((req.type = HR_MSG_REPORT,
+               memset(req.u.report.message, 'm', HR_MESSAGE_MAX)));
+  REQ_INVALID((req.type = HR_MSG_SUBSCRIBE, req.u.subscribe.gpu = 64));
+  REQ_INVALID((req.type = HR_MSG_POLICY_SET, req.u.policy_set.fields = 0));
+  REQ_INVALID((req.type = HR_MSG_POLICY_SET, req.u.policy_set.fields = 16,
+               req.u.policy_set.policy.min_grid = 1));
+  REQ_INVALID((req.type = HR_MSG_POLICY_SET,
+               req.u.policy_set.fields = HR_POLICY_MIN_GRID));
+  REQ_INVALID((req.type = HR_MSG_POLICY_SET,
+               req.u.policy_set.fields = HR_POLICY_INCIDENT_RAISE,
+               req.u.policy_set.policy.incident_raise = 2));
+#undef REQ_INVALID
+  memset(&req, 0, sizeof(req));
+  req.type = HR_MSG_REGISTER_COMM;
+  req.id = 1;
+  req.u.register_comm.ctas = 8;
+  req.u.register_comm.cga = 1;
+  req.u.register_comm.concurrent = 1;
+  assert_int_equal(hr_proto_encode_request(&req, &b), HR_OK);
+  hr_buf_reset(&b);
+
+#define REP_INVALID(setup) do {                                          \
+    memset(&rep, 0, sizeof(rep));                                        \
+    rep.type = HR_MSG_LEASE;                                             \
+    rep.id = 1;                                                          \
+    rep.u.lease.lease = 1;                                               \
+    sample_budget(&rep.u.lease.budget, 0);                               \
+    setup;                                                               \
+    assert_int_equal(hr_proto_encode_reply(&rep, &b), HR_EINVAL);        \
+    assert_int_equal(b.len, 0);                                          \
+  } while(0)
+
+  REP_INVALID(rep.u.lease.lease = 0);
+  REP_INVALID(rep.id = -1);         /* only errors may lack an id */
+  REP_INVALID(rep.u.lease.budget.cluster = 3);
+  REP_INVALID(rep.u.lease.budget.sms = 0);
+  REP_INVALID(rep.u.lease.budget.headroom = 1025);
+  REP_INVALID(rep.u.lease.budget.nccl_max_ctas = 65);
+  REP_INVALID(rep.u.lease.budget.nccl_nvls_enable = 3);
+  REP_INVALID(rep.u.lease.budget.degraded = 2);
+  REP_INVALID(rep.u.lease.budget.mode = HR_MODE_COUNT);
+  REP_INVALID(rep.type = HR_MSG_NONE);
+  REP_INVALID((rep.type = HR_MSG_ERROR, rep.u.error.code = HR_WERR_COUNT));
+  REP_INVALID((rep.type = HR_MSG_ERROR,
+               memset(rep.u.error.message, 'x', HR_MESSAGE_MAX)));
+  REP_INVALID((rep.type = HR_MSG_SHUTDOWN,
+               memset(rep.u.shutdown_reason, 'x', HR_MESSAGE_MAX)));
+  REP_INVALID((rep.type = HR_MSG_HELLO, rep.u.hello.version = 1,
+               rep.u.hello.topology.n_gpus = 65));
+  REP_INVALID((rep.type = HR_MSG_HELLO, rep.u.hello.version = 1,
+               rep.u.hello.topology.n_gpus = 1));    /* sms 0 */
+  REP_INVALID((rep.type = HR_MSG_HELLO, rep.u.hello.version = 1,
+               rep.u.hello.topology.source = HR_TOPO_COUNT));
+  REP_INVALID((rep.type = HR_MSG_POLICY_GET, rep.u.policy.min_grid = 0));
+  REP_INVALID((rep.type = HR_MSG_STATUS, rep.u.status.policy.min_grid = 1,
+               rep.u.status.n_clients = 2));         /* clients NULL */
+  REP_INVALID((rep.type = HR_MSG_STATUS, rep.u.status.policy.min_grid = 1,
+               rep.u.status.n_gpus = -1));
+#undef REP_INVALID
+  hr_buf_free(&b);
+}
+
+static void test_encode_error(void **state)
+{
+  char longmsg[600];
+  hr_proto_error err;
+  hr_reply rep;
+  hr_buf b;
+
+  (void)state;
+  hr_buf_init(&b, 0);
+  assert_int_equal(hr_proto_encode_error(-1, HR_WERR_BAD_REQUEST,
+                                         "invalid JSON", &b), HR_OK);
+  assert_string_equal(b.data, "{\"id\":null,\"error\":{\"code\":"
+                      "\"bad_request\",\"message\":\"invalid JSON\"}}\n");
+  hr_buf_reset(&b);
+  assert_int_equal(hr_proto_encode_error(7, HR_WERR_NOT_FOUND, NULL, &b),
+                   HR_OK);
+  assert_string_equal(b.data, "{\"id\":7,\"error\":{\"code\":\"not_found\","
+                      "\"message\":\"\"}}\n");
+  hr_buf_reset(&b);
+
+  /* Too long, cut inside a 2-byte character, and bad UTF-8: an error
+   * must still go out, valid and within HR_MESSAGE_MAX. */
+  memset(longmsg, 'a', sizeof(longmsg));
+  longmsg[0] = '\xff';
+  memcpy(longmsg + 254, "\xc3\xa9", 2);
+  longmsg[sizeof(longmsg) - 1] = '\0';
+  assert_int_equal(hr_proto_encode_error(3, HR_WERR_INTERNAL, longmsg, &b),
+                   HR_OK);
+  assert_int_equal(hr_proto_decode_reply(b.data, b.len - 1, &rep, &err),
+                   HR_OK);
+  assert_int_equal(rep.u.error.code, HR_WERR_INTERNAL);
+  assert_int_equal(strlen(rep.u.error.message), 254);
+  assert_int_equal(rep.u.error.message[0], '?');
+  assert_int_equal(rep.u.error.message[253], 'a');
+  hr_buf_free(&b);
+}
+
+/* ---- PROTOCOL.md ------------------------------------------------------- */
+
+static char *read_file(const char *path, size_t *len)
+{
+  FILE *f = fopen(path, "rb");
+  char *data = NULL;
+  long n;
+
+  if(!f)
+    return NULL;
+  if(fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 &&
+     fseek(f, 0, SEEK_SET) == 0 && (data = malloc((size_t)n + 1))) {
+    *len = fread(data, 1, (size_t)n, f);
+    data[*len] = '\0';
+  }
+  fclose(f);
+  return data;
+}
+
+/* 1 when `line` decodes as a request or a reply and encodes back to the
+ * very same bytes. */
+static int example_is_exact(const char *line, size_t len)
+{
+  hr_proto_error err;
+  hr_request req;
+  hr_reply rep;
+  hr_buf b;
+  int same = 0;
+
+  hr_buf_init(&b, 0);
+  if(hr_proto_decode_request(line, len, &req, &err) == HR_OK &&
+     hr_proto_encode_request(&req, &b) == HR_OK)
+    same = b.len == len + 1 && !memcmp(b.data, line, len);
+  hr_buf_reset(&b);
+  if(!same && hr_proto_decode_reply(line, len, &rep, &err) == HR_OK) {
+    if(hr_proto_encode_reply(&rep, &b) == HR_OK)
+      same = b.len == len + 1 && !memcmp(b.data, line, len);
+    hr_reply_free(&rep);
+  }
+  hr_buf_free(&b);
+  return same;
+}
+
+static void test_protocol_examples(void **state)
+{
+  const char *dir = getenv("HEADROOM_SRCDIR");
+  char path[4096];
+  char *doc, *line, *next;
+  size_t len;
+  int in_json = 0, examples = 0, lineno = 0, bad = 0;
+
+  (void)state;
+  snprintf(path, sizeof(path), "%s/proto/PROTOCOL.md", dir ? dir : ".");
+  doc = read_file(path, &len);
+  if(!doc)
+    print_error("cannot read %s (run from the repository root or set "
+                "HEADROOM_SRCDIR)\n", path);
+  assert_non_null(doc);
+  for(line = doc; line && *line; line = next) {
+    next = strchr(line, '\n');
+    if(next)
+      *next++ = '\0';
+    lineno++;
+    if(!strncmp(line, "```", 3)) {
+      in_json = !in_json && !strcmp(line, "```json");
+      continue;
+    }
+    if(!in_json || !*line)
+      continue;
+    examples++;
+    if(!example_is_exact(line, strlen(line))) {
+      print_error("PROTOCOL.md:%d: not what the encoder writes: %s\n",
+                  lineno, line);
+      bad++;
+    }
+  }
+  free(doc);
+  assert_int_equal(bad, 0);
+  /* Every message has an example; fewer means the scan found nothing. */
+  assert_true(examples >= 30);
+}
+
+int main(void)
+{
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_names),
+    cmocka_unit_test(test_buf),
+    cmocka_unit_test(test_request_hello),
+    cmocka_unit_test(test_request_comms),
+    cmocka_unit_test(test_request_leases),
+    cmocka_unit_test(test_request_report),
+    cmocka_unit_test(test_request_small),
+    cmocka_unit_test(test_reply_hello),
+    cmocka_unit_test(test_reply_others),
+    cmocka_unit_test(test_reply_events_and_errors),
+    cmocka_unit_test(test_reply_status),
+    cmocka_unit_test(test_bad_requests),
+    cmocka_unit_test(test_lenient_requests),
+    cmocka_unit_test(test_bad_args),
+    cmocka_unit_test(test_bad_replies),
+    cmocka_unit_test(test_bad_status_frees),
+    cmocka_unit_test(test_unknown_error_code),
+    cmocka_unit_test(test_no_read_past_len),
+    cmocka_unit_test(test_encode_too_large),
+    cmocka_unit_test(test_encode_invalid),
+    cmocka_unit_test(test_encode_error),
+    cmocka_unit_test(test_protocol_examples),
+  };
+
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
