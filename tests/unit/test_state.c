@@ -1,0 +1,740 @@
+/*
+ * test_state.c: headroomd's per-GPU state and its learned state file,
+ * without a socket.
+ *
+ * The rules pinned here: a change to a GPU's inputs recomputes its budget
+ * and bumps its epoch only when the numbers change; only the GPU changed
+ * is reported; ids are never reused; a client can touch only its own
+ * footprints and leases; a barrier timeout raises, a launch failure does
+ * not; the state file round-trips, is written atomically, and a corrupt
+ * one is moved aside and not trusted.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "log.h"
+#include "persist.h"
+#include "state.h"
+
+#define BIT(g) ((hr__gpu_mask)1 << (g))
+
+static void topo_of(hr_topology *t, int n, int sms)
+{
+  int g;
+
+  memset(t, 0, sizeof(*t));
+  t->source = HR_TOPO_CONFIG;
+  t->n_gpus = n;
+  for(g = 0; g < n; g++) {
+    t->gpus[g].index = g;
+    t->gpus[g].sms = sms;
+  }
+}
+
+static void state_of(hr__state *s, int n)
+{
+  hr_topology t;
+  hr_policy p;
+
+  topo_of(&t, n, 132);
+  hr__policy_default(&p);
+  assert_int_equal(hr__state_init(s, &t, &p), HR_OK);
+}
+
+static hr_req_register_comm comm_req(int gpu, int ctas, int concurrent)
+{
+  hr_req_register_comm r;
+
+  memset(&r, 0, sizeof(r));
+  r.gpu = gpu;
+  snprintf(r.name, sizeof(r.name), "c%d", ctas);
+  r.ctas = ctas;
+  r.cga = 1;
+  r.concurrent = concurrent;
+  return r;
+}
+
+static hr_req_lease lease_req(int gpu, int cluster, hr_mode mode)
+{
+  hr_req_lease r;
+
+  memset(&r, 0, sizeof(r));
+  r.gpu = gpu;
+  r.cluster = cluster;
+  r.mode = mode;
+  return r;
+}
+
+static hr_req_report report_req(int gpu, hr_incident_kind kind, int64_t lease)
+{
+  hr_req_report r;
+
+  memset(&r, 0, sizeof(r));
+  r.gpu = gpu;
+  r.kind = kind;
+  r.lease = lease;
+  r.detail.barrier = 3;
+  r.detail.arrived = 126;
+  r.detail.expected = 130;
+  r.detail.sm = 17;
+  r.detail.grid = 130;
+  r.detail.timeout_ms = 2000;
+  r.detail.cuda_error = -1;
+  snprintf(r.message, sizeof(r.message), "gang stuck");
+  return r;
+}
+
+/* ---- state ------------------------------------------------------------- */
+
+static void test_init(void **state)
+{
+  hr__state s;
+  hr_budget b;
+  hr_topology t;
+  hr_policy p;
+
+  (void)state;
+  state_of(&s, 2);
+  assert_int_equal(s.n_gpus, 2);
+  assert_int_equal(hr__state_budget(&s, 1, HR_MODE_HEADROOM, &b), HR_OK);
+  assert_int_equal(b.gpu, 1);
+  assert_int_equal(b.epoch, 1);
+  assert_int_equal(b.sms, 132);
+  assert_int_equal(b.cluster, 2);       /* no lease: pairs */
+  assert_int_equal(b.headroom, 2);      /* the default floor */
+  assert_int_equal(b.grid, 130);
+  assert_int_equal(b.nccl_cga_cluster_size, 1);
+  assert_int_equal(b.nccl_nvls_enable, 0);
+  assert_int_equal(hr__state_budget(&s, 2, HR_MODE_HEADROOM, &b),
+                   HR_ENOTFOUND);
+  assert_null(hr__state_gpu(&s, -1));
+  assert_int_equal(s.dirty, 0);
+  hr__state_free(&s);
+
+  /* Bad topologies and policies are refused. */
+  hr__policy_default(&p);
+  topo_of(&t, 0, 132);
+  assert_int_equal(hr__state_init(&s, &t, &p), HR_EINVAL);
+  topo_of(&t, 1, 2000);
+  assert_int_equal(hr__state_init(&s, &t, &p), HR_EINVAL);
+  topo_of(&t, 1, 132);
+  p.min_headroom = 50;
+  assert_int_equal(hr__state_init(&s, &t, &p), HR_EINVAL);
+}
+
+static void test_register_bumps_epoch(void **state)
+{
+  hr__state s;
+  hr_req_register_comm r = comm_req(0, 8, 1);
+  hr__gpu_mask changed = 0;
+  int64_t id = 0;
+  hr_budget b;
+
+  (void)state;
+  state_of(&s, 2);
+  assert_int_equal(hr__state_comm_add(&s, 1, &r, &id, &changed), HR_OK);
+  assert_true(id > 0);
+  assert_int_equal(changed, BIT(0));
+  assert_int_equal(s.dirty, 1);
+  hr__state_budget(&s, 0, HR_MODE_HEADROOM, &b);
+  assert_int_equal(b.epoch, 2);
+  assert_int_equal(b.headroom, 16); /* 8 CTAs, each may strand its pair */
+  assert_int_equal(b.grid, 116);
+  /* GPU 1 is untouched. */
+  hr__state_budget(&s, 1, HR_MODE_HEADROOM, &b);
+  assert_int_equal(b.epoch, 1);
+
+  /* A change that leaves the numbers alone does not bump the epoch: a
+   * one-CTA footprint needs 2 SMs, which the floor already gives. */
+  s.dirty = 0;
+  changed = 0;
+  r = comm_req(1, 1, 1);
+  assert_int_equal(hr__state_comm_add(&s, 1, &r, &id, &changed), HR_OK);
+  assert_int_equal(changed, 0);
+  assert_int_equal(s.dirty, 0);
+  hr__state_budget(&s, 1, HR_MODE_HEADROOM, &b);
+  assert_int_equal(b.epoch, 1);
+  assert_int_equal(b.headroom, 2);
+
+  /* Out of range. */
+  r = comm_req(2, 1, 1);
+  assert_int_equal(hr__state_comm_add(&s, 1, &r, &id, &changed),
+                   HR_ENOTFOUND);
+  r = comm_req(0, 65, 1);
+  assert_int_equal(hr__state_comm_add(&s, 1, &r, &id, &changed), HR_EINVAL);
+  hr__state_free(&s);
+}
+
+static void test_footprints_add_up(void **state)
+{
+  hr__state s;
+  hr_req_register_comm r;
+  hr__gpu_mask changed = 0;
+  int64_t a, b2;
+  hr_budget b;
+
+  (void)state;
+  state_of(&s, 1);
+  r = comm_req(0, 2, 1);
+  hr__state_comm_add(&s, 1, &r, &a, &changed);
+  r = comm_req(0, 4, 2);
+  hr__state_comm_add(&s, 2, &r, &b2, &changed);
+  hr__state_budget(&s, 0, HR_MODE_HEADROOM, &b);
+  assert_int_equal(b.headroom, 20); /* (2 + 8) CTAs x 2 */
+  assert_int_equal(b.grid, 112);
+  assert_int_equal(hr__state_clients_on(&s, 0), 2);
+  assert_int_equal(hr__state_gpu(&s, 0)->n_comms, 2);
+  hr__state_free(&s);
+}
+
+static void test_only_own(void **state)
+{
+  hr__state s;
+  hr_req_register_comm r = comm_req(0, 8, 1);
+  hr_req_lease lr = lease_req(0, 2, HR_MODE_HEADROOM);
+  hr__gpu_mask changed = 0;
+  int64_t comm, lease;
+  hr_budget b;
+
+  (void)state;
+  state_of(&s, 1);
+  hr__state_comm_add(&s, 1, &r, &comm, &changed);
+  hr__state_lease_add(&s, 1, &lr, &lease, &b, &changed);
+  changed = 0;
+  /* Client 2 cannot remove client 1's footprint or lease... */
+  assert_int_equal(hr__state_comm_remove(&s, 2, comm, &changed),
+                   HR_ENOTFOUND);
+  assert_int_equal(hr__state_lease_remove(&s, 2, lease, &changed),
+                   HR_ENOTFOUND);
+  assert_int_equal(changed, 0);
+  assert_int_equal(hr__state_gpu(&s, 0)->n_comms, 1);
+  assert_int_equal(hr__state_gpu(&s, 0)->n_leases, 1);
+  /* ...nor can anyone name what does not exist... */
+  assert_int_equal(hr__state_comm_remove(&s, 1, 999, &changed), HR_ENOTFOUND);
+  assert_int_equal(hr__state_comm_remove(&s, 1, lease + 100, &changed),
+                   HR_ENOTFOUND);
+  /* ...but the owner can, once. */
+  assert_int_equal(hr__state_comm_remove(&s, 1, comm, &changed), HR_OK);
+  assert_int_equal(changed, BIT(0));
+  assert_int_equal(hr__state_comm_remove(&s, 1, comm, &changed),
+                   HR_ENOTFOUND);
+  assert_int_equal(hr__state_lease_remove(&s, 1, lease, &changed), HR_OK);
+  assert_int_equal(hr__state_lease_remove(&s, 1, lease, &changed),
+                   HR_ENOTFOUND);
+  hr__state_free(&s);
+}
+
+static void test_ids_never_reused(void **state)
+{
+  hr__state s;
+  hr_req_register_comm r = comm_req(0, 1, 1);
+  hr_req_lease lr = lease_req(0, 2, HR_MODE_HEADROOM);
+  hr__gpu_mask changed = 0;
+  int64_t seen[64];
+  int n = 0, i, j;
+
+  (void)state;
+  state_of(&s, 1);
+  for(i = 0; i < 8; i++) {
+    int64_t id;
+    seen[n++] = hr__state_client_id(&s);
+    hr__state_comm_add(&s, 1, &r, &id, &changed);
+    seen[n++] = id;
+    hr__state_comm_remove(&s, 1, id, &changed);
+    hr__state_lease_add(&s, 1, &lr, &id, NULL, &changed);
+    seen[n++] = id;
+    hr__state_lease_remove(&s, 1, id, &changed);
+  }
+  /* Positive, and unique within each kind (every third is one kind). */
+  for(i = 0; i < n; i++) {
+    assert_true(seen[i] > 0);
+    for(j = i + 3; j < n; j += 3)
+      assert_true(seen[i] != seen[j]);
+  }
+  hr__state_free(&s);
+}
+
+static void test_lease_cluster_and_modes(void **state)
+{
+  hr__state s;
+  hr_req_lease lr;
+  hr__gpu_mask changed = 0;
+  int64_t l1, l2;
+  hr_budget b;
+
+  (void)state;
+  state_of(&s, 1);
+  /* Cluster 2 is what a GPU without leases assumes: nothing changes. */
+  lr = lease_req(0, 2, HR_MODE_HEADROOM);
+  assert_int_equal(hr__state_lease_add(&s, 1, &lr, &l1, &b, &changed),
+                   HR_OK);
+  assert_int_equal(changed, 0);
+  assert_int_equal(b.mode, HR_MODE_HEADROOM);
+  assert_int_equal(b.epoch, 1);
+  /* A cooperative lease with clusters of 4: same headroom rule, bigger
+   * cluster for the whole GPU, a new epoch; its reply carries its mode. */
+  lr = lease_req(0, 4, HR_MODE_COOPERATIVE);
+  assert_int_equal(hr__state_lease_add(&s, 2, &lr, &l2, &b, &changed),
+                   HR_OK);
+  assert_int_equal(changed, BIT(0));
+  assert_int_equal(b.mode, HR_MODE_COOPERATIVE);
+  assert_int_equal(b.cluster, 4);
+  assert_int_equal(b.headroom, 4);
+  assert_int_equal(b.epoch, 2);
+  /* The other lease sees the same numbers. */
+  hr__state_budget(&s, 0, HR_MODE_HEADROOM, &b);
+  assert_int_equal(b.cluster, 4);
+  assert_int_equal(b.headroom, 4);
+  /* Releasing the cluster-4 lease goes back to pairs. */
+  changed = 0;
+  assert_int_equal(hr__state_lease_remove(&s, 2, l2, &changed), HR_OK);
+  assert_int_equal(changed, BIT(0));
+  hr__state_budget(&s, 0, HR_MODE_HEADROOM, &b);
+  assert_int_equal(b.cluster, 2);
+  assert_int_equal(b.epoch, 3);
+  /* Bad requests. */
+  lr = lease_req(0, 3, HR_MODE_HEADROOM);
+  assert_int_equal(hr__state_lease_add(&s, 1, &lr, &l1, &b, &changed),
+                   HR_EINVAL);
+  lr = lease_req(0, 2, HR_MODE_COUNT);
+  assert_int_equal(hr__state_lease_add(&s, 1, &lr, &l1, &b, &changed),
+                   HR_EUNSUPPORTED);
+  lr = lease_req(5, 2, HR_MODE_HEADROOM);
+  assert_int_equal(hr__state_lease_add(&s, 1, &lr, &l1, &b, &changed),
+                   HR_ENOTFOUND);
+  hr__state_free(&s);
+}
+
+static void test_drop_client(void **state)
+{
+  hr__state s;
+  hr_req_register_comm r;
+  hr_req_lease lr = lease_req(1, 2, HR_MODE_HEADROOM);
+  hr__gpu_mask changed = 0;
+  int64_t id;
+  hr_budget b;
+
+  (void)state;
+  state_of(&s, 3);
+  r = comm_req(0, 8, 1);
+  hr__state_comm_add(&s, 7, &r, &id, &changed);
+  r = comm_req(1, 4, 1);
+  hr__state_comm_add(&s, 7, &r, &id, &changed);
+  r = comm_req(1, 2, 1);
+  hr__state_comm_add(&s, 8, &r, &id, &changed);
+  hr__state_lease_add(&s, 7, &lr, &id, NULL, &changed);
+  hr__state_lease_add(&s, 8, &lr, &id, NULL, &changed);
+  assert_int_equal(hr__state_clients_on(&s, 1), 2);
+
+  changed = 0;
+  hr__state_drop_client(&s, 7, &changed);
+  assert_int_equal(changed, BIT(0) | BIT(1)); /* GPU 2 had nothing of 7's */
+  assert_int_equal(hr__state_gpu(&s, 0)->n_comms, 0);
+  assert_int_equal(hr__state_gpu(&s, 1)->n_comms, 1);
+  assert_int_equal(hr__state_gpu(&s, 1)->comms[0].client, 8);
+  assert_int_equal(hr__state_gpu(&s, 1)->n_leases, 1);
+  assert_int_equal(hr__state_clients_on(&s, 1), 1);
+  assert_int_equal(hr__state_clients_on(&s, 0), 0);
+  hr__state_budget(&s, 0, HR_MODE_HEADROOM, &b);
+  assert_int_equal(b.headroom, 2);
+  assert_int_equal(b.epoch, 3);
+  /* Dropping a client with nothing is no change. */
+  changed = 0;
+  hr__state_drop_client(&s, 99, &changed);
+  assert_int_equal(changed, 0);
+  hr__state_free(&s);
+}
+
+static void test_report_raises(void **state)
+{
+  hr__state s;
+  hr_req_report rr;
+  hr__gpu_mask changed = 0;
+  int64_t inc1, inc2, inc3;
+  hr_budget b;
+
+  (void)state;
+  state_of(&s, 2);
+  /* A launch failure is recorded, not acted on. */
+  rr = report_req(0, HR_INCIDENT_LAUNCH_FAILURE, 0);
+  assert_int_equal(hr__state_report(&s, 1, &rr, 1000, &inc1, &b, &changed),
+                   HR_OK);
+  assert_int_equal(changed, 0);
+  assert_int_equal(b.headroom, 2);
+  assert_int_equal(hr__state_gpu(&s, 0)->raised, 0);
+  assert_int_equal(hr__state_gpu(&s, 0)->n_incidents, 1);
+  assert_int_equal(s.dirty, 1); /* the incident itself is learned state */
+
+  /* A barrier timeout raises the headroom one cluster. */
+  rr = report_req(0, HR_INCIDENT_BARRIER_TIMEOUT, 0);
+  assert_int_equal(hr__state_report(&s, 1, &rr, 2000, &inc2, &b, &changed),
+                   HR_OK);
+  assert_int_equal(changed, BIT(0));
+  assert_int_equal(b.headroom, 4);
+  assert_int_equal(b.grid, 128);
+  assert_int_equal(b.epoch, 2);
+  assert_int_equal(hr__state_gpu(&s, 0)->raised, 2);
+  assert_true(inc2 > inc1);
+  {
+    const hr_status_incident *in = &hr__state_gpu(&s, 0)->incidents[1];
+    assert_int_equal(in->id, inc2);
+    assert_int_equal(in->client, 1);
+    assert_int_equal(in->time_ms, 2000);
+    assert_int_equal(in->kind, HR_INCIDENT_BARRIER_TIMEOUT);
+    assert_int_equal(in->detail.arrived, 126);
+    assert_string_equal(in->message, "gang stuck");
+  }
+  /* Again: raised again, up to the ceiling and no further. */
+  hr__state_report(&s, 1, &rr, 3000, &inc3, &b, &changed);
+  assert_int_equal(b.headroom, 6);
+  for(int i = 0; i < 40; i++)
+    hr__state_report(&s, 1, &rr, 4000 + i, &inc3, &b, &changed);
+  assert_int_equal(b.headroom, 32);
+  /* Only the most recent 32 kept, oldest first. */
+  assert_int_equal(hr__state_gpu(&s, 0)->n_incidents, HR__INCIDENTS_KEPT);
+  assert_int_equal(hr__state_gpu(&s, 0)->incidents[31].id, inc3);
+  assert_int_equal(hr__state_gpu(&s, 0)->incidents[0].id, inc3 - 31);
+  /* GPU 1 never moved. */
+  hr__state_budget(&s, 1, HR_MODE_HEADROOM, &b);
+  assert_int_equal(b.epoch, 1);
+  rr = report_req(9, HR_INCIDENT_BARRIER_TIMEOUT, 0);
+  assert_int_equal(hr__state_report(&s, 1, &rr, 1, &inc3, &b, &changed),
+                   HR_ENOTFOUND);
+  hr__state_free(&s);
+}
+
+static void test_report_mode_and_no_raise(void **state)
+{
+  hr__state s;
+  hr_req_lease lr = lease_req(0, 2, HR_MODE_COOPERATIVE);
+  hr_req_report rr;
+  hr__gpu_mask changed = 0;
+  hr_policy p;
+  int64_t lease, inc;
+  hr_budget b;
+
+  (void)state;
+  state_of(&s, 1);
+  hr__state_lease_add(&s, 1, &lr, &lease, NULL, &changed);
+  /* The reply is in the mode of the caller's own lease. */
+  rr = report_req(0, HR_INCIDENT_LAUNCH_FAILURE, lease);
+  hr__state_report(&s, 1, &rr, 1, &inc, &b, &changed);
+  assert_int_equal(b.mode, HR_MODE_COOPERATIVE);
+  hr__state_report(&s, 2, &rr, 1, &inc, &b, &changed);
+  assert_int_equal(b.mode, HR_MODE_HEADROOM);
+  /* incident_raise = no: recorded, not raised. */
+  hr__policy_default(&p);
+  p.incident_raise = 0;
+  hr__state_set_policy(&s, &p, &changed);
+  changed = 0;
+  rr = report_req(0, HR_INCIDENT_BARRIER_TIMEOUT, lease);
+  hr__state_report(&s, 1, &rr, 1, &inc, &b, &changed);
+  assert_int_equal(changed, 0);
+  assert_int_equal(hr__state_gpu(&s, 0)->raised, 0);
+  assert_int_equal(hr__state_gpu(&s, 0)->n_incidents, 3);
+  hr__state_free(&s);
+}
+
+static void test_set_policy(void **state)
+{
+  hr__state s;
+  hr__gpu_mask changed = 0;
+  hr_policy p;
+  hr_budget b;
+
+  (void)state;
+  state_of(&s, 3);
+  hr__policy_default(&p);
+  hr__state_set_policy(&s, &p, &changed);
+  assert_int_equal(changed, 0); /* same policy, same numbers */
+  p.min_headroom = 8;
+  hr__state_set_policy(&s, &p, &changed);
+  assert_int_equal(changed, BIT(0) | BIT(1) | BIT(2));
+  hr__state_budget(&s, 2, HR_MODE_HEADROOM, &b);
+  assert_int_equal(b.headroom, 8);
+  assert_int_equal(b.epoch, 2);
+  assert_int_equal(s.policy.min_headroom, 8);
+  hr__state_free(&s);
+}
+
+/* ---- the state file ---------------------------------------------------- */
+
+static char tmpdir[64];
+
+static int setup_dir(void **state)
+{
+  (void)state;
+  snprintf(tmpdir, sizeof(tmpdir), "/tmp/hr-test-state-XXXXXX");
+  return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown_dir(void **state)
+{
+  char cmd[128];
+
+  (void)state;
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+  return system(cmd) == 0 ? 0 : -1;
+}
+
+/* A state with something learned on GPU 1: two incidents, one raise. */
+static void learned_state(hr__state *s)
+{
+  hr_req_report rr;
+  hr__gpu_mask changed = 0;
+  int64_t inc;
+
+  state_of(s, 2);
+  rr = report_req(1, HR_INCIDENT_LAUNCH_FAILURE, 0);
+  rr.detail.cuda_error = 720;
+  hr__state_report(s, 3, &rr, 1700000000123LL, &inc, NULL, &changed);
+  rr = report_req(1, HR_INCIDENT_BARRIER_TIMEOUT, 5);
+  snprintf(rr.message, sizeof(rr.message), "quote \" and \\ and \xc3\xa9");
+  hr__state_report(s, 4, &rr, 1700000000456LL, &inc, NULL, &changed);
+}
+
+static void test_persist_round_trip(void **state)
+{
+  hr__state a, b;
+  char *text = NULL, why[256];
+  const hr__gpu *ga, *gb;
+  int i;
+
+  (void)state;
+  learned_state(&a);
+  assert_int_equal(hr__persist_encode(&a, 42, &text), HR_OK);
+  state_of(&b, 2);
+  assert_int_equal(hr__persist_decode(&b, text, strlen(text), why,
+                                      sizeof(why)), HR_OK);
+  ga = hr__state_gpu(&a, 1);
+  gb = hr__state_gpu(&b, 1);
+  assert_int_equal(gb->raised, ga->raised);
+  assert_true(gb->raised > 0);
+  /* A restart is a change: the epoch carries on past the saved one. */
+  assert_int_equal(gb->epoch, ga->epoch + 1);
+  assert_int_equal(gb->budget.epoch, gb->epoch);
+  assert_int_equal(gb->budget.headroom, ga->budget.headroom);
+  assert_int_equal(gb->n_incidents, 2);
+  for(i = 0; i < 2; i++) {
+    const hr_status_incident *x = &ga->incidents[i], *y = &gb->incidents[i];
+    assert_int_equal(y->id, x->id);
+    assert_int_equal(y->client, x->client);
+    assert_int_equal(y->lease, x->lease);
+    assert_int_equal(y->time_ms, x->time_ms);
+    assert_int_equal(y->kind, x->kind);
+    assert_memory_equal(&y->detail, &x->detail, sizeof(x->detail));
+    assert_string_equal(y->message, x->message);
+  }
+  /* New incidents get ids past the restored ones. */
+  assert_true(b.next_incident > ga->incidents[1].id);
+  /* GPU 0 had nothing learned. */
+  assert_int_equal(hr__state_gpu(&b, 0)->raised, 0);
+  free(text);
+  hr__state_free(&a);
+  hr__state_free(&b);
+}
+
+static void expect_rejected(const char *text, const char *why_part)
+{
+  hr__state s;
+  char why[256];
+
+  state_of(&s, 2);
+  why[0] = '\0';
+  assert_int_equal(hr__persist_decode(&s, text, strlen(text), why,
+                                      sizeof(why)), HR_EINVAL);
+  if(!strstr(why, why_part))
+    fail_msg("'%s' rejected with '%s', expected '%s'", text, why, why_part);
+  /* Nothing half-applied. */
+  assert_int_equal(hr__state_gpu(&s, 0)->raised, 0);
+  assert_int_equal(hr__state_gpu(&s, 0)->epoch, 1);
+  hr__state_free(&s);
+}
+
+static void test_persist_rejects(void **state)
+{
+  (void)state;
+  expect_rejected("", "JSON");
+  expect_rejected("{\"format\":1,\"next_incident\":1,\"gpus\":[{\"gpu\":0,",
+                  "JSON");
+  expect_rejected("[]", "object");
+  expect_rejected("{\"format\":2,\"next_incident\":1,\"gpus\":[]}", "format");
+  expect_rejected("{\"format\":1,\"next_incident\":1,\"gpus\":{}}", "gpus");
+  /* GPU 0 is valid but GPU 1's raised is not: neither is applied. */
+  expect_rejected("{\"format\":1,\"next_incident\":1,\"gpus\":["
+                  "{\"gpu\":0,\"sms\":132,\"raised\":4,\"epoch\":3,"
+                  "\"incidents\":[]},"
+                  "{\"gpu\":1,\"sms\":132,\"raised\":-2,\"epoch\":3,"
+                  "\"incidents\":[]}]}", "raised");
+  expect_rejected("{\"format\":1,\"next_incident\":1,\"gpus\":["
+                  "{\"gpu\":0,\"sms\":132,\"raised\":2.5,\"epoch\":3,"
+                  "\"incidents\":[]}]}", "raised");
+  expect_rejected("{\"format\":1,\"next_incident\":1,\"gpus\":["
+                  "{\"gpu\":0,\"sms\":132,\"raised\":0,\"epoch\":0,"
+                  "\"incidents\":[]}]}", "epoch");
+  expect_rejected("{\"format\":1,\"next_incident\":1,\"gpus\":["
+                  "{\"gpu\":0,\"sms\":132,\"raised\":0,\"epoch\":1,"
+                  "\"incidents\":[{\"id\":1}]}]}", "time_ms");
+  expect_rejected("{\"format\":1,\"next_incident\":1,\"gpus\":["
+                  "{\"gpu\":0,\"sms\":132,\"raised\":0,\"epoch\":1,"
+                  "\"incidents\":[]},{\"gpu\":0,\"sms\":132,\"raised\":0,"
+                  "\"epoch\":1,\"incidents\":[]}]}", "twice");
+}
+
+static void test_persist_other_hardware(void **state)
+{
+  hr__state s;
+  char why[256];
+  /* GPU 0 had 114 SMs when this was saved, GPU 5 is not here at all:
+   * what was learned there does not apply to this node. */
+  const char *text = "{\"format\":1,\"next_incident\":9,\"gpus\":["
+                     "{\"gpu\":0,\"sms\":114,\"raised\":4,\"epoch\":3,"
+                     "\"incidents\":[]},"
+                     "{\"gpu\":1,\"sms\":132,\"raised\":4,\"epoch\":7,"
+                     "\"incidents\":[]},"
+                     "{\"gpu\":5,\"sms\":132,\"raised\":4,\"epoch\":3,"
+                     "\"incidents\":[]}]}";
+
+  (void)state;
+  state_of(&s, 2);
+  assert_int_equal(hr__persist_decode(&s, text, strlen(text), why,
+                                      sizeof(why)), HR_OK);
+  assert_int_equal(hr__state_gpu(&s, 0)->raised, 0);
+  assert_int_equal(hr__state_gpu(&s, 0)->epoch, 1);
+  assert_int_equal(hr__state_gpu(&s, 1)->raised, 4);
+  assert_int_equal(hr__state_gpu(&s, 1)->epoch, 8);
+  assert_int_equal(hr__state_gpu(&s, 1)->budget.headroom, 6);
+  assert_int_equal(s.next_incident, 9);
+  hr__state_free(&s);
+}
+
+static int count_entries(const char *dir, const char *prefix)
+{
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  int n = 0;
+
+  assert_non_null(d);
+  while((e = readdir(d)))
+    if(!strncmp(e->d_name, prefix, strlen(prefix)))
+      n++;
+  closedir(d);
+  return n;
+}
+
+static void test_persist_files(void **state)
+{
+  hr__persist p;
+  hr__state a, b;
+  char sub[128], path[192];
+  FILE *f;
+
+  (void)state;
+  /* The folder is created, parents too. */
+  snprintf(sub, sizeof(sub), "%s/var/lib/headroom", tmpdir);
+  assert_int_equal(hr__persist_open(&p, sub), HR_OK);
+  assert_int_equal(p.enabled, 1);
+
+  learned_state(&a);
+  assert_int_equal(hr__persist_save(&p, &a, 99), HR_OK);
+  snprintf(path, sizeof(path), "%s/state.json", sub);
+  assert_int_equal(access(path, R_OK), 0);
+  assert_int_equal(count_entries(sub, "state.json.tmp"), 0);
+
+  state_of(&b, 2);
+  assert_int_equal(hr__persist_load(&p, &b, 1), HR_OK);
+  assert_int_equal(hr__state_gpu(&b, 1)->raised,
+                   hr__state_gpu(&a, 1)->raised);
+  assert_int_equal(hr__state_gpu(&b, 1)->n_incidents, 2);
+  hr__state_free(&b);
+
+  /* Truncate it, as a crash of a non-atomic writer would: set aside,
+   * never trusted, and the daemon starts fresh. */
+  assert_int_equal(truncate(path, 40), 0);
+  state_of(&b, 2);
+  assert_int_equal(hr__persist_load(&p, &b, 1234), HR_OK);
+  assert_int_equal(hr__state_gpu(&b, 1)->raised, 0);
+  assert_int_equal(hr__state_gpu(&b, 1)->n_incidents, 0);
+  assert_int_equal(access(path, F_OK), -1);
+  snprintf(path, sizeof(path), "%s/state.json.corrupt-1234", sub);
+  assert_int_equal(access(path, F_OK), 0);
+  hr__state_free(&b);
+
+  /* Garbage of the right shape but the wrong type. */
+  snprintf(path, sizeof(path), "%s/state.json", sub);
+  f = fopen(path, "w");
+  assert_non_null(f);
+  fputs("{\"format\":1,\"next_incident\":\"x\",\"gpus\":[]}\n", f);
+  fclose(f);
+  state_of(&b, 2);
+  assert_int_equal(hr__persist_load(&p, &b, 1235), HR_OK);
+  assert_int_equal(count_entries(sub, "state.json.corrupt-"), 2);
+  hr__state_free(&b);
+
+  /* No file at all: fresh, nothing moved. */
+  state_of(&b, 2);
+  assert_int_equal(hr__persist_load(&p, &b, 1236), HR_OK);
+  assert_int_equal(count_entries(sub, "state.json.corrupt-"), 2);
+  hr__state_free(&b);
+  hr__state_free(&a);
+}
+
+static void test_persist_unusable_dir(void **state)
+{
+  hr__persist p;
+  hr__state s;
+  char file[128], sub[160];
+  FILE *f;
+
+  (void)state;
+  /* A state_dir below a plain file cannot be created: persistence is
+   * off, and saving and loading are harmless no-ops. */
+  snprintf(file, sizeof(file), "%s/plain", tmpdir);
+  f = fopen(file, "w");
+  assert_non_null(f);
+  fclose(f);
+  snprintf(sub, sizeof(sub), "%s/state", file);
+  assert_int_not_equal(hr__persist_open(&p, sub), HR_OK);
+  assert_int_equal(p.enabled, 0);
+  state_of(&s, 1);
+  assert_int_equal(hr__persist_save(&p, &s, 1), HR_OK);
+  assert_int_equal(hr__persist_load(&p, &s, 1), HR_OK);
+  hr__state_free(&s);
+}
+
+int main(void)
+{
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_init),
+    cmocka_unit_test(test_register_bumps_epoch),
+    cmocka_unit_test(test_footprints_add_up),
+    cmocka_unit_test(test_only_own),
+    cmocka_unit_test(test_ids_never_reused),
+    cmocka_unit_test(test_lease_cluster_and_modes),
+    cmocka_unit_test(test_drop_client),
+    cmocka_unit_test(test_report_raises),
+    cmocka_unit_test(test_report_mode_and_no_raise),
+    cmocka_unit_test(test_set_policy),
+    cmocka_unit_test(test_persist_round_trip),
+    cmocka_unit_test(test_persist_rejects),
+    cmocka_unit_test(test_persist_other_hardware),
+    cmocka_unit_test_setup_teardown(test_persist_files, setup_dir,
+                                    teardown_dir),
+    cmocka_unit_test_setup_teardown(test_persist_unusable_dir, setup_dir,
+                                    teardown_dir),
+  };
+
+  /* The corrupt-file cases log at err on purpose; keep the run readable. */
+  hr__log_set_level(HR_LOG_ERR);
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
