@@ -142,13 +142,17 @@ typedef struct hr_client_options {
   const char *name;     /* shown in status; default: program name */
   int request_timeout_ms; /* per request; default 5000 */
   int reconnect_ms;     /* delay between reconnect attempts; default 200 */
-  int quiet;            /* 1: do not print the one-time degraded notice */
+  int quiet;            /* 1: do not print the one-time degraded notice
+                         * (nor the lost/reconnected lines) on stderr */
 } hr_client_options;
 
 /* Connect to the daemon at `socket_path`, else $HEADROOM_SOCKET, else
  * HR_DEFAULT_SOCKET. `opts` may be NULL. Succeeds with a degraded client
  * when no daemon answers (see top of file); fails only on bad arguments,
- * memory, or a daemon that speaks no common protocol version. */
+ * memory, or a daemon that speaks no common protocol version.
+ * A client belongs to the process that opened it (it runs a thread):
+ * after fork(), the child must not use the parent's client; it may open
+ * its own. */
 int hr_client_open(hr_client **out, const char *socket_path,
                    const hr_client_options *opts);
 
@@ -170,12 +174,14 @@ int hr_client_gpu_sms(const hr_client *client, int gpu);
  * or the process dies; it is re-registered after a daemon restart. */
 int hr_comm_register(hr_client *client, int gpu, const char *name, int ctas,
                      int cga, int concurrent, hr_comm **out);
+/* Frees `comm` whatever it returns. */
 int hr_comm_unregister(hr_comm *comm);
 
 /* Acquire a lease on `gpu` for a mega kernel of `cluster` CTAs per cluster
  * (1, 2, 4 or 8), launched in `mode`. */
 int hr_lease_acquire(hr_client *client, int gpu, int cluster, hr_mode mode,
                      hr_lease **out);
+/* Frees `lease` whatever it returns. */
 int hr_lease_release(hr_lease *lease);
 
 /* The hot path: the grid and headroom in force now. Lock-free, no syscall;
@@ -193,8 +199,9 @@ int hr_lease_budget(const hr_lease *lease, hr_budget *out);
 int hr_lease_gpu(const hr_lease *lease);
 hr_client *hr_lease_client(const hr_lease *lease);
 
-/* Wait until the lease's epoch differs from `epoch` or `timeout_ms` passes
- * (HR_ETIMEDOUT). For tools and tests; trainers read hr_lease_grid(). */
+/* Wait until the lease's epoch differs from `epoch` or `timeout_ms` (>= 0)
+ * passes (HR_ETIMEDOUT). For tools and tests; trainers read
+ * hr_lease_grid(). */
 int hr_lease_wait_change(const hr_lease *lease, uint32_t epoch, int timeout_ms);
 
 /* Export the lease as environment variables for libraries that read them:
@@ -203,8 +210,11 @@ int hr_lease_wait_change(const hr_lease *lease, uint32_t epoch, int timeout_ms);
 int hr_lease_export_env(const hr_lease *lease);
 
 /* Report an incident to the daemon. `lease` and `detail` may be NULL;
- * `message` may be NULL. HR_EDEGRADED when no daemon is connected (the
- * incident is then only logged on stderr). */
+ * `message` may be NULL (a long one is cut to 255 bytes).
+ * Without a lease, the incident is filed against the GPU of the client's
+ * oldest lease, else of its oldest footprint, else GPU 0. HR_EDEGRADED
+ * when no daemon is connected (the incident is then only logged on
+ * stderr). */
 int hr_report(hr_client *client, const hr_lease *lease, hr_incident_kind kind,
               const hr_incident_detail *detail, const char *message);
 

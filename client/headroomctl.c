@@ -102,34 +102,34 @@ static int usage_error(const char *fmt, const char *arg)
   return EXIT_USAGE;
 }
 
-/* The exit code for a library error. */
-static int exit_code(int err)
+/* The exit code for a failure. `answered`: the daemon replied with an
+ * error, as opposed to the connection failing under us. */
+static int exit_code(int err, int answered)
 {
-  switch(err) {
-  case HR_OK:
+  if(err == HR_OK)
     return EXIT_OK;
-  case HR_EPERM:
+  if(err == HR_EPERM)
     return EXIT_PERM;
-  case HR_ECONNECT:
-  case HR_ECLOSED:
-  case HR_ETIMEDOUT:
-  case HR_ETOOLARGE:
-  case HR_EPROTO:
-  case HR_ESHUTDOWN:
-    return EXIT_CONNECT;
-  default:
-    return EXIT_DAEMON;
-  }
+  return answered ? EXIT_DAEMON : EXIT_CONNECT;
+}
+
+/* hr__conn_call's transport failures; every other code came in an error
+ * reply from the daemon. */
+static int is_transport_error(int err)
+{
+  return err == HR_ECONNECT || err == HR_ECLOSED || err == HR_ETIMEDOUT ||
+         err == HR__EINTR;
 }
 
 static int fail(const char *what, int err, const hr_reply *rep)
 {
+  int answered = rep ? rep->type == HR_MSG_ERROR : !is_transport_error(err);
   if(rep && rep->type == HR_MSG_ERROR && rep->u.error.message[0])
     fprintf(stderr, "headroomctl: %s: %s (%s)\n", what, hr_strerror(err),
             rep->u.error.message);
   else
     fprintf(stderr, "headroomctl: %s: %s\n", what, hr_strerror(err));
-  return exit_code(err);
+  return exit_code(err, answered);
 }
 
 /* Connect and say hello; returns an exit code. */
@@ -143,7 +143,7 @@ static int open_conn(hr__conn *c, const char *path)
   err = hr__conn_connect(c, path, timeout_ms, why, sizeof(why));
   if(err) {
     fprintf(stderr, "headroomctl: cannot connect to %s: %s\n", path, why);
-    return exit_code(err);
+    return exit_code(err, 0);
   }
   err = hr__conn_hello(c, "headroomctl", timeout_ms, &hello, NULL, NULL);
   if(err)

@@ -238,6 +238,9 @@ int hr__io_connect(hr_client *c, char *why, size_t why_len)
   pthread_mutex_lock(&c->mu);
   c->state = HR__SYNCING;
   gen = ++c->gen;
+  /* One id sequence per client, whichever thread sends: the resync's
+   * requests continue it, and requesters continue after them. */
+  c->conn.next_id = c->next_id;
   pthread_mutex_unlock(&c->mu);
 
   err = hr__conn_hello(&c->conn, c->name, handshake_ms(c), &hello,
@@ -271,6 +274,7 @@ int hr__io_connect(hr_client *c, char *why, size_t why_len)
   c->wgen = gen;
   pthread_mutex_unlock(&c->wmu);
   pthread_mutex_lock(&c->mu);
+  c->next_id = c->conn.next_id;
   c->state = HR__UP;
   atomic_store_explicit(&c->connected, 1, memory_order_release);
   pthread_cond_broadcast(&c->state_cv);

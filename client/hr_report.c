@@ -31,15 +31,35 @@ static int valid_detail(const hr_incident_detail *d)
          d->cuda_error >= -1;
 }
 
+/* Append ", <label> <v>" to `out` when v is known (not -1). */
+static void add_field(char *out, size_t cap, const char *fmt, int v)
+{
+  size_t len = strlen(out);
+  if(v < 0 || len + 1 >= cap)
+    return;
+  snprintf(out + len, cap - len, fmt, len ? ", " : "", v);
+}
+
 static void log_incident(const hr_req_report *r)
 {
   const hr_incident_detail *d = &r->detail;
   const char *kind = hr_incident_kind_name(r->kind);
-  fprintf(stderr, "headroom: %s on GPU %d (barrier %d, %d of %d CTAs "
-          "arrived, SM %d, grid %d, timeout %d ms, CUDA error %d)%s%s; no "
-          "daemon to report it to\n", kind ? kind : "incident", r->gpu,
-          d->barrier, d->arrived, d->expected, d->sm, d->grid, d->timeout_ms,
-          d->cuda_error, r->message[0] ? ": " : "", r->message);
+  char detail[160] = "";
+
+  add_field(detail, sizeof(detail), "%sbarrier %d", d->barrier);
+  if(d->arrived >= 0 && d->expected >= 0) {
+    size_t len = strlen(detail);
+    snprintf(detail + len, sizeof(detail) - len, "%s%d of %d CTAs arrived",
+             len ? ", " : "", d->arrived, d->expected);
+  }
+  add_field(detail, sizeof(detail), "%sSM %d", d->sm);
+  add_field(detail, sizeof(detail), "%sgrid %d", d->grid);
+  add_field(detail, sizeof(detail), "%stimeout %d ms", d->timeout_ms);
+  add_field(detail, sizeof(detail), "%sCUDA error %d", d->cuda_error);
+  fprintf(stderr, "headroom: %s on GPU %d%s%s%s%s%s; no daemon to report it "
+          "to\n", kind ? kind : "incident", r->gpu, detail[0] ? " (" : "",
+          detail, detail[0] ? ")" : "", r->message[0] ? ": " : "",
+          r->message);
 }
 
 int hr_report(hr_client *c, const hr_lease *lease, hr_incident_kind kind,
