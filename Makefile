@@ -46,6 +46,7 @@ DEB_DEPS := libuv1-dev:uv.h libcjson-dev:cjson/cJSON.h libcmocka-dev:cmocka.h \
 BINDIR := $(BUILD)/bin
 LIBDIR := $(BUILD)/lib
 OBJDIR := $(BUILD)/obj
+TESTBIN := $(BUILD)/tests
 
 BINS :=
 UNIT_TESTS :=
