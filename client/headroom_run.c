@@ -187,8 +187,8 @@ static int parse_args(int argc, char **argv, run_opts *o)
                          optarg);
       break;
     case 'n':
-      if(strlen(optarg) >= HR_NAME_MAX)
-        rc = usage_error("--name '%s' is too long", optarg);
+      if(strlen(optarg) >= HR_NAME_MAX || !hr__text_valid(optarg))
+        rc = usage_error("--name '%s' is too long or not UTF-8", optarg);
       o->name = optarg;
       break;
     case 's':
@@ -244,7 +244,7 @@ static int take_lease(hr__conn *conn, const run_opts *o, hr_budget *budget,
   *refused = 0;
   copy = strdup(o->cmd[0]);
   base = copy ? basename(copy) : o->cmd[0];
-  snprintf(name, sizeof(name), "%s", o->name ? o->name : base);
+  hr__text_copy(name, sizeof(name), o->name ? o->name : base);
   free(copy);
 
   err = hr__conn_hello(conn, name, o->timeout_ms, &hello, NULL, NULL);

@@ -185,6 +185,15 @@ int hr__budget_export_env(const hr_budget *b);
 /* Parse a whole decimal int in [min, max]; HR_EINVAL otherwise. */
 int hr__parse_int(const char *s, int min, int max, int *out);
 
+/* ---- hr_text.c --------------------------------------------------------- */
+
+/* 1 when `s` is well-formed UTF-8 (what the wire accepts), else 0. */
+int hr__text_valid(const char *s);
+
+/* Copy `src` into `dst` (size bytes, '\0' included): cut at a character
+ * boundary, with '?' for every byte that is not part of a character. */
+void hr__text_copy(char *dst, size_t size, const char *src);
+
 /* ---- hr_cuda.c --------------------------------------------------------- */
 
 /* SMs of CUDA device `gpu` through the driver (dlopen'ed), or HR_ENOGPU. */

@@ -80,8 +80,8 @@ int hr_report(hr_client *c, const hr_lease *lease, hr_incident_kind kind,
   req.u.report.kind = kind;
   req.u.report.detail = detail ? *detail : unknown;
   /* Free text: a long message is cut, not refused. */
-  snprintf(req.u.report.message, sizeof(req.u.report.message), "%s",
-           message ? message : "");
+  hr__text_copy(req.u.report.message, sizeof(req.u.report.message),
+                message ? message : "");
 
   pthread_mutex_lock(&c->mu);
   req.u.report.gpu = lease ? lease->gpu : default_gpu(c);

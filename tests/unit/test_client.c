@@ -526,6 +526,43 @@ static void test_report_degraded_logs(void **state)
   hr_client_close(a.c);
 }
 
+static void report_long_message(void *arg)
+{
+  report_args *a = arg;
+  char msg[601];
+  int i;
+  /* 300 two-byte characters: more than the 255 bytes the wire takes. */
+  for(i = 0; i < 300; i++)
+    memcpy(msg + 2 * i, "\xc3\xa9", 2);
+  msg[600] = '\0';
+  assert_int_equal(hr_report(a->c, a->l, HR_INCIDENT_LAUNCH_FAILURE, NULL,
+                             msg), HR_EDEGRADED);
+}
+
+static void test_report_cuts_long_message(void **state)
+{
+  report_args a;
+  char *text, *start, *end;
+  (void)state;
+
+  a.c = open_degraded();
+  a.l = lease_on(a.c, 0);
+  text = capture_stderr(report_long_message, &a);
+  start = strstr(text, "): ");
+  if(!start)
+    start = strstr(text, "GPU 0: ");
+  assert_non_null(start);
+  start = strchr(start, ':') + 2;
+  end = strstr(start, "; no daemon");
+  assert_non_null(end);
+  /* Cut at a character boundary: 127 whole characters, 254 bytes. */
+  assert_int_equal((int)(end - start), 254);
+  assert_int_equal((unsigned char)start[252], 0xc3);
+  assert_int_equal((unsigned char)start[253], 0xa9);
+  free(text);
+  hr_client_close(a.c);
+}
+
 /* ---- argument checks ---------------------------------------------------- */
 
 static void test_invalid_open(void **state)
@@ -547,6 +584,8 @@ static void test_invalid_open(void **state)
   memset(longname, 'n', sizeof(longname) - 1);
   longname[sizeof(longname) - 1] = '\0';
   o.name = longname;
+  assert_int_equal(hr_client_open(&c, sock_path, &o), HR_EINVAL);
+  o.name = "trainer\xff";
   assert_int_equal(hr_client_open(&c, sock_path, &o), HR_EINVAL);
   o.name = NULL;
   memset(longpath, 'p', sizeof(longpath) - 1);
@@ -581,10 +620,18 @@ static void test_invalid_register(void **state)
   assert_int_equal(hr_comm_register(c, 0, "x", 8, 1, 0, &m), HR_EINVAL);
   assert_int_equal(hr_comm_register(c, 0, "x", 8, 1, 65, &m), HR_EINVAL);
   assert_int_equal(hr_comm_register(c, 0, longname, 8, 1, 1, &m), HR_EINVAL);
+  /* The wire carries UTF-8 only: a truncated character, a surrogate, an
+   * overlong '/'. */
+  assert_int_equal(hr_comm_register(c, 0, "dp\xc3", 8, 1, 1, &m), HR_EINVAL);
+  assert_int_equal(hr_comm_register(c, 0, "\xed\xa0\x80", 8, 1, 1, &m),
+                   HR_EINVAL);
+  assert_int_equal(hr_comm_register(c, 0, "\xc0\xaf", 8, 1, 1, &m), HR_EINVAL);
   assert_ptr_equal(m, (hr_comm *)&m);
   /* The edges of every range are fine. */
   assert_int_equal(hr_comm_register(c, 63, "x", 64, 8, 64, NULL), HR_OK);
   assert_int_equal(hr_comm_register(c, 0, "x", 1, 1, 1, NULL), HR_OK);
+  assert_int_equal(hr_comm_register(c, 0, "d\xc3\xa9p \xf0\x9f\x9a\x80", 1, 1,
+                                    1, NULL), HR_OK);
   assert_int_equal(hr_comm_unregister(NULL), HR_EINVAL);
   hr_client_close(c);
 }
@@ -884,6 +931,7 @@ int main(void)
     T(test_degraded_footprints_kept),
     T(test_wait_change_times_out),
     T(test_report_degraded_logs),
+    T(test_report_cuts_long_message),
     T(test_invalid_open),
     T(test_invalid_register),
     T(test_invalid_lease),
