@@ -1,0 +1,162 @@
+/*
+ * headroom_moe.h: the mega-MoE forward kernel and its launch path.
+ *
+ * One persistent CUDA kernel computes a bf16 mixture-of-experts forward
+ * (fp32 accumulation) in a single launch:
+ *
+ *     y[t] = sum over j < k of  w[t,j] * W2[e] (silu(W1g[e] x[t]) * W1u[e] x[t])
+ *            with e = ids[t,j]
+ *
+ * Inside the launch: count the (token, slot) pairs per expert and scan;
+ * scatter them into expert-sorted order; GEMM1 + SwiGLU; GEMM2; weighted
+ * combine back to token order. The stages are separated by whole-grid
+ * barriers, so every CTA of the grid must be resident at once: the grid is
+ * one CTA per SM (the kernel takes enough shared memory that two CTAs never
+ * share an SM) and must fit in the SMs that are free. headroomd's lease says
+ * how many that is; hr_moe_forward() launches with the lease's grid.
+ *
+ * The barriers never trap. Each one waits at most the launch's timeout
+ * (args.timeout_ms, measured with the GPU's global timer), and leaves early
+ * when another CTA failed or when the host sets the context's abort word
+ * (hr_moe_abort). The CTA that notices a timeout records which barrier, how
+ * many CTAs had arrived, how many were expected and its SM id in an error
+ * word the host reads; every CTA then leaves, the CUDA context stays
+ * healthy and the next launch on the same hr_moe works.
+ *
+ *     hr_moe *m;
+ *     hr_moe_shape s = { .experts = 128, .hidden = 2048, .inter = 768,
+ *                        .topk = 8, .max_tokens = 8192 };
+ *     hr_moe_create(&m, -1, &s);
+ *     hr_moe_args a = { .tokens = T, .x = x, ... , .timeout_ms = 1000 };
+ *     err = hr_moe_forward(m, lease, &a, stream);   // grid from the lease
+ *     ...
+ *     err = hr_moe_sync(m);   // HR_EBARRIER_TIMEOUT: reported to headroomd
+ *     hr_moe_destroy(m);
+ *
+ * Layouts (row-major, all on the device):
+ *   x    [T, H]    bf16          y  [T, H] bf16 (written in full)
+ *   ids  [T, k]    int32         ids outside [0, E) contribute nothing
+ *   w    [T, k]    fp32          routing weights, used as given
+ *   W1   [E, 2I, H] bf16         rows 0..I-1 gate, rows I..2I-1 up
+ *   W2   [E, H, I]  bf16
+ * Numerics: fp32 accumulation; the SwiGLU output silu(gate) * up is rounded
+ * to bf16 (it is GEMM2's operand), and so is each expert's GEMM2 row before
+ * the weighted sum, which is done in fp32 in slot order j = 0..k-1 and
+ * rounded to bf16 once. kernels/moe_ref.c computes the same on the CPU.
+ * Results do not depend on the grid size: the same inputs give bitwise
+ * identical y for every grid.
+ *
+ * Constraints: hidden a multiple of 128, inter a multiple of 64,
+ * 1 <= experts <= HR_MOE_MAX_EXPERTS, 1 <= topk <= HR_MOE_MAX_TOPK,
+ * 1 <= tokens <= max_tokens; x, W1, W2, y 16-byte aligned, ids and w
+ * 4-byte aligned; all device (or managed) memory. The kernel is built for
+ * sm_90a (H100/H200).
+ *
+ * Threads: an hr_moe is used by one thread at a time. Launches on one hr_moe
+ * run one after the other (a launch on another stream waits for the last).
+ */
+#ifndef HEADROOM_MOE_H
+#define HEADROOM_MOE_H
+
+#include <stdint.h>
+
+#include "headroom.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define HR_MOE_MAX_EXPERTS 1024
+#define HR_MOE_MAX_TOPK 32
+/* Used when hr_moe_args.timeout_ms is 0. */
+#define HR_MOE_DEFAULT_TIMEOUT_MS 10000
+
+typedef struct hr_moe hr_moe;
+
+/* The model's shape, fixed for the life of a context; sizes its workspace. */
+typedef struct hr_moe_shape {
+  int experts;     /* E */
+  int hidden;      /* H: model width */
+  int inter;       /* I: expert intermediate width */
+  int topk;        /* k: experts per token */
+  int max_tokens;  /* largest T a forward will be given */
+} hr_moe_shape;
+
+/* One forward. The shape fields must equal the context's. */
+typedef struct hr_moe_args {
+  int tokens;                 /* T, 1..max_tokens */
+  int experts, hidden, inter, topk;
+  const void *x;              /* [T, H] bf16 */
+  const int32_t *topk_ids;    /* [T, k] */
+  const float *topk_weights;  /* [T, k] */
+  const void *w1;             /* [E, 2I, H] bf16 */
+  const void *w2;             /* [E, H, I] bf16 */
+  void *y;                    /* [T, H] bf16 */
+  int timeout_ms;             /* per barrier wait; 0: the default */
+} hr_moe_args;
+
+/* What the last failed launch left in the error word. */
+typedef struct hr_moe_failure {
+  int code;                   /* HR_EBARRIER_TIMEOUT, HR_EABORTED; 0: none */
+  hr_incident_detail detail;  /* barrier, arrived, expected, sm, grid, ... */
+  int cta;                    /* blockIdx.x of the CTA that noticed */
+  int reported;               /* hr_report()'s result; 1: not reported
+                                 (launched without a lease) */
+} hr_moe_failure;
+
+/* Create a context on CUDA device `device` (-1: the current one): checks
+ * the device (HR_ENOGPU without a driver or device, HR_EUNSUPPORTED when
+ * it is not compute capability 9.0), allocates the workspace for `shape`,
+ * the pinned host-mapped error and abort words and the events.
+ * Nothing touches the GPU before this call: loading the library is safe on
+ * a machine without one. */
+int hr_moe_create(hr_moe **out, int device, const hr_moe_shape *shape);
+
+/* Wait for the last launch and free everything. NULL is ok. */
+void hr_moe_destroy(hr_moe *m);
+
+/* SM count of the context's device. */
+int hr_moe_sms(const hr_moe *m);
+
+/* Bytes of device workspace the context holds. */
+uint64_t hr_moe_workspace_bytes(const hr_moe *m);
+
+/* Launch the forward on `stream` (a cudaStream_t; NULL: the legacy default
+ * stream) with the grid the lease holds now (hr_lease_grid: no syscall),
+ * in the lease's mode (ordinary, or the cooperative attribute) and with
+ * clusters of the lease's cluster size (1 or 2). Checks `args` first:
+ * HR_EINVAL and nothing launched when a shape, pointer or alignment is
+ * wrong. HR_ECOOP_TOO_LARGE when a cooperative grid cannot fit the device;
+ * HR_ECUDA for any other launch error (then reported to the daemon as a
+ * launch failure). The lease must outlive the next hr_moe_sync(). */
+int hr_moe_forward(hr_moe *m, const hr_lease *lease, const hr_moe_args *args,
+                   void *stream);
+
+/* The same without a lease, for tests and benchmarks: `grid` CTAs
+ * (1..SMs in HR_MODE_HEADROOM; a multiple of `cluster`), `cluster` 1 or 2. */
+int hr_moe_forward_grid(hr_moe *m, int grid, hr_mode mode, int cluster,
+                        const hr_moe_args *args, void *stream);
+
+/* Wait for the last launch. HR_OK; HR_EBARRIER_TIMEOUT or HR_EABORTED as
+ * soon as the error word says so (the aborted kernel may still be draining:
+ * CTAs that were not resident leave as soon as they start, and the next
+ * launch is ordered after them); HR_ECUDA when CUDA reported an error.
+ * A timeout of a launch made under a lease is reported to the daemon
+ * (hr_report, HR_INCIDENT_BARRIER_TIMEOUT, with the detail). HR_OK when
+ * nothing was launched. */
+int hr_moe_sync(hr_moe *m);
+
+/* Copy what the last failed launch recorded; HR_ENOTFOUND when none has
+ * failed since the context was created. */
+int hr_moe_last_failure(const hr_moe *m, hr_moe_failure *out);
+
+/* Ask the launch in flight to stop: its CTAs leave at their next barrier
+ * wait and hr_moe_sync() returns HR_EABORTED. Later launches are not
+ * affected. Safe from another thread. */
+int hr_moe_abort(hr_moe *m);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HEADROOM_MOE_H */

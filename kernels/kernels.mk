@@ -1,0 +1,77 @@
+# kernels/: the mega-MoE kernel (CUDA C, sm_90a) and its launch path, built
+# into libheadroom_moe.so and .a; and its CPU reference (plain C, always
+# built: the unit tests use it on every machine).
+#
+# Without nvcc nothing CUDA is built (one line says so); the daemon, the
+# client and every CPU test still build. With nvcc the kernels build here
+# even without a GPU, with zero warnings: a process without a GPU gets
+# HR_ENOGPU from hr_moe_create (the CUDA runtime is linked statically and
+# loads the driver only at the first call).
+
+MOE_REF_OBJ := $(OBJDIR)/kernels/moe_ref.o
+
+HAVE_NVCC := $(shell test -x "$(NVCC)" && echo 1)
+
+ifeq ($(HAVE_NVCC),1)
+
+MOE_CU_SRCS := kernels/moe_kernel.cu kernels/moe_api.cu
+MOE_CU_OBJS := $(patsubst %.cu,$(OBJDIR)/%.cu.o,$(MOE_CU_SRCS))
+MOE_LIB_SO := $(LIBDIR)/libheadroom_moe.so
+MOE_LIB_A := $(LIBDIR)/libheadroom_moe.a
+CUDA_LIBDIR := $(CUDA_HOME)/lib64
+# What a program that uses the CUDA runtime itself links (the GPU tests).
+LDLIBS_CUDART := -L$(CUDA_LIBDIR) -lcudart_static -ldl -lrt -lpthread
+
+NVCC_ARCH := -gencode=arch=compute_90a,code=sm_90a
+NVCCFLAGS := -std=c++17 -O3 $(NVCC_ARCH) -Xcompiler -fPIC \
+             -Xcompiler -Wall,-Wextra -Xptxas -warn-spills \
+             -Iclient -Ikernels -Iproto
+
+# libheadroom (client/client.mk) gives the lease; until it exists the
+# library builds without the lease entry point (hr_moe_forward then
+# returns HR_EUNSUPPORTED).
+ifneq ($(wildcard client/client.mk),)
+MOE_LIBHEADROOM := $(LIBDIR)/libheadroom.so
+MOE_LINK_HEADROOM := -L$(LIBDIR) -lheadroom
+else
+MOE_LIBHEADROOM :=
+MOE_LINK_HEADROOM :=
+NVCCFLAGS += -DHR_MOE_NO_LIBHEADROOM
+endif
+
+BINS += $(MOE_LIB_SO) $(MOE_LIB_A)
+
+$(OBJDIR)/kernels/%.cu.o: kernels/%.cu kernels/*.h kernels/*.cuh client/headroom.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
+
+# Only the hr_moe_* API leaves the library (kernels/libheadroom_moe.map):
+# the static CUDA runtime inside stays private, so a program with its own
+# runtime (or PyTorch) never binds to ours. -z defs: a missing symbol fails
+# here, not in a user's program.
+$(MOE_LIB_SO): $(MOE_CU_OBJS) $(MOE_LIBHEADROOM) kernels/libheadroom_moe.map
+	@mkdir -p $(dir $@)
+	$(CC) -shared -o $@ $(MOE_CU_OBJS) $(LDFLAGS) \
+	  -Wl,-soname,libheadroom_moe.so -Wl,--version-script=kernels/libheadroom_moe.map \
+	  -Wl,--exclude-libs,ALL -Wl,-z,defs -Wl,-rpath,'$$ORIGIN' \
+	  $(MOE_LINK_HEADROOM) $(LDLIBS_CUDART) -lstdc++
+
+$(MOE_LIB_A): $(MOE_CU_OBJS)
+	@mkdir -p $(dir $@)
+	rm -f $@
+	ar rcs $@ $^
+
+.PHONY: kernels-sass
+# The kernel's registers, shared memory and spills, and its SASS, for
+# review without a GPU: build/kernels.sass
+kernels-sass: $(OBJDIR)/kernels/moe_kernel.cu.o
+	cuobjdump --dump-resource-usage $< | grep -i -E 'REG|SHARED|STACK'
+	cuobjdump --dump-sass $< > $(BUILD)/kernels.sass
+	@grep -c -E 'HMMA' $(BUILD)/kernels.sass | sed 's/^/HMMA instructions: /'
+
+else
+
+$(info kernels: nvcc not found ($(NVCC)); CUDA kernels skipped)
+LDLIBS_CUDART :=
+
+endif

@@ -1,0 +1,536 @@
+/*
+ * moe_api.cu: the launch path of the mega-MoE kernel (headroom_moe.h):
+ * the context, argument checks, the launch in the lease's mode, and the
+ * wait that turns the kernel's error word into HR_E* codes and incidents.
+ *
+ * Host code only; plain C in a .cu file because it is built into the same
+ * library as the kernel with the CUDA runtime linked statically.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime.h>
+
+#include "headroom.h"
+#include "headroom_moe.h"
+#include "moe_kernel.h"
+
+/* Busy-poll the launch this long before sleeping between polls: a forward
+ * takes tens of microseconds to milliseconds and a sleep would add its
+ * own latency to every hr_moe_sync. */
+#define SYNC_SPIN_NS 2000000LL
+#define SYNC_SLEEP_NS 50000L
+
+struct hr_moe {
+  int device;
+  int sms;
+  hr_moe_shape shape;
+
+  /* device workspace, one allocation */
+  void *ws;
+  size_t ws_bytes;
+  hr__moe_sync *sync;
+  int32_t *sorted_tok;
+  int32_t *pos_of;
+  uint16_t *h;
+  uint16_t *ypair;
+
+  /* pinned, mapped error and abort words */
+  hr__moe_host_words *host;
+  hr__moe_host_words *host_dev;
+
+  cudaEvent_t done;        /* recorded after each launch */
+  cudaStream_t stream;     /* of the last launch */
+  uint32_t seq;            /* of the last launch */
+  int in_flight;           /* a launch not yet waited for by hr_moe_sync */
+  int needs_reset;         /* the barrier words must be cleared */
+
+  /* about the last launch, for the incident */
+  const hr_lease *lease;
+  int grid;
+  int timeout_ms;
+
+  int has_failure;
+  hr_moe_failure failure;
+};
+
+/* ---- helpers ----------------------------------------------------------- */
+
+static int err_from_cuda(cudaError_t e)
+{
+  switch(e) {
+  case cudaSuccess:
+    return HR_OK;
+  case cudaErrorCooperativeLaunchTooLarge:
+    return HR_ECOOP_TOO_LARGE;
+  case cudaErrorMemoryAllocation:
+    return HR_ENOMEM;
+  case cudaErrorNoDevice:
+  case cudaErrorInsufficientDriver:
+  case cudaErrorInitializationError:
+  case cudaErrorStubLibrary:
+  case cudaErrorDevicesUnavailable:
+  case cudaErrorSystemDriverMismatch:
+  case cudaErrorCompatNotSupportedOnDevice:
+    return HR_ENOGPU;
+  default:
+    return HR_ECUDA;
+  }
+}
+
+/* Make the context's device current; *prev gets the caller's. */
+static int device_enter(int device, int *prev)
+{
+  if(cudaGetDevice(prev) != cudaSuccess)
+    *prev = -1;
+  if(*prev != device && cudaSetDevice(device) != cudaSuccess)
+    return HR_ECUDA;
+  return HR_OK;
+}
+
+static void device_leave(int device, int prev)
+{
+  if(prev >= 0 && prev != device)
+    cudaSetDevice(prev);
+}
+
+static int shape_valid(const hr_moe_shape *s)
+{
+  return s && s->experts >= 1 && s->experts <= HR_MOE_MAX_EXPERTS &&
+         s->hidden >= 128 && s->hidden % 128 == 0 &&
+         s->inter >= 64 && s->inter % 64 == 0 &&
+         s->topk >= 1 && s->topk <= HR_MOE_MAX_TOPK &&
+         s->max_tokens >= 1 &&
+         (long long)s->max_tokens * s->topk <= (1LL << 30);
+}
+
+static size_t align_up(size_t n)
+{
+  return (n + 255) & ~(size_t)255;
+}
+
+/* ---- create / destroy -------------------------------------------------- */
+
+int hr_moe_create(hr_moe **out, int device, const hr_moe_shape *shape)
+{
+  hr_moe *m = NULL;
+  struct cudaDeviceProp prop;
+  cudaError_t ce;
+  int count = 0, prev = -1, entered = 0, err = HR_OK;
+  size_t pairs, off;
+
+  if(!out || !shape_valid(shape))
+    return HR_EINVAL;
+  *out = NULL;
+
+  /* The first CUDA call: without a driver or device it fails here, with a
+   * clear code, and nothing else has been touched. */
+  ce = cudaGetDeviceCount(&count);
+  if(ce != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return HR_ENOGPU;
+  }
+  if(device < 0 && cudaGetDevice(&device) != cudaSuccess)
+    return HR_ECUDA;
+  if(device >= count)
+    return HR_EINVAL;
+  if(cudaGetDeviceProperties(&prop, device) != cudaSuccess)
+    return HR_ECUDA;
+  if(prop.major != 9 || prop.minor != 0)
+    return HR_EUNSUPPORTED;            /* the kernel is built for sm_90a */
+
+  m = (hr_moe *)calloc(1, sizeof(*m));
+  if(!m)
+    return HR_ENOMEM;
+  m->device = device;
+  m->sms = prop.multiProcessorCount;
+  m->shape = *shape;
+
+  err = device_enter(device, &prev);
+  if(err)
+    goto out;
+  entered = 1;
+  err = err_from_cuda(hr__moe_prepare());
+  if(err)
+    goto out;
+
+  pairs = (size_t)shape->max_tokens * shape->topk;
+  m->ws_bytes = align_up(sizeof(hr__moe_sync)) + 2 * align_up(pairs * 4) +
+                align_up(pairs * shape->inter * 2) +
+                align_up(pairs * shape->hidden * 2);
+  err = err_from_cuda(cudaMalloc(&m->ws, m->ws_bytes));
+  if(err)
+    goto out;
+  off = 0;
+  m->sync = (hr__moe_sync *)((char *)m->ws + off);
+  off += align_up(sizeof(hr__moe_sync));
+  m->sorted_tok = (int32_t *)((char *)m->ws + off);
+  off += align_up(pairs * 4);
+  m->pos_of = (int32_t *)((char *)m->ws + off);
+  off += align_up(pairs * 4);
+  m->h = (uint16_t *)((char *)m->ws + off);
+  off += align_up(pairs * shape->inter * 2);
+  m->ypair = (uint16_t *)((char *)m->ws + off);
+  err = err_from_cuda(cudaMemset(m->sync, 0, sizeof(hr__moe_sync)));
+  if(err)
+    goto out;
+
+  err = err_from_cuda(cudaHostAlloc((void **)&m->host, sizeof(*m->host),
+                                    cudaHostAllocMapped));
+  if(err)
+    goto out;
+  memset((void *)m->host, 0, sizeof(*m->host));
+  err = err_from_cuda(cudaHostGetDevicePointer((void **)&m->host_dev,
+                                               (void *)m->host, 0));
+  if(err)
+    goto out;
+  err = err_from_cuda(cudaEventCreateWithFlags(&m->done,
+                                               cudaEventDisableTiming));
+  if(err)
+    goto out;
+  m->failure.reported = 1;
+
+out:
+  if(err) {
+    cudaGetLastError();
+    if(m) {
+      if(m->done)
+        cudaEventDestroy(m->done);
+      if(m->host)
+        cudaFreeHost((void *)m->host);
+      if(m->ws)
+        cudaFree(m->ws);
+      free(m);
+    }
+    m = NULL;
+  }
+  if(entered)
+    device_leave(device, prev);
+  *out = m;
+  return err;
+}
+
+void hr_moe_destroy(hr_moe *m)
+{
+  int prev;
+  if(!m)
+    return;
+  if(device_enter(m->device, &prev) == HR_OK) {
+    cudaEventSynchronize(m->done);     /* the last launch may use the words */
+    cudaEventDestroy(m->done);
+    cudaFreeHost((void *)m->host);
+    cudaFree(m->ws);
+    cudaGetLastError();
+    device_leave(m->device, prev);
+  }
+  free(m);
+}
+
+int hr_moe_sms(const hr_moe *m)
+{
+  return m ? m->sms : HR_EINVAL;
+}
+
+uint64_t hr_moe_workspace_bytes(const hr_moe *m)
+{
+  return m ? (uint64_t)m->ws_bytes : 0;
+}
+
+/* ---- argument checks --------------------------------------------------- */
+
+/* Device or managed memory of this context's device; a host pointer would
+ * fault the kernel and take the CUDA context down with it. */
+static int pointer_ok(const hr_moe *m, const void *p, unsigned align)
+{
+  struct cudaPointerAttributes a;
+  if(!p || ((uintptr_t)p % align) != 0)
+    return 0;
+  if(cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  if(a.type == cudaMemoryTypeManaged)
+    return 1;
+  return a.type == cudaMemoryTypeDevice && a.device == m->device;
+}
+
+static int args_ok(const hr_moe *m, const hr_moe_args *a)
+{
+  const hr_moe_shape *s = &m->shape;
+  if(!a)
+    return 0;
+  if(a->tokens < 1 || a->tokens > s->max_tokens || a->experts != s->experts ||
+     a->hidden != s->hidden || a->inter != s->inter || a->topk != s->topk ||
+     a->timeout_ms < 0)
+    return 0;
+  return pointer_ok(m, a->x, 16) && pointer_ok(m, a->w1, 16) &&
+         pointer_ok(m, a->w2, 16) && pointer_ok(m, a->y, 16) &&
+         pointer_ok(m, a->topk_ids, 4) && pointer_ok(m, a->topk_weights, 4);
+}
+
+/* ---- launch ------------------------------------------------------------ */
+
+static int failure_take(hr_moe *m);
+
+static int launch(hr_moe *m, const hr_lease *lease, int grid, hr_mode mode,
+                  int cluster, const hr_moe_args *a, cudaStream_t stream)
+{
+  hr__moe_params p;
+  cudaError_t ce;
+  int prev, err, timeout_ms;
+
+  if(!m || !args_ok(m, a))
+    return HR_EINVAL;
+  if((mode != HR_MODE_HEADROOM && mode != HR_MODE_COOPERATIVE) ||
+     (cluster != 1 && cluster != 2) || grid < 1 || grid % cluster != 0)
+    return HR_EINVAL;
+  /* An ordinary launch larger than the device could never pass its first
+   * barrier. A cooperative one is left to CUDA, which refuses it. */
+  if(mode == HR_MODE_HEADROOM && grid > m->sms)
+    return HR_EINVAL;
+
+  err = device_enter(m->device, &prev);
+  if(err)
+    return err;
+
+  /* The last launch was never waited for, and has already failed: take
+   * the record now so the barrier words get cleared below. */
+  if(m->in_flight && m->host->seq == m->seq) {
+    failure_take(m);
+    m->in_flight = 0;
+  }
+  /* One launch at a time per context: the next is ordered after the last
+   * (on its stream already; on another stream through the event). */
+  if((m->in_flight || m->needs_reset) && stream != m->stream) {
+    err = err_from_cuda(cudaStreamWaitEvent(stream, m->done, 0));
+    if(err)
+      goto out;
+  }
+  /* After a failure the barrier words are in an unknown state; clear them
+   * once the failed launch has drained (stream order). */
+  if(m->needs_reset) {
+    err = err_from_cuda(cudaMemsetAsync(m->sync, 0, sizeof(hr__moe_sync),
+                                        stream));
+    if(err)
+      goto out;
+    m->needs_reset = 0;
+  }
+
+  timeout_ms = a->timeout_ms ? a->timeout_ms : HR_MOE_DEFAULT_TIMEOUT_MS;
+  memset(&p, 0, sizeof(p));
+  p.x = (const uint16_t *)a->x;
+  p.ids = a->topk_ids;
+  p.wts = a->topk_weights;
+  p.w1 = (const uint16_t *)a->w1;
+  p.w2 = (const uint16_t *)a->w2;
+  p.y = (uint16_t *)a->y;
+  p.T = a->tokens;
+  p.E = a->experts;
+  p.H = a->hidden;
+  p.I = a->inter;
+  p.k = a->topk;
+  p.sorted_tok = m->sorted_tok;
+  p.pos_of = m->pos_of;
+  p.h = m->h;
+  p.ypair = m->ypair;
+  p.sync = m->sync;
+  p.host = m->host_dev;
+  p.seq = m->seq + 1;
+  p.timeout_ns = (unsigned long long)timeout_ms * 1000000ULL;
+
+  ce = hr__moe_launch(&p, grid, mode == HR_MODE_COOPERATIVE, cluster, stream);
+  if(ce != cudaSuccess) {
+    cudaGetLastError();              /* not sticky: keep it from the app */
+    err = err_from_cuda(ce);
+    if(err == HR_ENOGPU || err == HR_ENOMEM)
+      err = HR_ECUDA;
+    if(lease) {
+      hr_incident_detail d;
+      char msg[160];
+      memset(&d, -1, sizeof(d));
+      d.grid = grid;
+      d.timeout_ms = timeout_ms;
+      d.cuda_error = (int)ce;
+      snprintf(msg, sizeof(msg), "mega-MoE launch of %d CTAs (%s, cluster %d) failed: %s",
+               grid, hr_mode_name(mode), cluster, cudaGetErrorString(ce));
+      hr_report(hr_lease_client(lease), lease, HR_INCIDENT_LAUNCH_FAILURE,
+                &d, msg);
+    }
+    goto out;
+  }
+  m->seq = p.seq;
+  m->stream = stream;
+  m->in_flight = 1;
+  m->lease = lease;
+  m->grid = grid;
+  m->timeout_ms = timeout_ms;
+  err = err_from_cuda(cudaEventRecord(m->done, stream));
+  if(err == HR_ENOGPU || err == HR_ENOMEM)
+    err = HR_ECUDA;
+
+out:
+  device_leave(m->device, prev);
+  return err;
+}
+
+int hr_moe_forward_grid(hr_moe *m, int grid, hr_mode mode, int cluster,
+                        const hr_moe_args *args, void *stream)
+{
+  return launch(m, NULL, grid, mode, cluster, args, (cudaStream_t)stream);
+}
+
+#ifdef HR_MOE_NO_LIBHEADROOM
+/* Built before libheadroom existed: no leases, no incident reports. */
+int hr_report(hr_client *client, const hr_lease *lease, hr_incident_kind kind,
+              const hr_incident_detail *detail, const char *message);
+int hr_report(hr_client *client, const hr_lease *lease, hr_incident_kind kind,
+              const hr_incident_detail *detail, const char *message)
+{
+  return HR_EUNSUPPORTED;
+}
+hr_client *hr_lease_client(const hr_lease *lease);
+hr_client *hr_lease_client(const hr_lease *lease)
+{
+  return NULL;
+}
+const char *hr_mode_name(hr_mode mode);
+const char *hr_mode_name(hr_mode mode)
+{
+  return mode == HR_MODE_COOPERATIVE ? "cooperative" : "headroom";
+}
+
+int hr_moe_forward(hr_moe *m, const hr_lease *lease, const hr_moe_args *args,
+                   void *stream)
+{
+  return HR_EUNSUPPORTED;
+}
+#else
+int hr_moe_forward(hr_moe *m, const hr_lease *lease, const hr_moe_args *args,
+                   void *stream)
+{
+  hr_budget b;
+  int grid, err;
+
+  if(!m || !lease)
+    return HR_EINVAL;
+  grid = hr_lease_grid(lease);        /* the hot path: no syscall */
+  if(grid < 0)
+    return grid;
+  err = hr_lease_budget(lease, &b);
+  if(err)
+    return err;
+  /* The kernel's clusters are 1 or 2 CTAs; a grid budgeted for larger
+   * clusters is a multiple of 2 and safe with pairs. */
+  return launch(m, lease, grid, b.mode, b.cluster > 1 ? 2 : 1, args,
+                (cudaStream_t)stream);
+}
+#endif
+
+/* ---- waiting ----------------------------------------------------------- */
+
+static long long now_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* The error word says launch m->seq failed: keep the record, report a
+ * timeout under a lease, and plan the barrier reset. */
+static int failure_take(hr_moe *m)
+{
+  volatile hr__moe_host_words *w = m->host;
+  hr_moe_failure *f = &m->failure;
+  int code = w->code;
+
+  memset(f, 0, sizeof(*f));
+  /* An abort, or a launch refused because an earlier failure was never
+   * waited for: HR_EABORTED; a barrier timeout: HR_EBARRIER_TIMEOUT. */
+  f->code = code == HR__MOE_FAIL_TIMEOUT ? HR_EBARRIER_TIMEOUT : HR_EABORTED;
+  f->detail.barrier = w->barrier;
+  f->detail.arrived = w->arrived;
+  f->detail.expected = w->expected;
+  f->detail.sm = w->sm;
+  f->detail.grid = m->grid;
+  f->detail.timeout_ms = m->timeout_ms;
+  f->detail.cuda_error = -1;
+  f->cta = w->cta;
+  f->reported = 1;
+  m->has_failure = 1;
+  m->needs_reset = 1;
+  if(f->code == HR_EBARRIER_TIMEOUT && m->lease) {
+    char msg[200];
+    snprintf(msg, sizeof(msg),
+             "mega-MoE barrier %d timed out after %d ms: %d of %d CTAs "
+             "arrived (noticed on SM %d, grid %d)",
+             f->detail.barrier, f->detail.timeout_ms, f->detail.arrived,
+             f->detail.expected, f->detail.sm, f->detail.grid);
+    f->reported = hr_report(hr_lease_client(m->lease), m->lease,
+                            HR_INCIDENT_BARRIER_TIMEOUT, &f->detail, msg);
+  }
+  return f->code;
+}
+
+int hr_moe_sync(hr_moe *m)
+{
+  long long start;
+  int prev, err = HR_OK;
+
+  if(!m)
+    return HR_EINVAL;
+  if(!m->in_flight)
+    return HR_OK;
+  err = device_enter(m->device, &prev);
+  if(err)
+    return err;
+  start = now_ns();
+  for(;;) {
+    cudaError_t q = cudaEventQuery(m->done);
+    /* Read the word after the query: once the launch is complete, what
+     * the word says now is final. */
+    if(m->host->seq == m->seq) {
+      err = failure_take(m);
+      break;
+    }
+    if(q == cudaSuccess)
+      break;
+    if(q != cudaErrorNotReady) {
+      cudaGetLastError();
+      err = HR_ECUDA;
+      break;
+    }
+    if(now_ns() - start < SYNC_SPIN_NS) {
+      sched_yield();
+    } else {
+      struct timespec ts = { 0, SYNC_SLEEP_NS };
+      while(nanosleep(&ts, &ts) == -1 && errno == EINTR)
+        ;
+    }
+  }
+  m->in_flight = 0;
+  device_leave(m->device, prev);
+  return err;
+}
+
+int hr_moe_last_failure(const hr_moe *m, hr_moe_failure *out)
+{
+  if(!m || !out)
+    return HR_EINVAL;
+  if(!m->has_failure)
+    return HR_ENOTFOUND;
+  *out = m->failure;
+  return HR_OK;
+}
+
+int hr_moe_abort(hr_moe *m)
+{
+  if(!m)
+    return HR_EINVAL;
+  m->host->abort_seq = m->seq;
+  __sync_synchronize();
+  return HR_OK;
+}

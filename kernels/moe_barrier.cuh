@@ -1,0 +1,108 @@
+/*
+ * moe_barrier.cuh: the whole-grid barrier of the MoE kernel, which fails
+ * instead of hanging.
+ *
+ * Counter plus generation: each CTA reads the generation, adds one to the
+ * counter, and the last to arrive puts the counter back to 0 and bumps the
+ * generation, which releases the others. The counter is always 0 between
+ * barriers, so the same words serve every barrier of every launch with no
+ * reset.
+ *
+ * Waiting is bounded. A waiting CTA leaves (returns 0) when
+ *   - the launch's timeout passes (%globaltimer): it records the failure;
+ *   - the host set the abort word to this launch or a later one: likewise;
+ *   - another CTA already recorded a failure for this launch.
+ * The first CTA to record wins (atomicMax on sync->fail); it fills the
+ * host-mapped error words and writes their seq last. Nothing traps: the
+ * kernel just ends, and the CUDA context stays usable.
+ */
+#ifndef HR_MOE_BARRIER_CUH
+#define HR_MOE_BARRIER_CUH
+
+#include "moe_kernel.h"
+#include "moe_ptx.cuh"
+
+/* Record a failure of this launch unless another CTA already did. */
+static __device__ __noinline__ void moe_fail(const hr__moe_params &p, int code,
+                                      int barrier, int arrived)
+{
+  if(atomicMax(&p.sync->fail, p.seq) >= p.seq)
+    return;                                   /* someone was first */
+  hr__moe_host_words *w = p.host;
+  w->code = code;
+  w->barrier = barrier;
+  w->arrived = arrived;
+  w->expected = (int)gridDim.x;
+  w->sm = sm_id();
+  w->cta = (int)blockIdx.x;
+  __threadfence_system();                     /* details before seq */
+  w->seq = p.seq;
+  __threadfence_system();
+}
+
+/* 1 when this launch has already failed somewhere. One thread asks. */
+static __device__ __forceinline__ int moe_failed(const hr__moe_params &p)
+{
+  return ld_relaxed_gpu(&p.sync->fail) == p.seq;
+}
+
+/* Thread 0's part of the barrier: arrive, then wait for the release.
+ * Returns 1 when released, 0 when the launch failed. */
+static __device__ __noinline__ int moe_barrier_wait(const hr__moe_params &p, int barrier)
+{
+  hr__moe_sync *s = p.sync;
+  const unsigned expected = gridDim.x;
+  unsigned gen, it;
+  unsigned long long t0;
+
+  /* Read the generation before arriving: this barrier cannot complete
+   * before we arrive, so this is the generation it will end. */
+  gen = ld_acquire_gpu(&s->gen);
+  if(moe_failed(p))
+    return 0;
+  __threadfence();                    /* the CTA's writes, before arrival */
+  if(atomicAdd(&s->count, 1u) == expected - 1) {
+    atomicExch(&s->count, 0u);        /* last in: reset, then release */
+    __threadfence();
+    atomicAdd(&s->gen, 1u);
+    return 1;
+  }
+  t0 = global_timer_ns();
+  for(it = 1;; it++) {
+    if(ld_acquire_gpu(&s->gen) != gen)
+      return 1;
+    if((it & 7) != 0) {
+      __nanosleep(32);
+      continue;
+    }
+    /* Every 8th poll: has anyone failed, has time run out? */
+    if(moe_failed(p))
+      return 0;
+    if(global_timer_ns() - t0 > p.timeout_ns) {
+      moe_fail(p, HR__MOE_FAIL_TIMEOUT, barrier,
+               (int)ld_relaxed_gpu(&s->count));
+      return 0;
+    }
+    /* The abort word lives in host memory: a read crosses PCIe, so ask
+     * only every 128th poll (tens of microseconds). */
+    if((it & 127) == 0 && ld_relaxed_sys(&p.host->abort_seq) >= p.seq) {
+      moe_fail(p, HR__MOE_FAIL_ABORT, barrier,
+               (int)ld_relaxed_gpu(&s->count));
+      return 0;
+    }
+  }
+}
+
+/* The whole CTA: every thread's writes before it are visible to every CTA
+ * after it. Returns 0 (in every thread) when the launch failed. */
+static __device__ __forceinline__ int grid_barrier(const hr__moe_params &p, int barrier,
+                                            int *s_ok)
+{
+  __syncthreads();
+  if(threadIdx.x == 0)
+    *s_ok = moe_barrier_wait(p, barrier);
+  __syncthreads();
+  return *s_ok;
+}
+
+#endif /* HR_MOE_BARRIER_CUH */

@@ -1,0 +1,339 @@
+/*
+ * moe_gemm.cuh: stages 2 and 3 of the MoE kernel, the two expert GEMMs.
+ *
+ * Both compute, per expert e, out^T = W_e * in^T with the weights as the
+ * tensor cores' A operand (rows = output features, K contiguous) and the
+ * tokens as B (one token per column, K contiguous):
+ *
+ *   GEMM1: W1_e [2I, H] times x rows gathered through sorted_tok, then
+ *          SwiGLU, into h [pairs, I]
+ *   GEMM2: W2_e [H, I] times h rows (contiguous in expert order), into
+ *          ypair [pairs, H]
+ *
+ * Work unit = (expert, BM weight rows, BN tokens) with the whole K; units
+ * are dealt round-robin over the CTAs (unit u to CTA u % grid). Within an
+ * expert, units that share weight rows are adjacent, so at large T the
+ * CTAs that read the same weight tile run side by side and share it in L2;
+ * at small T (a few tokens per expert) every expert's rows are spread over
+ * all CTAs and each weight byte is streamed once.
+ *
+ * One CTA = 8 warps. K is walked in BK = 64 steps through a STAGES-deep
+ * cp.async pipeline that runs across unit boundaries: the loads for the
+ * next unit are in flight while the current one finishes. Shared tiles are
+ * 128-byte rows with the 16-byte chunks XOR-swizzled by row, so ldmatrix
+ * reads are free of bank conflicts. Each warp owns a (BM/WM) x (BN/WN)
+ * piece of the tile and skips the token columns past the unit's last
+ * token. The K order of every sum is fixed (k = 0, 16, 32, ...), whatever
+ * the tile shape and grid: results never depend on the grid.
+ *
+ * GEMM1 interleaves gate and up rows per 16-row MMA tile (rows 0..7 gate
+ * of 8 features, rows 8..15 up of the same 8), so each thread holds the
+ * gate and up value of the same (feature, token) and applies SwiGLU in
+ * registers.
+ */
+#ifndef HR_MOE_GEMM_CUH
+#define HR_MOE_GEMM_CUH
+
+#include "moe_kernel.h"
+#include "moe_ptx.cuh"
+#include "moe_route.cuh"
+
+/* Tile shapes. Small: few tokens per expert (most of the time); Big:
+ * hundreds of tokens per expert, where the MMAs dominate. Both fill the
+ * same 128 KB of pipeline. */
+template <int BM_, int BN_, int WM_, int WN_, int STAGES_>
+struct moe_tile {
+  static constexpr int BM = BM_;          /* weight rows per unit */
+  static constexpr int BN = BN_;          /* tokens per unit */
+  static constexpr int WM = WM_;          /* warps along rows */
+  static constexpr int WN = WN_;          /* warps along tokens */
+  static constexpr int STAGES = STAGES_;
+  static constexpr int BK = 64;
+  static constexpr int MT = BM / WM / 16; /* 16-row MMA tiles per warp */
+  static constexpr int NT = BN / WN / 8;  /* 8-token MMA tiles per warp */
+  static constexpr int A_BYTES = BM * BK * 2;
+  static constexpr int B_BYTES = BN * BK * 2;
+  static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
+  static_assert(WM * WN * 32 == HR__MOE_THREADS, "8 warps");
+  static_assert(MT >= 1 && NT % 2 == 0, "warp tile");
+  static_assert(BM % 32 == 0 && BN % 32 == 0, "loader: 32 rows per pass");
+};
+
+typedef moe_tile<64, 64, 4, 2, 8> moe_tile_small;
+typedef moe_tile<128, 128, 2, 4, 4> moe_tile_big;
+
+#define HR__MOE_PIPE_BYTES (128 * 1024)
+/* Epilogue staging: up to 128 tokens x (128 + 8) bf16. */
+#define HR__MOE_OUT_BYTES (128 * 136 * 2)
+/* Large-T tiles once the pairs per expert that has any reach this. */
+#define HR__MOE_BIG_TILE_MIN_PAIRS 96
+
+/* silu(gate) * up, as moe_ref.c computes it (IEEE division, accurate
+ * expf: no fast-math anywhere in the kernel). */
+static __device__ __forceinline__ float hr__swiglu(float gate, float up)
+{
+  const float silu = gate / (1.0f + expf(-gate));
+  return silu * up;
+}
+
+/* Byte offset of 16-byte chunk `c` of row `r` in a 128-byte-row tile. */
+static __device__ __forceinline__ uint32_t swz(int r, int c)
+{
+  return (uint32_t)(r * 128 + ((c ^ (r & 7)) << 4));
+}
+
+/* One work unit, decoded. */
+struct moe_unit {
+  int e;        /* expert */
+  int ft;       /* row tile of the weights */
+  int nvalid;   /* tokens in this unit, 1..BN */
+  int pos0;     /* expert-order position of its first token */
+};
+
+/* Unit u of a stage with `nf` row tiles per expert and token tiles of bn:
+ * expert e owns units [tile_off[e] * nf, tile_off[e+1] * nf), row tile
+ * major, token tile minor. */
+static __device__ __forceinline__ moe_unit unit_decode(int u, const moe_route &rt,
+                                                int E, int nf, int bn)
+{
+  moe_unit un;
+  int lo = 0, hi = E, ntt, r, tt;
+  while(hi - lo > 1) {             /* tile_off[lo]*nf <= u < tile_off[hi]*nf */
+    int mid = (lo + hi) >> 1;
+    if(rt.tile_off[mid] * nf <= u)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  ntt = rt.tile_off[lo + 1] - rt.tile_off[lo];
+  r = u - rt.tile_off[lo] * nf;
+  un.e = lo;
+  un.ft = r / ntt;
+  tt = r - un.ft * ntt;
+  un.nvalid = min(bn, rt.cnt[lo] - tt * bn);
+  un.pos0 = rt.off[lo] + tt * bn;
+  return un;
+}
+
+/* Issues the cp.async loads, one BK step at a time, walking this CTA's
+ * units in order. Each thread copies chunk (tid % 8) of rows tid/8 + 32i. */
+template <class C, int STAGE>
+struct moe_loader {
+  const uint16_t *a_src[C::BM / 32];
+  const uint16_t *b_src[C::BN / 32];   /* NULL: past the unit's last token */
+  int unit;                            /* index among this CTA's units */
+  int kt;                              /* next K step */
+  int slot;                            /* next pipeline slot */
+
+  __device__ void start_unit(const hr__moe_params &p, const moe_route &rt,
+                             int nf)
+  {
+    const int tid = threadIdx.x, c = tid & 7, r0 = tid >> 3;
+    const moe_unit un = unit_decode(blockIdx.x + unit * gridDim.x, rt, p.E,
+                                    nf, C::BN);
+    int i;
+#pragma unroll
+    for(i = 0; i < C::BM / 32; i++) {
+      const int r = r0 + 32 * i;
+      if(STAGE == 1) {
+        /* rows 0..7 of each 16: gate of 8 features; 8..15: their up */
+        const int f = un.ft * (C::BM / 2) + (r >> 4) * 8 + (r & 7);
+        const int row = (r & 8) ? p.I + f : f;
+        a_src[i] = p.w1 + ((size_t)un.e * 2 * p.I + row) * p.H + c * 8;
+      } else {
+        a_src[i] = p.w2 + ((size_t)un.e * p.H + un.ft * C::BM + r) * p.I + c * 8;
+      }
+    }
+#pragma unroll
+    for(i = 0; i < C::BN / 32; i++) {
+      const int r = r0 + 32 * i;
+      b_src[i] = NULL;
+      if(r < un.nvalid) {
+        if(STAGE == 1) {
+          const int tok = __ldcg(p.sorted_tok + un.pos0 + r);
+          b_src[i] = p.x + (size_t)tok * p.H + c * 8;
+        } else {
+          b_src[i] = p.h + (size_t)(un.pos0 + r) * p.I + c * 8;
+        }
+      }
+    }
+  }
+
+  /* Loads of the next K step into the next slot (no commit). */
+  __device__ void issue(const hr__moe_params &p, const moe_route &rt,
+                        uint8_t *pipe, int nf, int nk)
+  {
+    const int tid = threadIdx.x, c = tid & 7, r0 = tid >> 3;
+    const uint32_t a = smem_addr(pipe + slot * C::STAGE_BYTES);
+    const uint32_t b = a + C::A_BYTES;
+    int i;
+    if(kt == 0)
+      start_unit(p, rt, nf);
+#pragma unroll
+    for(i = 0; i < C::BM / 32; i++)
+      cp_async16(a + swz(r0 + 32 * i, c), a_src[i] + kt * C::BK);
+#pragma unroll
+    for(i = 0; i < C::BN / 32; i++)
+      if(b_src[i])
+        cp_async16(b + swz(r0 + 32 * i, c), b_src[i] + kt * C::BK);
+    if(++kt == nk) {
+      kt = 0;
+      unit++;
+    }
+    if(++slot == C::STAGES)
+      slot = 0;
+  }
+};
+
+/* acc += A(slot) * B(slot) for this warp's piece, skipping token columns
+ * at and past nvalid (what lands there is never stored). */
+template <class C>
+static __device__ __forceinline__ void tile_mma(float (&acc)[C::MT][C::NT][4],
+                                         uint32_t a_base, uint32_t b_base,
+                                         int wm, int wn, int nvalid)
+{
+  const int lane = threadIdx.x & 31;
+  int ks, mt, jp;
+  if(wn * C::NT * 8 >= nvalid)
+    return;                                     /* no tokens for this warp */
+#pragma unroll
+  for(ks = 0; ks < C::BK / 16; ks++) {
+    uint32_t a[C::MT][4];
+#pragma unroll
+    for(mt = 0; mt < C::MT; mt++) {
+      /* lanes 0-15: rows 0-15 at k 0-7; lanes 16-31: the same at k 8-15 */
+      const int r = (wm * C::MT + mt) * 16 + (lane & 15);
+      ldmatrix_x4(a[mt], a_base + swz(r, ks * 2 + (lane >> 4)));
+    }
+#pragma unroll
+    for(jp = 0; jp < C::NT / 2; jp++) {
+      const int n0 = (wn * C::NT + jp * 2) * 8;
+      uint32_t b[4];
+      if(n0 >= nvalid)
+        break;
+      /* matrices: tokens n0..n0+7 at k 0-7, k 8-15; n0+8.. likewise */
+      ldmatrix_x4(b, b_base + swz(n0 + (lane & 7) + ((lane >> 4) << 3),
+                                  ks * 2 + ((lane >> 3) & 1)));
+#pragma unroll
+      for(mt = 0; mt < C::MT; mt++) {
+        mma_bf16_16816(acc[mt][jp * 2], a[mt], b[0], b[1]);
+        mma_bf16_16816(acc[mt][jp * 2 + 1], a[mt], b[2], b[3]);
+      }
+    }
+  }
+}
+
+/* The unit's results to global memory, through shared memory so that the
+ * stores are whole 16-byte chunks of output rows. Starts and ends with
+ * every thread past __syncthreads. */
+template <class C, int STAGE>
+__device__ void tile_store(const hr__moe_params &p, const moe_unit &un,
+                           float (&acc)[C::MT][C::NT][4], uint16_t *out,
+                           int wm, int wn)
+{
+  const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  /* STAGE 1: BM/2 features per token row; STAGE 2: BM. Rows padded by 16
+   * bytes to spread the scalar stores over the banks. */
+  const int cols = STAGE == 1 ? C::BM / 2 : C::BM;
+  const int stride = cols + 8;
+  int mt, j, i;
+
+#pragma unroll
+  for(mt = 0; mt < C::MT; mt++) {
+    const int m16 = wm * C::MT + mt;
+#pragma unroll
+    for(j = 0; j < C::NT; j++) {
+      const int n = (wn * C::NT + j) * 8 + 2 * t4;
+      const float *c = acc[mt][j];
+      if(STAGE == 1) {
+        /* c0,c1: gate of feature m16*8+g for tokens n, n+1; c2,c3: up */
+        const int f = m16 * 8 + g;
+        out[n * stride + f] = to_bf16(hr__swiglu(c[0], c[2]));
+        out[(n + 1) * stride + f] = to_bf16(hr__swiglu(c[1], c[3]));
+      } else {
+        const int f = m16 * 16 + g;
+        out[n * stride + f] = to_bf16(c[0]);
+        out[(n + 1) * stride + f] = to_bf16(c[1]);
+        out[n * stride + f + 8] = to_bf16(c[2]);
+        out[(n + 1) * stride + f + 8] = to_bf16(c[3]);
+      }
+    }
+  }
+  __syncthreads();
+  {
+    const int chunks = cols / 8;
+    uint16_t *dst = STAGE == 1 ? p.h : p.ypair;
+    const int ld = STAGE == 1 ? p.I : p.H;
+    const int col0 = un.ft * cols;
+    for(i = tid; i < un.nvalid * chunks; i += HR__MOE_THREADS) {
+      const int n = i / chunks, c = i - n * chunks;
+      *(uint4 *)(dst + (size_t)(un.pos0 + n) * ld + col0 + c * 8) =
+          *(const uint4 *)(out + n * stride + c * 8);
+    }
+  }
+}
+
+/* One GEMM stage over all of this CTA's units. */
+template <class C, int STAGE>
+__device__ void moe_gemm_stage(const hr__moe_params &p, const moe_route &rt,
+                               uint8_t *pipe, uint16_t *out)
+{
+  const int warp = threadIdx.x >> 5;
+  const int wm = warp % C::WM, wn = warp / C::WM;
+  const int K = STAGE == 1 ? p.H : p.I;
+  const int nk = K / C::BK;
+  const int nf = (STAGE == 1 ? 2 * p.I : p.H) / C::BM;
+  const int units = rt.tile_off[p.E] * nf;
+  const int mine = units > (int)blockIdx.x
+                       ? (units - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x
+                       : 0;
+  const long long steps = (long long)mine * nk;
+  moe_loader<C, STAGE> ld;
+  moe_unit un;
+  float acc[C::MT][C::NT][4];
+  long long s;
+  int kt = 0, u = 0, slot = 0, i, mt, j;
+
+  if(steps == 0)
+    return;
+  ld.unit = 0;
+  ld.kt = 0;
+  ld.slot = 0;
+  for(i = 0; i < C::STAGES - 1; i++) {          /* fill the pipeline */
+    if(i < steps)
+      ld.issue(p, rt, pipe, nf, nk);
+    cp_async_commit();
+  }
+  un = unit_decode(blockIdx.x, rt, p.E, nf, C::BN);
+  for(s = 0; s < steps; s++) {
+    cp_async_wait<C::STAGES - 2>();             /* step s has landed */
+    __syncthreads();                            /* and slot s-1 is free */
+    if(s + C::STAGES - 1 < steps)
+      ld.issue(p, rt, pipe, nf, nk);
+    cp_async_commit();
+
+    if(kt == 0) {
+#pragma unroll
+      for(mt = 0; mt < C::MT; mt++)
+#pragma unroll
+        for(j = 0; j < C::NT; j++)
+          acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.0f;
+    }
+    {
+      const uint32_t a = smem_addr(pipe + slot * C::STAGE_BYTES);
+      tile_mma<C>(acc, a, a + C::A_BYTES, wm, wn, un.nvalid);
+    }
+    if(++slot == C::STAGES)
+      slot = 0;
+    if(++kt == nk) {
+      tile_store<C, STAGE>(p, un, acc, out, wm, wn);
+      kt = 0;
+      if(++u < mine)
+        un = unit_decode(blockIdx.x + u * gridDim.x, rt, p.E, nf, C::BN);
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+}
+
+#endif /* HR_MOE_GEMM_CUH */

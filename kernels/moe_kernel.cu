@@ -1,0 +1,187 @@
+/*
+ * moe_kernel.cu: the persistent mega-MoE forward, one launch, four stages
+ * separated by three whole-grid barriers:
+ *
+ *   1. route    count pairs per expert, scan, place (moe_route.cuh)
+ *   -- barrier 0 --
+ *   2. GEMM1    W1 * x, SwiGLU -> h                   (moe_gemm.cuh)
+ *   -- barrier 1 --
+ *   3. GEMM2    W2 * h -> ypair
+ *   -- barrier 2 --
+ *   4. combine  y[t] = sum_j w[t,j] * ypair[pos_of[t,j]]   (below)
+ *
+ * One CTA per SM (the dynamic shared memory sees to it), any grid size; a
+ * barrier that cannot complete times out into the error word instead of
+ * hanging (moe_barrier.cuh). kernels/moe_ref.c is the same forward on the
+ * CPU.
+ */
+#include "moe_kernel.h"
+
+#include "moe_barrier.cuh"
+#include "moe_gemm.cuh"
+#include "moe_ptx.cuh"
+#include "moe_route.cuh"
+
+#include "headroom_moe.h"
+
+/* Shared memory: the GEMM pipeline, the epilogue staging, the routing
+ * tables (E + 1 ints each, padded). */
+#define ROUTE_INTS (HR_MOE_MAX_EXPERTS + 4)
+#define SMEM_PIPE 0
+#define SMEM_OUT (SMEM_PIPE + HR__MOE_PIPE_BYTES)
+#define SMEM_ROUTE (SMEM_OUT + HR__MOE_OUT_BYTES)
+#define SMEM_BYTES (SMEM_ROUTE + 4 * ROUTE_INTS * 4)
+
+static_assert(moe_tile_small::STAGES * moe_tile_small::STAGE_BYTES <= HR__MOE_PIPE_BYTES, "pipe");
+static_assert(moe_tile_big::STAGES * moe_tile_big::STAGE_BYTES <= HR__MOE_PIPE_BYTES, "pipe");
+static_assert(SMEM_BYTES > 228 * 1024 / 2, "one CTA per SM");
+static_assert(SMEM_BYTES <= 227 * 1024, "fits an SM");
+
+/* Stage 4: each thread makes 8 outputs (one 16-byte chunk) of one token,
+ * adding the k expert rows in slot order in fp32, as moe_ref.c does. */
+static __device__ void moe_combine(const hr__moe_params &p)
+{
+  const int chunks = p.H / 8;
+  const long long total = (long long)p.T * chunks;
+  long long i;
+  for(i = (long long)blockIdx.x * HR__MOE_THREADS + threadIdx.x; i < total;
+      i += (long long)gridDim.x * HR__MOE_THREADS) {
+    const int t = (int)(i / chunks), c = (int)(i - (long long)t * chunks);
+    float acc[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
+    uint4 o;
+    int j;
+    for(j = 0; j < p.k; j++) {
+      const int pos = __ldcg(p.pos_of + t * p.k + j);
+      float w;
+      uint4 v;
+      if(pos < 0)
+        continue;
+      w = __ldg(p.wts + t * p.k + j);
+      v = __ldcg((const uint4 *)(p.ypair + (size_t)pos * p.H + c * 8));
+      acc[0] = __fmaf_rn(w, bf16_lo(v.x), acc[0]);
+      acc[1] = __fmaf_rn(w, bf16_hi(v.x), acc[1]);
+      acc[2] = __fmaf_rn(w, bf16_lo(v.y), acc[2]);
+      acc[3] = __fmaf_rn(w, bf16_hi(v.y), acc[3]);
+      acc[4] = __fmaf_rn(w, bf16_lo(v.z), acc[4]);
+      acc[5] = __fmaf_rn(w, bf16_hi(v.z), acc[5]);
+      acc[6] = __fmaf_rn(w, bf16_lo(v.w), acc[6]);
+      acc[7] = __fmaf_rn(w, bf16_hi(v.w), acc[7]);
+    }
+    o.x = pack_bf16x2(acc[0], acc[1]);
+    o.y = pack_bf16x2(acc[2], acc[3]);
+    o.z = pack_bf16x2(acc[4], acc[5]);
+    o.w = pack_bf16x2(acc[6], acc[7]);
+    *(uint4 *)(p.y + (size_t)t * p.H + c * 8) = o;
+  }
+}
+
+__global__ void __launch_bounds__(HR__MOE_THREADS, 1)
+hr__moe_kernel(const __grid_constant__ hr__moe_params p)
+{
+  extern __shared__ __align__(128) uint8_t smem[];
+  __shared__ int s_ok;
+  __shared__ int s_warp_sums[HR__MOE_THREADS / 32];
+  __shared__ int s_nonempty;
+  int *route_ints = (int *)(smem + SMEM_ROUTE);
+  moe_route rt;
+  int big, i;
+
+  rt.cnt = route_ints;
+  rt.pre = route_ints + ROUTE_INTS;
+  rt.off = route_ints + 2 * ROUTE_INTS;
+  rt.tile_off = route_ints + 3 * ROUTE_INTS;
+
+  /* A CTA that starts after its launch already failed (it was waiting for
+   * an SM while the others timed out) leaves at once. So does every CTA
+   * when an earlier launch failed and nobody cleared the barrier words
+   * (its partial arrivals would corrupt our count): every CTA reads the
+   * same word, so all of them leave. */
+  if(threadIdx.x == 0) {
+    const unsigned fail = ld_relaxed_gpu(&p.sync->fail);
+    s_ok = fail == 0;
+    if(fail != 0 && fail != p.seq)
+      moe_fail(p, HR__MOE_FAIL_STALE, -1, 0);
+    s_nonempty = 0;
+  }
+  __syncthreads();
+  if(!s_ok)
+    return;
+
+  /* 1. route */
+  moe_route_pairs(p, rt, s_warp_sums);
+  /* Big tiles once the experts that have tokens average enough of them;
+   * a function of the routing alone, so the same for every grid. */
+  for(i = threadIdx.x; i < p.E; i += HR__MOE_THREADS)
+    if(rt.cnt[i] > 0)
+      atomicAdd(&s_nonempty, 1);
+  __syncthreads();
+  big = rt.off[p.E] >= HR__MOE_BIG_TILE_MIN_PAIRS * s_nonempty && s_nonempty > 0;
+  moe_route_tiles(p, rt, big ? moe_tile_big::BN : moe_tile_small::BN,
+                  s_warp_sums);
+  if(!grid_barrier(p, 0, &s_ok))
+    return;
+
+  /* 2. GEMM1 + SwiGLU */
+  if(big)
+    moe_gemm_stage<moe_tile_big, 1>(p, rt, smem + SMEM_PIPE,
+                                    (uint16_t *)(smem + SMEM_OUT));
+  else
+    moe_gemm_stage<moe_tile_small, 1>(p, rt, smem + SMEM_PIPE,
+                                      (uint16_t *)(smem + SMEM_OUT));
+  if(!grid_barrier(p, 1, &s_ok))
+    return;
+
+  /* 3. GEMM2 */
+  if(big)
+    moe_gemm_stage<moe_tile_big, 2>(p, rt, smem + SMEM_PIPE,
+                                    (uint16_t *)(smem + SMEM_OUT));
+  else
+    moe_gemm_stage<moe_tile_small, 2>(p, rt, smem + SMEM_PIPE,
+                                      (uint16_t *)(smem + SMEM_OUT));
+  if(!grid_barrier(p, 2, &s_ok))
+    return;
+
+  /* 4. combine */
+  moe_combine(p);
+}
+
+extern "C" size_t hr__moe_smem_bytes(void)
+{
+  return SMEM_BYTES;
+}
+
+extern "C" cudaError_t hr__moe_prepare(void)
+{
+  return cudaFuncSetAttribute(hr__moe_kernel,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              SMEM_BYTES);
+}
+
+extern "C" cudaError_t hr__moe_launch(const hr__moe_params *p, int grid,
+                                      int coop, int cluster,
+                                      cudaStream_t stream)
+{
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[2] = {};
+  unsigned n = 0;
+
+  cfg.gridDim = dim3((unsigned)grid, 1, 1);
+  cfg.blockDim = dim3(HR__MOE_THREADS, 1, 1);
+  cfg.dynamicSmemBytes = SMEM_BYTES;
+  cfg.stream = stream;
+  if(cluster > 1) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = (unsigned)cluster;
+    attr[n].val.clusterDim.y = 1;
+    attr[n].val.clusterDim.z = 1;
+    n++;
+  }
+  if(coop) {
+    attr[n].id = cudaLaunchAttributeCooperative;
+    attr[n].val.cooperative = 1;
+    n++;
+  }
+  cfg.attrs = attr;
+  cfg.numAttrs = n;
+  return cudaLaunchKernelEx(&cfg, hr__moe_kernel, *p);
+}

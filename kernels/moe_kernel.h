@@ -1,0 +1,94 @@
+/*
+ * moe_kernel.h: what the launch path (moe_api.cu) and the kernel
+ * (moe_kernel.cu) share. Internal: prefix hr__.
+ */
+#ifndef HR_MOE_KERNEL_H
+#define HR_MOE_KERNEL_H
+
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#define HR__MOE_THREADS 256
+
+/* What the kernel writes in the error word's `code`. */
+enum {
+  HR__MOE_FAIL_NONE = 0,
+  HR__MOE_FAIL_TIMEOUT = 1,  /* a barrier wait ran past the timeout */
+  HR__MOE_FAIL_ABORT = 2,    /* the host set the abort word */
+  HR__MOE_FAIL_STALE = 3     /* an earlier launch failed and its barrier
+                                words were never cleared (no hr_moe_sync) */
+};
+
+/* Pinned, host-mapped: the first CTA that notices a failure fills it and
+ * writes `seq` last, so the host trusts the record only once seq equals
+ * the launch it waits for. `abort_seq` is written by the host: a launch
+ * whose seq is <= abort_seq leaves at its next barrier wait. */
+typedef struct hr__moe_host_words {
+  volatile uint32_t seq;
+  volatile int32_t code;
+  volatile int32_t barrier;
+  volatile int32_t arrived;
+  volatile int32_t expected;
+  volatile int32_t sm;
+  volatile int32_t cta;
+  volatile uint32_t abort_seq;
+} hr__moe_host_words;
+
+/* The grid barrier's state in device memory, one 128-byte line per word so
+ * the spinning readers of `gen` do not slow the arrivals on `count`.
+ * Normal use leaves count at 0, so no reset is needed between launches;
+ * `fail` holds the seq of the last launch that failed (the host clears the
+ * whole block after a failure, once that launch has drained). */
+typedef struct hr__moe_sync {
+  unsigned count;
+  unsigned pad0[31];
+  unsigned gen;
+  unsigned pad1[31];
+  unsigned fail;
+  unsigned pad2[31];
+} hr__moe_sync;
+
+/* Everything one launch needs, passed by value as a __grid_constant__. */
+typedef struct hr__moe_params {
+  /* inputs and output (bf16 as raw 16-bit words) */
+  const uint16_t *x;
+  const int32_t *ids;
+  const float *wts;
+  const uint16_t *w1;
+  const uint16_t *w2;
+  uint16_t *y;
+  int T, E, H, I, k;
+  /* workspace, sized for max_tokens * k (token, slot) pairs */
+  int32_t *sorted_tok;  /* [pairs]: token of each pair, in expert order */
+  int32_t *pos_of;      /* [T*k]: where pair (t, j) landed, -1 if skipped */
+  uint16_t *h;          /* [pairs, I] bf16: SwiGLU output, expert order */
+  uint16_t *ypair;      /* [pairs, H] bf16: GEMM2 output, expert order */
+  /* failure handling */
+  hr__moe_sync *sync;
+  hr__moe_host_words *host;  /* device pointer to the mapped words */
+  uint32_t seq;              /* this launch's number, >= 1 */
+  unsigned long long timeout_ns;
+} hr__moe_params;
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Dynamic shared memory of one CTA: more than half of an SM's, so two
+ * CTAs of the kernel can never share an SM. */
+size_t hr__moe_smem_bytes(void);
+
+/* Once per device (the current one), before the first launch. */
+cudaError_t hr__moe_prepare(void);
+
+/* Launch `grid` CTAs on `stream`; `coop` adds the cooperative attribute,
+ * `cluster` > 1 the cluster dimension. */
+cudaError_t hr__moe_launch(const hr__moe_params *p, int grid, int coop,
+                           int cluster, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HR_MOE_KERNEL_H */

@@ -1,0 +1,135 @@
+/*
+ * moe_route.cuh: stage 1 of the MoE kernel, routing.
+ *
+ * Every CTA counts the (token, slot) pairs per expert over the whole
+ * routing table and scans the counts itself, so the counts and offsets sit
+ * in every CTA's shared memory without a barrier. Each CTA then places its
+ * own contiguous slice of pairs: a pair of expert e goes to
+ *
+ *     off[e] + (pairs of e before the slice) + (its rank inside the slice)
+ *
+ * which is the stable order (by expert, then by pair index): the same
+ * layout for every grid, so the GEMMs see the same tiles and the results
+ * are bitwise identical whatever the grid. What is scattered is the token
+ * index of each pair (sorted_tok); GEMM1 gathers the x rows through it, so
+ * the activations are never copied. pos_of[pair] tells the combine where
+ * the pair's GEMM2 row is.
+ */
+#ifndef HR_MOE_ROUTE_CUH
+#define HR_MOE_ROUTE_CUH
+
+#include "moe_kernel.h"
+
+/* Per-CTA routing tables in shared memory (E + 1 entries each). */
+struct moe_route {
+  int *cnt;       /* pairs per expert */
+  int *pre;       /* scratch: pairs before this CTA's slice, then tiles */
+  int *off;       /* exclusive scan of cnt; off[E] = valid pairs */
+  int *tile_off;  /* exclusive scan of token tiles per expert */
+};
+
+/* out[i] = in[0] + ... + in[i-1] for i <= n (n <= 4 * HR__MOE_THREADS);
+ * in and out distinct. Ends with __syncthreads. */
+static __device__ void block_exclusive_scan(const int *in, int n, int *out, int *warp_sums)
+{
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int base = tid * 4;
+  int v[4], sum = 0, run, i, w, total = 0, incl;
+
+  for(i = 0; i < 4; i++) {
+    v[i] = base + i < n ? in[base + i] : 0;
+    sum += v[i];
+  }
+  incl = sum;                                 /* inclusive scan in the warp */
+  for(i = 1; i < 32; i <<= 1) {
+    int y = __shfl_up_sync(0xffffffffu, incl, i);
+    if(lane >= i)
+      incl += y;
+  }
+  if(lane == 31)
+    warp_sums[warp] = incl;
+  __syncthreads();
+  run = incl - sum;
+  for(w = 0; w < HR__MOE_THREADS / 32; w++) {
+    if(w < warp)
+      run += warp_sums[w];
+    total += warp_sums[w];
+  }
+  for(i = 0; i < 4; i++) {
+    if(base + i < n)
+      out[base + i] = run;
+    run += v[i];
+  }
+  if(tid == 0)
+    out[n] = total;
+  __syncthreads();
+}
+
+/* Count, scan and place this CTA's slice. Ends with __syncthreads. */
+static __device__ void moe_route_pairs(const hr__moe_params &p, const moe_route &rt,
+                                int *warp_sums)
+{
+  const int tid = threadIdx.x, lane = tid & 31;
+  const int E = p.E, pairs = p.T * p.k;
+  const int lo = (int)((long long)pairs * blockIdx.x / gridDim.x);
+  const int hi = (int)((long long)pairs * (blockIdx.x + 1) / gridDim.x);
+  int i;
+
+  for(i = tid; i < E; i += HR__MOE_THREADS) {
+    rt.cnt[i] = 0;
+    rt.pre[i] = 0;
+  }
+  __syncthreads();
+  for(i = tid; i < pairs; i += HR__MOE_THREADS) {
+    int e = __ldg(p.ids + i);
+    if((unsigned)e < (unsigned)E) {
+      atomicAdd(&rt.cnt[e], 1);
+      if(i < lo)
+        atomicAdd(&rt.pre[e], 1);
+    }
+  }
+  __syncthreads();
+  block_exclusive_scan(rt.cnt, E, rt.off, warp_sums);
+
+  /* One warp walks the slice in order, 32 pairs at a time; lanes with the
+   * same expert rank themselves by lane, and the highest of them moves the
+   * expert's cursor on. */
+  if(tid < 32) {
+    int base;
+    for(base = lo; base < hi; base += 32) {
+      int pi = base + lane, e = -1;
+      unsigned peers;
+      if(pi < hi) {
+        e = __ldg(p.ids + pi);
+        if((unsigned)e >= (unsigned)E)
+          e = -1;
+      }
+      peers = __match_any_sync(0xffffffffu, e);
+      if(e >= 0) {
+        int pos = rt.off[e] + rt.pre[e] + __popc(peers & ((1u << lane) - 1u));
+        p.sorted_tok[pos] = pi / p.k;
+        p.pos_of[pi] = pos;
+      } else if(pi < hi) {
+        p.pos_of[pi] = -1;                  /* a bad id: contributes nothing */
+      }
+      __syncwarp();
+      if(e >= 0 && lane == 31 - __clz(peers))
+        rt.pre[e] += __popc(peers);
+      __syncwarp();
+    }
+  }
+  __syncthreads();
+}
+
+/* Token tiles of `bn` rows per expert, and their scan. */
+static __device__ void moe_route_tiles(const hr__moe_params &p, const moe_route &rt,
+                                int bn, int *warp_sums)
+{
+  int i;
+  for(i = threadIdx.x; i < p.E; i += HR__MOE_THREADS)
+    rt.pre[i] = (rt.cnt[i] + bn - 1) / bn;
+  __syncthreads();
+  block_exclusive_scan(rt.pre, p.E, rt.tile_off, warp_sums);
+}
+
+#endif /* HR_MOE_ROUTE_CUH */

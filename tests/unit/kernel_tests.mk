@@ -1,0 +1,7 @@
+# The CPU reference of the mega-MoE forward (kernels/moe_ref.c): plain C,
+# tested on every machine, GPU or not.
+UNIT_TESTS += $(TESTBIN)/test_moe_ref
+
+$(TESTBIN)/test_moe_ref: $(OBJDIR)/tests/unit/test_moe_ref.o $(OBJDIR)/kernels/moe_ref.o
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_CMOCKA) -lm
