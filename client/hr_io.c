@@ -320,6 +320,7 @@ void *hr__io_main(void *arg)
 
   memset(&io, 0, sizeof(io));
   io.c = c;
+  pthread_setname_np(pthread_self(), "headroom-io");  /* for ps and gdb */
   while(!stopping(c)) {
     hr_reply rep;
     int err, state;

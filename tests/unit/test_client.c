@@ -27,7 +27,8 @@
 /* hr_lease_fill_nccl_config is defined only when NCCL's header came first;
  * without NCCL, a struct laid out like its ncclConfig_t stands in. */
 #if defined(__has_include)
-#if __has_include(<nccl.h>)
+/* nccl.h includes CUDA's runtime header: both must be there. */
+#if __has_include(<nccl.h>) && __has_include(<cuda_runtime.h>)
 #include <nccl.h>
 #define HAVE_REAL_NCCL 1
 #endif
