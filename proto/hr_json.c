@@ -106,6 +106,31 @@ static int is_json_space(char c)
   return c == ' ' || c == '\t' || c == '\r' || c == '\n';
 }
 
+/* 1 when a string in the line holds the escape \u0000. cJSON would decode
+ * it into a '\0' that silently cuts the C string short ("a\u0000b" read
+ * as "a"), and strings are refused rather than cut. */
+static int has_escaped_nul(const char *line, size_t len)
+{
+  int in_string = 0;
+  size_t i;
+
+  for(i = 0; i < len; i++) {
+    if(!in_string) {
+      in_string = line[i] == '"';
+      continue;
+    }
+    if(line[i] == '"') {
+      in_string = 0;
+    }
+    else if(line[i] == '\\' && i + 1 < len) {
+      i++;                        /* the escaped character */
+      if(line[i] == 'u' && len - i > 4 && !memcmp(line + i + 1, "0000", 4))
+        return 1;
+    }
+  }
+  return 0;
+}
+
 cJSON *hr__dec_parse(hr__dec *d, const char *line, size_t len)
 {
   const char *end = NULL;
@@ -132,6 +157,11 @@ cJSON *hr__dec_parse(hr__dec *d, const char *line, size_t len)
                    "invalid JSON: control byte 0x%02x at offset %zu", c, i);
       return NULL;
     }
+  }
+  if(has_escaped_nul(line, len)) {
+    hr__dec_fail(d, HR_WERR_BAD_REQUEST,
+                 "invalid JSON: \\u0000 in a string");
+    return NULL;
   }
   if(!hr__utf8_valid(line, len)) {
     hr__dec_fail(d, HR_WERR_BAD_REQUEST, "invalid JSON: not valid UTF-8");

@@ -852,6 +852,8 @@ static const bad_case bad_requests[] = {
   { "{\"id\":1,\"type\":\"status\",\"x\":\"\xc0\xaf\"}", BAD, "UTF-8", -1 },
   { "{\"id\":1,\"type\":\"status\",\"x\":\"\xed\xa0\x80\"}", BAD, "UTF-8",
     -1 },
+  { "{\"id\":1,\"type\":\"hello\",\"versions\":[1],\"client\":\"a\\u0000b\"}",
+    BAD, "\\u0000 in a string", -1 },
   /* id. */
   { "{\"type\":\"status\"}", BAD, "id: required", -1 },
   { "{\"id\":\"1\",\"type\":\"status\"}", BAD, "id: must be an integer", -1 },
@@ -1041,6 +1043,8 @@ static void test_lenient_requests(void **state)
     "{\"id\":1,\"type\":\"st\\u0061tus\"}",
     "{\"id\":1,\"type\":\"hello\",\"versions\":[1],\"client\":\"\\u00e9\\t"
     "\xe2\x82\xac\xf0\x9f\x98\x80\"}",
+    /* An escaped backslash before "u0000" is no NUL. */
+    "{\"id\":1,\"type\":\"hello\",\"versions\":[1],\"client\":\"a\\\\u0000\"}",
     /* A byte-order mark is tolerated by the parser. */
     "\xef\xbb\xbf{\"id\":1,\"type\":\"status\"}",
   };
