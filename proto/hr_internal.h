@@ -13,6 +13,10 @@
 #define HR__MAX_ID ((int64_t)HR_PROTO_MAX_ID)
 /* Detail fields: -1 (unknown) or a non-negative int. */
 #define HR__DETAIL_MIN (-1)
+/* Every HR_POLICY_* bit: a policy in a reply or status has all four. */
+#define HR__POLICY_ALL \
+  (HR_POLICY_MIN_HEADROOM | HR_POLICY_MAX_HEADROOM | HR_POLICY_MIN_GRID | \
+   HR_POLICY_INCIDENT_RAISE)
 /* Protocol versions a hello may list. */
 #define HR__VERSION_MAX 1000
 

@@ -10,10 +10,6 @@
 
 #include "hr_internal.h"
 
-#define ALL_POLICY_FIELDS \
-  (HR_POLICY_MIN_HEADROOM | HR_POLICY_MAX_HEADROOM | HR_POLICY_MIN_GRID | \
-   HR_POLICY_INCIDENT_RAISE)
-
 static int is_event(hr_msg_type t)
 {
   return t == HR_MSG_BUDGET || t == HR_MSG_SHUTDOWN;
@@ -70,7 +66,7 @@ static void encode_body(hr__enc *e, cJSON *o, const hr_reply *rep)
     break;
   case HR_MSG_POLICY_GET:
   case HR_MSG_POLICY_SET:
-    hr__policy_encode(e, o, "policy", &rep->u.policy, ALL_POLICY_FIELDS);
+    hr__policy_encode(e, o, "policy", &rep->u.policy, HR__POLICY_ALL);
     break;
   case HR_MSG_BUDGET:
     hr__budget_encode(e, o, "budget", &rep->u.budget);
@@ -178,7 +174,7 @@ static void decode_body(hr__dec *d, const cJSON *o, hr_reply *rep)
     break;
   case HR_MSG_POLICY_GET:
   case HR_MSG_POLICY_SET:
-    hr__policy_decode(d, o, "policy", &rep->u.policy, ALL_POLICY_FIELDS,
+    hr__policy_decode(d, o, "policy", &rep->u.policy, HR__POLICY_ALL,
                       &fields);
     break;
   case HR_MSG_BUDGET:

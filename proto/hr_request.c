@@ -10,10 +10,6 @@
 
 #include "hr_internal.h"
 
-#define ALL_POLICY_FIELDS \
-  (HR_POLICY_MIN_HEADROOM | HR_POLICY_MAX_HEADROOM | HR_POLICY_MIN_GRID | \
-   HR_POLICY_INCIDENT_RAISE)
-
 static int is_request_type(hr_msg_type t)
 {
   return t >= HR_MSG_HELLO && t <= HR_MSG_POLICY_SET;
@@ -93,7 +89,7 @@ static void encode_body(hr__enc *e, cJSON *o, const hr_request *req)
     break;
   case HR_MSG_POLICY_SET:
     if(!req->u.policy_set.fields || (req->u.policy_set.fields &
-                                     ~(unsigned)ALL_POLICY_FIELDS))
+                                     ~(unsigned)HR__POLICY_ALL))
       hr__enc_fail(e, HR_EINVAL);
     hr__policy_encode(e, o, "policy", &req->u.policy_set.policy,
                       req->u.policy_set.fields);

@@ -15,9 +15,6 @@
 
 #include "hr_internal.h"
 
-#define ALL_POLICY_FIELDS \
-  (HR_POLICY_MIN_HEADROOM | HR_POLICY_MAX_HEADROOM | HR_POLICY_MIN_GRID | \
-   HR_POLICY_INCIDENT_RAISE)
 /* No array can hold more items than a line has bytes. */
 #define MAX_ITEMS HR_PROTO_MAX_LINE
 /* pid, uid and gid: -1 when the daemon could not read them. */
@@ -131,7 +128,7 @@ void hr__status_encode(hr__enc *e, cJSON *parent, const char *name,
   hr__enc_i64(e, o, "requests", s->requests, 0, HR__MAX_ID);
   hr__enc_name(e, o, "topology_source",
                hr_topology_source_name(s->topology_source));
-  hr__policy_encode(e, o, "policy", &s->policy, ALL_POLICY_FIELDS);
+  hr__policy_encode(e, o, "policy", &s->policy, HR__POLICY_ALL);
   if(!array_ok(s->n_clients, s->clients) || !array_ok(s->n_gpus, s->gpus) ||
      s->n_gpus > HR_MAX_GPUS)
     hr__enc_fail(e, HR_EINVAL);
@@ -296,7 +293,7 @@ void hr__status_decode(hr__dec *d, const cJSON *parent, const char *name,
   hr__dec_enum(d, o, "topology_source", HR__REQUIRED,
                hr__topology_source_name_i, HR_TOPO_COUNT, &source);
   s->topology_source = (hr_topology_source)source;
-  hr__policy_decode(d, o, "policy", &s->policy, ALL_POLICY_FIELDS, &fields);
+  hr__policy_decode(d, o, "policy", &s->policy, HR__POLICY_ALL, &fields);
   decode_list(d, o, "clients", MAX_ITEMS, sizeof(hr_status_client),
               client_item, &items, &s->n_clients);
   s->clients = items;
