@@ -4,8 +4,8 @@
  * One thread per client owns the reading side of the socket. It hands
  * replies to the requesters waiting for them, applies pushed budgets to
  * the leases before anyone can read them, and keeps the client connected:
- * when the daemon goes away it turns every lease into its degraded
- * fallback, retries every reconnect_ms, and on a new connection registers
+ * when the daemon goes away it marks every lease degraded (keeping its last
+ * budget, or the environment's if that leaves more headroom), retries every reconnect_ms, and on a new connection registers
  * every footprint and re-acquires every lease again (new daemon ids, same
  * objects), so the application never has to notice.
  */
@@ -118,9 +118,19 @@ static void mark_down(hr_client *c)
   for(m = c->comms; m; m = m->next)
     m->daemon_id = 0;
   for(l = c->leases; l; l = l->next) {
-    hr_budget b;
+    hr_budget b, last;
     l->daemon_id = 0;
     hr__lease_fallback_budget(l, &b);
+    /* A lease the daemon had sized keeps the larger of that answer and
+     * the environment's: a daemon restart must not send a running trainer
+     * back to the full grid, the very launch that deadlocks. */
+    pthread_mutex_lock(&l->mu);
+    last = l->budget;
+    pthread_mutex_unlock(&l->mu);
+    if(!last.degraded && last.headroom > b.headroom) {
+      last.degraded = 1;
+      b = last;
+    }
     hr__lease_set_budget(l, &b);
   }
   pthread_cond_broadcast(&c->reply_cv);
@@ -141,9 +151,9 @@ static void lose_connection(hr_client *c, const char *why)
   headroom = c->fallback.headroom;
   pthread_mutex_unlock(&c->mu);
   if(was_up && !c->quiet)
-    fprintf(stderr, "headroom: lost the daemon at %s (%s); leases fall back "
-            "to DG_MEGA_MOE_SM_HEADROOM=%d until it answers\n", c->path, why,
-            headroom);
+    fprintf(stderr, "headroom: lost the daemon at %s (%s); leases keep their "
+            "last budget (or DG_MEGA_MOE_SM_HEADROOM=%d if larger) until it "
+            "answers\n", c->path, why, headroom);
 }
 
 static void resync_refused(hr_client *c, const char *what, int gpu, int err)

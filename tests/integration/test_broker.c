@@ -221,6 +221,8 @@ static void test_daemon_restart_reconnects(void **state)
     usleep(10 * 1000);
   assert_int_equal(hr_client_connected(a), 0);
   assert_int_equal(hr_lease_degraded(la), 1);
+  /* ...but keeps the daemon's last answer, never the full grid. */
+  assert_int_equal(hr_lease_grid(la), 124);
 
   assert_int_equal(th_daemon_restart(&daemon_), 0);
   t0 = th_now_ms();
