@@ -342,7 +342,12 @@ static int launch(hr_moe *m, const hr_lease *lease, int grid, hr_mode mode,
   p.seq = m->seq + 1;
   p.timeout_ns = (unsigned long long)timeout_ms * 1000000ULL;
 
-  ce = hr__moe_launch(&p, grid, mode == HR_MODE_COOPERATIVE, cluster, stream);
+  /* A cooperative grid larger than the device: CUDA would refuse it too,
+   * but with clusters its answer varies; say it the same way always. */
+  if(mode == HR_MODE_COOPERATIVE && grid > m->sms)
+    ce = cudaErrorCooperativeLaunchTooLarge;
+  else
+    ce = hr__moe_launch(&p, grid, mode == HR_MODE_COOPERATIVE, cluster, stream);
   if(ce != cudaSuccess) {
     cudaGetLastError();              /* not sticky: keep it from the app */
     err = err_from_cuda(ce);

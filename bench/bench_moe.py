@@ -1,0 +1,300 @@
+#!/usr/bin/env python3
+"""bench_moe.py: the mega-MoE kernel against a PyTorch reference MoE.
+
+In one run on one GPU:
+  1. the two ceilings: device-to-device copy bandwidth (bytes read plus
+     bytes written) and the bf16 GEMM rate at 8192^3;
+  2. for each shape and T: the PyTorch reference (routing given: sort the
+     (token, expert) pairs by expert, torch._grouped_mm for both GEMMs,
+     SwiGLU, weighted index_add_; captured once and replayed as a CUDA
+     graph) and libheadroom_moe's kernel (hr_moe_forward_grid, the whole
+     device, clusters of 2) through ctypes;
+  3. a table: time (median of many reps, CUDA events around each rep),
+     ratio, TFLOP/s, and the ratio of each time to the floor
+     max(bytes of the experts touched / copy bandwidth, FLOPs / GEMM rate).
+
+Inputs rotate between several sets so that a rep does not find the last
+rep's routing (and, for weights that fit in L2, its weights) in the cache.
+Each rep is timed alone; the host gets a head start (a sleep kernel) so
+that launch overhead never shows in the events.
+
+    python3 bench/bench_moe.py --lib build/lib/libheadroom_moe.so --out FILE
+"""
+import argparse
+import ctypes
+import datetime
+import os
+import statistics
+import subprocess
+import sys
+
+import torch
+import torch.nn.functional as F
+
+SHAPES = {
+    # name: (E, H, I, k)
+    "small": (8, 256, 512, 2),
+    "qwen3-30b-a3b": (128, 2048, 768, 8),
+    "deepseek-v3": (256, 7168, 2048, 8),
+}
+
+# The reference as FINDINGS.md section 5 measured it on an H200 (ms).
+PUBLISHED_REF = {
+    "small": [0.059, 0.061, 0.082, 0.103, 0.271],
+    "qwen3-30b-a3b": [0.106, 0.371, 0.518, 0.744, 3.01],
+    "deepseek-v3": [0.352, 2.91, 7.06, 7.77, 18.4],
+}
+PUBLISHED_T = [1, 16, 128, 1024, 8192]
+
+HR_MODE_HEADROOM = 0
+
+
+class Shape(ctypes.Structure):
+    _fields_ = [("experts", ctypes.c_int), ("hidden", ctypes.c_int),
+                ("inter", ctypes.c_int), ("topk", ctypes.c_int),
+                ("max_tokens", ctypes.c_int)]
+
+
+class Args(ctypes.Structure):
+    _fields_ = [("tokens", ctypes.c_int), ("experts", ctypes.c_int),
+                ("hidden", ctypes.c_int), ("inter", ctypes.c_int),
+                ("topk", ctypes.c_int), ("x", ctypes.c_void_p),
+                ("topk_ids", ctypes.c_void_p),
+                ("topk_weights", ctypes.c_void_p), ("w1", ctypes.c_void_p),
+                ("w2", ctypes.c_void_p), ("y", ctypes.c_void_p),
+                ("timeout_ms", ctypes.c_int)]
+
+
+def load_lib(path):
+    lib = ctypes.CDLL(path)
+    lib.hr_moe_create.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int,
+                                  ctypes.POINTER(Shape)]
+    lib.hr_moe_destroy.argtypes = [ctypes.c_void_p]
+    lib.hr_moe_sms.argtypes = [ctypes.c_void_p]
+    lib.hr_moe_forward_grid.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
+                                        ctypes.c_int, ctypes.POINTER(Args),
+                                        ctypes.c_void_p]
+    lib.hr_moe_sync.argtypes = [ctypes.c_void_p]
+    lib.hr_strerror.restype = ctypes.c_char_p
+    return lib
+
+
+def median_ms(run, reps, sets, warmup=3):
+    """Median over reps of one call of run(i) each, timed with events."""
+    for i in range(warmup):
+        run(i % sets)
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    torch.cuda._sleep(50_000_000)            # head start for the host
+    for i in range(reps):
+        starts[i].record()
+        run(i % sets)
+        ends[i].record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
+def ceilings():
+    n = 1 << 30                                   # 1 GiB each way
+    src = torch.empty(n, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    ms = median_ms(lambda i: dst.copy_(src), 20, 1)
+    copy_bw = 2 * n / (ms * 1e-3)
+    del src, dst
+    a = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
+    ms = median_ms(lambda i: torch.mm(a, b), 10, 1)
+    gemm = 2 * 8192 ** 3 / (ms * 1e-3)
+    del a, b
+    torch.cuda.empty_cache()
+    return copy_bw, gemm
+
+
+def ref_moe(x, ids, w, w1t, w2t, E, I):
+    """The reference: sort pairs by expert, grouped GEMMs, SwiGLU, combine."""
+    T, k = ids.shape
+    flat = ids.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    tok = order // k
+    counts = torch.zeros(E, dtype=torch.int64, device=x.device)
+    counts.scatter_add_(0, flat, torch.ones_like(flat))
+    offs = torch.cumsum(counts, 0).to(torch.int32)
+    h = torch._grouped_mm(x[tok], w1t, offs=offs)
+    a = F.silu(h[:, :I]) * h[:, I:]
+    o = torch._grouped_mm(a, w2t, offs=offs)
+    o = o * w.reshape(-1)[order].unsqueeze(1).to(o.dtype)
+    y = torch.zeros_like(x)
+    y.index_add_(0, tok, o)
+    return y
+
+
+def routing(T, E, k, gen):
+    """k distinct experts per token, uniformly; weights in [0.05, 1)."""
+    ids = torch.rand(T, E, generator=gen, device="cuda").topk(k, dim=1).indices
+    w = torch.rand(T, k, generator=gen, device="cuda") * 0.95 + 0.05
+    return ids.to(torch.int32).contiguous(), w.float().contiguous()
+
+
+def bench_shape(lib, name, tokens, reps, copy_bw, gemm, l2_bytes, rows):
+    E, H, I, k = SHAPES[name]
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(1234)
+    wbytes = E * 3 * H * I * 2
+    # Weights that fit in L2 rotate between copies too.
+    nw = 1 if wbytes > 4 * l2_bytes else min(16, -(-4 * l2_bytes // wbytes))
+    w1s, w2s = [], []
+    for _ in range(nw):
+        w1s.append((torch.rand(E, 2 * I, H, generator=gen, device="cuda") * 2 - 1)
+                   .mul_(H ** -0.5).to(torch.bfloat16))
+        w2s.append((torch.rand(E, H, I, generator=gen, device="cuda") * 2 - 1)
+                   .mul_(I ** -0.5).to(torch.bfloat16))
+
+    ctx = ctypes.c_void_p()
+    shape = Shape(E, H, I, k, max(tokens))
+    rc = lib.hr_moe_create(ctypes.byref(ctx), -1, ctypes.byref(shape))
+    if rc:
+        sys.exit(f"hr_moe_create: {lib.hr_strerror(rc).decode()}")
+    sms = lib.hr_moe_sms(ctx)
+    stream = torch.cuda.current_stream().cuda_stream
+
+    for T in tokens:
+        sets = 8 if T <= 128 else 2
+        sets = max(sets, nw)
+        data = []
+        for s in range(sets):
+            x = (torch.rand(T, H, generator=gen, device="cuda") * 2 - 1).to(torch.bfloat16)
+            ids, w = routing(T, E, k, gen)
+            data.append((x, ids, w, w1s[s % nw], w2s[s % nw],
+                         torch.empty(T, H, dtype=torch.bfloat16, device="cuda")))
+        touched = statistics.mean(len(torch.unique(d[1])) for d in data)
+        flops = 2.0 * T * k * 3 * H * I
+        floor_ms = max(touched * 3 * H * I * 2 / copy_bw, flops / gemm) * 1e3
+
+        # The reference, one CUDA graph per input set.
+        graphs, ref_out = [], []
+        for (x, ids, w, w1, w2, _) in data:
+            w1t, w2t = w1.transpose(1, 2), w2.transpose(1, 2)
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    ref_moe(x, ids, w, w1t, w2t, E, I)
+            torch.cuda.current_stream().wait_stream(side)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                out = ref_moe(x, ids, w, w1t, w2t, E, I)
+            graphs.append(g)
+            ref_out.append(out)
+        ref_ms = median_ms(lambda i: graphs[i].replay(), reps, sets)
+
+        # Ours.
+        args = []
+        for (x, ids, w, w1, w2, y) in data:
+            args.append(Args(T, E, H, I, k, x.data_ptr(), ids.data_ptr(),
+                             w.data_ptr(), w1.data_ptr(), w2.data_ptr(),
+                             y.data_ptr(), 10000))
+
+        def ours(i):
+            rc = lib.hr_moe_forward_grid(ctx, sms, HR_MODE_HEADROOM, 2,
+                                         ctypes.byref(args[i]), stream)
+            if rc:
+                sys.exit(f"hr_moe_forward_grid: {lib.hr_strerror(rc).decode()}")
+        our_ms = median_ms(ours, reps, sets)
+        rc = lib.hr_moe_sync(ctx)
+        if rc:
+            sys.exit(f"hr_moe_sync: {lib.hr_strerror(rc).decode()}")
+
+        # Same answer as the reference? (bf16 both ways; the reference rounds
+        # more often, so this is a sanity check, not the test.)
+        for g in graphs:
+            g.replay()
+        torch.cuda.synchronize()
+        err = max(((d[5].float() - r.float()).norm() / r.float().norm()).item()
+                  for d, r in zip(data, ref_out))
+        nan = any(torch.isnan(d[5]).any().item() for d in data)
+
+        pub = PUBLISHED_REF[name][PUBLISHED_T.index(T)] if T in PUBLISHED_T else None
+        rows.append(dict(shape=name, T=T, ref=ref_ms, ours=our_ms,
+                         speedup=ref_ms / our_ms, tflops=flops / (our_ms * 1e-3) / 1e12,
+                         ours_floor=our_ms / floor_ms, ref_floor=ref_ms / floor_ms,
+                         floor=floor_ms, touched=touched, err=err, nan=nan, pub=pub))
+        r = rows[-1]
+        print(f"{name:14s} T={T:<5d} ref {ref_ms:8.3f} ms  ours {our_ms:8.3f} ms  "
+              f"x{r['speedup']:5.2f}  {r['tflops']:6.1f} TFLOP/s  "
+              f"floor {floor_ms:7.3f} ms (ours {r['ours_floor']:4.2f}x, ref "
+              f"{r['ref_floor']:4.2f}x)  rel err vs ref {err:.1e}{'  NaN!' if nan else ''}",
+              flush=True)
+        del graphs, ref_out, data, args
+        torch.cuda.empty_cache()
+    lib.hr_moe_destroy(ctx)
+    del w1s, w2s
+    torch.cuda.empty_cache()
+
+
+def machine():
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+                               "--format=csv,noheader"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return torch.cuda.get_device_name()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--lib", default="build/lib/libheadroom_moe.so")
+    ap.add_argument("--out", help="write the markdown table here too")
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--tokens", default="1,16,128,1024,8192")
+    ap.add_argument("--reps", type=int, default=30)
+    opt = ap.parse_args()
+
+    lib = load_lib(os.path.abspath(opt.lib))
+    torch.manual_seed(0)
+    prop = torch.cuda.get_device_properties(0)
+    l2 = getattr(prop, "L2_cache_size", 50 << 20)
+    copy_bw, gemm = ceilings()
+    print(f"{machine()}; {prop.multi_processor_count} SMs, L2 {l2 >> 20} MiB; "
+          f"copy {copy_bw / 1e12:.2f} TB/s (read + write), bf16 GEMM 8192^3 "
+          f"{gemm / 1e12:.0f} TFLOP/s", flush=True)
+    tokens = [int(t) for t in opt.tokens.split(",")]
+    rows = []
+    for name in opt.shapes.split(","):
+        bench_shape(lib, name, tokens, opt.reps, copy_bw, gemm, l2, rows)
+
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        f"# Mega-MoE kernel vs the PyTorch reference ({now})",
+        "",
+        f"- machine: {machine()}, {prop.multi_processor_count} SMs; torch "
+        f"{torch.__version__}",
+        f"- command: `{' '.join(['python3'] + sys.argv)}` (through `make bench-gpu`)",
+        f"- ceilings measured in the same run: copy {copy_bw / 1e12:.2f} TB/s "
+        f"(read + write), bf16 GEMM 8192^3 {gemm / 1e12:.0f} TFLOP/s",
+        "- floor = max(bytes of the experts touched / copy rate, FLOPs / GEMM "
+        "rate); times are medians of per-rep CUDA events, inputs rotating",
+        "- ours: hr_moe_forward_grid, grid = all SMs, clusters of 2; reference: "
+        "sort + torch._grouped_mm x2 + SwiGLU + index_add_, CUDA graph",
+        "",
+        "| shape | T | reference ms | ours ms | speedup | ours TFLOP/s | floor ms "
+        "| ours / floor | ref / floor | ref in FINDINGS ms | rel err vs ref |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['shape']} | {r['T']} | {r['ref']:.3f} | {r['ours']:.3f} | "
+            f"{r['speedup']:.2f}x | {r['tflops']:.1f} | {r['floor']:.3f} | "
+            f"{r['ours_floor']:.2f} | {r['ref_floor']:.2f} | "
+            f"{r['pub'] if r['pub'] is not None else '-'} | "
+            f"{r['err']:.1e}{' NaN' if r['nan'] else ''} |")
+    text = "\n".join(lines) + "\n"
+    print()
+    print(text)
+    if opt.out:
+        with open(opt.out, "w") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()

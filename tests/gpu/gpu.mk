@@ -1,0 +1,34 @@
+# GPU tests of the mega-MoE kernel (run by `make gpu-test`, and by
+# `make test`, where without a GPU each prints "SKIP: ...: no CUDA device
+# (...)" and exits 77). Without nvcc they are built as stubs that skip the
+# same way.
+GPU_TEST_NAMES := test_moe_correct test_moe_grids test_moe_timeout \
+                  test_moe_launch test_moe_lease
+GPU_TESTS += $(addprefix $(TESTBIN)/,$(GPU_TEST_NAMES))
+
+ifeq ($(HAVE_NVCC),1)
+
+GPU_TEST_OBJS := $(OBJDIR)/tests/gpu/gpu_util.o $(OBJDIR)/tests/gpu/gpu_kernels.cu.o \
+                 $(MOE_REF_OBJ)
+GPU_TEST_LIBS := $(MOE_LIB_SO) $(LIBDIR)/libheadroom.so
+
+$(OBJDIR)/tests/gpu/%.o: CPPFLAGS += -I$(CUDA_HOME)/include
+
+$(OBJDIR)/tests/gpu/gpu_kernels.cu.o: tests/gpu/gpu_kernels.cu tests/gpu/gpu_util.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -Itests/gpu -c -o $@ $<
+
+$(addprefix $(TESTBIN)/,$(GPU_TEST_NAMES)): $(TESTBIN)/%: $(OBJDIR)/tests/gpu/%.o \
+                                           $(GPU_TEST_OBJS) $(GPU_TEST_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) \
+	  -L$(LIBDIR) -lheadroom_moe -lheadroom -Wl,-rpath,$(abspath $(LIBDIR)) \
+	  $(LDLIBS_CUDART) -lstdc++ -lm
+
+else
+
+$(addprefix $(TESTBIN)/,$(GPU_TEST_NAMES)): $(TESTBIN)/%: tests/gpu/skip_stub.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DGT_NAME='"$*"' -o $@ $<
+
+endif

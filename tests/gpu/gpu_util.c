@@ -1,0 +1,502 @@
+/*
+ * gpu_util.c: see gpu_util.h.
+ */
+#include "gpu_util.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cuda_runtime.h>
+
+#include "moe_ref.h"
+
+int gt_failures;
+
+/* name, E, H, I, k, tokens sampled per check. The CPU reference costs
+ * 2 * k * 3 * H * I flops per token: all tokens of the small shape, a few
+ * dozen of Qwen3's, eight of DeepSeek-V3's (0.7 GFLOP each). */
+const gt_shape gt_shapes[GT_NSHAPES] = {
+  { "small", 8, 256, 512, 2, 256 },
+  { "qwen3-30b-a3b", 128, 2048, 768, 8, 32 },
+  { "deepseek-v3", 256, 7168, 2048, 8, 8 },
+};
+
+void gt_cuda_check(int err, const char *what, const char *file, int line)
+{
+  if(err == 0)
+    return;
+  fprintf(stderr, "FAIL %s:%d: %s: %s\n", file, line, what,
+          cudaGetErrorString((cudaError_t)err));
+  exit(1);
+}
+
+void gt_require_gpu(const char *name)
+{
+  struct cudaDeviceProp prop;
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if(e != cudaSuccess || n == 0) {
+    hr_moe_shape s = { 8, 256, 512, 2, 16 };
+    hr_moe *m = NULL;
+    int rc = hr_moe_create(&m, -1, &s);
+    if(rc != HR_ENOGPU) {
+      fprintf(stderr, "FAIL: %s: no CUDA device, but hr_moe_create said %d (%s), "
+              "not HR_ENOGPU\n", name, rc, hr_strerror(rc));
+      exit(1);
+    }
+    printf("SKIP: %s: no CUDA device (%s)\n", name,
+           e != cudaSuccess ? cudaGetErrorString(e) : "no device found");
+    exit(77);
+  }
+  GT_CUDA(cudaGetDeviceProperties(&prop, 0));
+  if(prop.major != 9 || prop.minor != 0) {
+    printf("SKIP: %s: no CUDA device (the kernel needs sm_90, %s is sm_%d%d)\n",
+           name, prop.name, prop.major, prop.minor);
+    exit(77);
+  }
+  printf("%s: %s, %d SMs\n", name, prop.name, prop.multiProcessorCount);
+}
+
+/* ---- random numbers and time ------------------------------------------ */
+
+static uint64_t rng_state = 1;
+
+void gt_seed(const char *name)
+{
+  const char *env = getenv("HR_TEST_SEED");
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  rng_state = env ? strtoull(env, NULL, 0)
+                  : ((uint64_t)ts.tv_sec << 30) ^ (uint64_t)ts.tv_nsec ^
+                        ((uint64_t)getpid() << 16);
+  if(!rng_state)
+    rng_state = 1;
+  printf("%s: seed %llu (HR_TEST_SEED=%llu repeats this run)\n", name,
+         (unsigned long long)rng_state, (unsigned long long)rng_state);
+}
+
+uint64_t gt_rand(void)
+{
+  rng_state ^= rng_state >> 12;
+  rng_state ^= rng_state << 25;
+  rng_state ^= rng_state >> 27;
+  return rng_state * 0x2545F4914F6CDD1DULL;
+}
+
+float gt_uniform(float lo, float hi)
+{
+  return lo + (hi - lo) * (float)((gt_rand() >> 40) * (1.0 / 16777216.0));
+}
+
+double gt_now_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+void gt_sleep_ms(int ms)
+{
+  struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+  while(nanosleep(&ts, &ts) == -1 && errno == EINTR)
+    ;
+}
+
+int gt_finish(const char *name)
+{
+  if(gt_failures) {
+    printf("%s: %d check(s) failed\n", name, gt_failures);
+    return 1;
+  }
+  printf("%s: all checks passed\n", name);
+  return 0;
+}
+
+/* ---- test data --------------------------------------------------------- */
+
+void gt_moe_init(gt_moe *g, const gt_shape *s, int max_T)
+{
+  hr_moe_shape ms;
+  size_t w1n = (size_t)s->E * 2 * s->I * s->H, w2n = (size_t)s->E * s->H * s->I;
+  int rc;
+
+  memset(g, 0, sizeof(*g));
+  g->s = *s;
+  g->max_T = max_T;
+  ms.experts = s->E;
+  ms.hidden = s->H;
+  ms.inter = s->I;
+  ms.topk = s->k;
+  ms.max_tokens = max_T;
+  rc = hr_moe_create(&g->m, 0, &ms);
+  if(rc) {
+    fprintf(stderr, "FAIL: hr_moe_create(%s): %s\n", s->name, hr_strerror(rc));
+    exit(1);
+  }
+  GT_CUDA(cudaStreamCreateWithFlags((cudaStream_t *)&g->stream,
+                                    cudaStreamNonBlocking));
+  GT_CUDA(cudaMalloc((void **)&g->w1, w1n * 2));
+  GT_CUDA(cudaMalloc((void **)&g->w2, w2n * 2));
+  GT_CUDA(cudaMalloc((void **)&g->x, (size_t)max_T * s->H * 2));
+  GT_CUDA(cudaMalloc((void **)&g->y, (size_t)max_T * s->H * 2));
+  GT_CUDA(cudaMalloc((void **)&g->ids, (size_t)max_T * s->k * 4));
+  GT_CUDA(cudaMalloc((void **)&g->wts, (size_t)max_T * s->k * 4));
+  g->x_h = malloc((size_t)max_T * s->H * 2);
+  g->y_h = malloc((size_t)max_T * s->H * 2);
+  g->ids_h = malloc((size_t)max_T * s->k * 4);
+  g->wts_h = malloc((size_t)max_T * s->k * 4);
+  if(!g->x_h || !g->y_h || !g->ids_h || !g->wts_h) {
+    fprintf(stderr, "FAIL: out of host memory\n");
+    exit(1);
+  }
+  /* Weights scaled so that gate, up and outputs stay near 1. */
+  GT_CUDA(gt_fill_bf16(g->w1, w1n, gt_rand(), 1.0f / sqrtf((float)s->H), g->stream));
+  GT_CUDA(gt_fill_bf16(g->w2, w2n, gt_rand(), 1.0f / sqrtf((float)s->I), g->stream));
+  GT_CUDA(cudaStreamSynchronize((cudaStream_t)g->stream));
+}
+
+void gt_moe_free(gt_moe *g)
+{
+  hr_moe_destroy(g->m);
+  cudaFree(g->w1);
+  cudaFree(g->w2);
+  cudaFree(g->x);
+  cudaFree(g->y);
+  cudaFree(g->ids);
+  cudaFree(g->wts);
+  cudaStreamDestroy((cudaStream_t)g->stream);
+  free(g->x_h);
+  free(g->y_h);
+  free(g->ids_h);
+  free(g->wts_h);
+  memset(g, 0, sizeof(*g));
+}
+
+static void upload(gt_moe *g)
+{
+  const int T = g->T, H = g->s.H, k = g->s.k;
+  cudaStream_t st = (cudaStream_t)g->stream;
+  GT_CUDA(cudaMemcpyAsync(g->x, g->x_h, (size_t)T * H * 2, cudaMemcpyHostToDevice, st));
+  GT_CUDA(cudaMemcpyAsync(g->ids, g->ids_h, (size_t)T * k * 4, cudaMemcpyHostToDevice, st));
+  GT_CUDA(cudaMemcpyAsync(g->wts, g->wts_h, (size_t)T * k * 4, cudaMemcpyHostToDevice, st));
+  GT_CUDA(cudaStreamSynchronize(st));
+}
+
+static void fresh_x_and_weights(gt_moe *g, int T)
+{
+  size_t i;
+  if(T > g->max_T) {
+    fprintf(stderr, "FAIL: T %d > max %d\n", T, g->max_T);
+    exit(1);
+  }
+  g->T = T;
+  for(i = 0; i < (size_t)T * g->s.H; i++)
+    g->x_h[i] = hr_moe_float_to_bf16(gt_uniform(-1.0f, 1.0f));
+  for(i = 0; i < (size_t)T * g->s.k; i++)
+    g->wts_h[i] = gt_uniform(0.05f, 1.0f);
+}
+
+/* k distinct experts among those with e % stride == 0 (if there are k). */
+static void route_distinct(gt_moe *g, int T, int stride)
+{
+  const int k = g->s.k, pool = (g->s.E + stride - 1) / stride;
+  int t, j, i;
+  fresh_x_and_weights(g, T);
+  for(t = 0; t < T; t++) {
+    for(j = 0; j < k; j++) {
+      int e, again;
+      do {
+        e = (int)(gt_rand() % (uint64_t)pool) * stride;
+        again = 0;
+        for(i = 0; i < j && pool >= k; i++)
+          again |= g->ids_h[(size_t)t * k + i] == e;
+      } while(again);
+      g->ids_h[(size_t)t * k + j] = e;
+    }
+  }
+  upload(g);
+}
+
+void gt_route_random(gt_moe *g, int T)
+{
+  route_distinct(g, T, 1);
+}
+
+void gt_route_subset(gt_moe *g, int T, int stride)
+{
+  route_distinct(g, T, stride);
+}
+
+void gt_route_one(gt_moe *g, int T, int e)
+{
+  size_t i;
+  fresh_x_and_weights(g, T);
+  for(i = 0; i < (size_t)T * g->s.k; i++)
+    g->ids_h[i] = e;
+  upload(g);
+}
+
+void gt_poison_expert(gt_moe *g, int e)
+{
+  const size_t w1n = (size_t)2 * g->s.I * g->s.H, w2n = (size_t)g->s.H * g->s.I;
+  GT_CUDA(cudaMemset(g->w1 + (size_t)e * w1n, 0xff, w1n * 2));
+  GT_CUDA(cudaMemset(g->w2 + (size_t)e * w2n, 0xff, w2n * 2));
+}
+
+hr_moe_args gt_args(const gt_moe *g, int timeout_ms)
+{
+  hr_moe_args a;
+  memset(&a, 0, sizeof(a));
+  a.tokens = g->T;
+  a.experts = g->s.E;
+  a.hidden = g->s.H;
+  a.inter = g->s.I;
+  a.topk = g->s.k;
+  a.x = g->x;
+  a.topk_ids = g->ids;
+  a.topk_weights = g->wts;
+  a.w1 = g->w1;
+  a.w2 = g->w2;
+  a.y = g->y;
+  a.timeout_ms = timeout_ms;
+  return a;
+}
+
+int gt_run(gt_moe *g, int grid, hr_mode mode, int cluster, int timeout_ms)
+{
+  cudaStream_t st = (cudaStream_t)g->stream;
+  cudaEvent_t e0, e1;
+  hr_moe_args a = gt_args(g, timeout_ms);
+  int rc;
+
+  GT_CUDA(cudaEventCreate(&e0));
+  GT_CUDA(cudaEventCreate(&e1));
+  GT_CUDA(cudaMemsetAsync(g->y, 0xff, (size_t)g->T * g->s.H * 2, st));  /* NaN */
+  GT_CUDA(cudaEventRecord(e0, st));
+  rc = hr_moe_forward_grid(g->m, grid, mode, cluster, &a, st);
+  if(rc == 0) {
+    GT_CUDA(cudaEventRecord(e1, st));
+    rc = hr_moe_sync(g->m);
+  }
+  if(rc == 0) {
+    GT_CUDA(cudaEventSynchronize(e1));
+    GT_CUDA(cudaEventElapsedTime(&g->last_ms, e0, e1));
+  }
+  GT_CUDA(cudaMemcpyAsync(g->y_h, g->y, (size_t)g->T * g->s.H * 2,
+                          cudaMemcpyDeviceToHost, st));
+  GT_CUDA(cudaStreamSynchronize(st));
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return rc;
+}
+
+size_t gt_count_nonfinite(const gt_moe *g)
+{
+  size_t i, bad = 0;
+  for(i = 0; i < (size_t)g->T * g->s.H; i++)
+    bad += !isfinite(hr_moe_bf16_to_float(g->y_h[i]));
+  return bad;
+}
+
+/* ---- the sampled CPU reference ----------------------------------------- */
+
+typedef struct ref_job {
+  hr_moe_ref_problem p;
+  uint16_t *y;
+  int rc;
+} ref_job;
+
+static void *ref_thread(void *arg)
+{
+  ref_job *j = arg;
+  j->rc = hr_moe_ref_forward(&j->p, j->y);
+  return NULL;
+}
+
+double gt_check_sampled(const gt_moe *g, int n, double *max_abs)
+{
+  const int T = g->T, E = g->s.E, H = g->s.H, I = g->s.I, k = g->s.k;
+  const size_t w1n = (size_t)2 * I * H, w2n = (size_t)H * I;
+  int *tok = NULL, *local = NULL, nex = 0, i, j, nth;
+  char *picked = NULL;
+  uint16_t *w1c = NULL, *w2c = NULL, *xc = NULL, *yc = NULL;
+  int32_t *idc = NULL;
+  float *wc = NULL;
+  ref_job jobs[16];
+  pthread_t th[16];
+  int running[16];
+  double num = 0, den = 0, mx = 0, rel = INFINITY;
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+
+  if(n > T)
+    n = T;
+  tok = malloc(sizeof(int) * n);
+  picked = calloc((size_t)T, 1);
+  local = malloc(sizeof(int) * E);
+  if(!tok || !picked || !local)
+    goto out;
+  /* The first and last tokens (edges of the token tiles), then random. */
+  for(i = 0; i < n; i++) {
+    int t = i == 0 ? 0 : i == 1 ? T - 1 : (int)(gt_rand() % (uint64_t)T);
+    if(n == T)
+      t = i;
+    while(picked[t])
+      t = (t + 1) % T;
+    picked[t] = 1;
+    tok[i] = t;
+  }
+  for(i = 0; i < E; i++)
+    local[i] = -1;
+  for(i = 0; i < n; i++)
+    for(j = 0; j < k; j++) {
+      int e = g->ids_h[(size_t)tok[i] * k + j];
+      if(e >= 0 && e < E && local[e] < 0)
+        local[e] = nex++;
+    }
+
+  /* A problem of the sampled tokens alone, with their experts' weights
+   * copied back from the GPU: tokens are independent, so its answer is the
+   * big problem's answer for these rows. */
+  w1c = malloc(w1n * 2 * (nex ? nex : 1));
+  w2c = malloc(w2n * 2 * (nex ? nex : 1));
+  xc = malloc((size_t)n * H * 2);
+  yc = malloc((size_t)n * H * 2);
+  idc = malloc((size_t)n * k * 4);
+  wc = malloc((size_t)n * k * 4);
+  if(!w1c || !w2c || !xc || !yc || !idc || !wc)
+    goto out;
+  for(i = 0; i < E; i++) {
+    if(local[i] < 0)
+      continue;
+    GT_CUDA(cudaMemcpy(w1c + (size_t)local[i] * w1n, g->w1 + (size_t)i * w1n,
+                       w1n * 2, cudaMemcpyDeviceToHost));
+    GT_CUDA(cudaMemcpy(w2c + (size_t)local[i] * w2n, g->w2 + (size_t)i * w2n,
+                       w2n * 2, cudaMemcpyDeviceToHost));
+  }
+  for(i = 0; i < n; i++) {
+    memcpy(xc + (size_t)i * H, g->x_h + (size_t)tok[i] * H, (size_t)H * 2);
+    for(j = 0; j < k; j++) {
+      int e = g->ids_h[(size_t)tok[i] * k + j];
+      idc[(size_t)i * k + j] = (e >= 0 && e < E) ? local[e] : -1;
+      wc[(size_t)i * k + j] = g->wts_h[(size_t)tok[i] * k + j];
+    }
+  }
+
+  nth = (int)(ncpu < 1 ? 1 : ncpu > 16 ? 16 : ncpu);
+  if(nth > n)
+    nth = n;
+  for(i = 0; i < nth; i++) {
+    int a = (int)((long)n * i / nth), b = (int)((long)n * (i + 1) / nth);
+    ref_job *jb = &jobs[i];
+    jb->p.tokens = b - a;
+    jb->p.experts = nex ? nex : 1;
+    jb->p.hidden = H;
+    jb->p.inter = I;
+    jb->p.topk = k;
+    jb->p.x = xc + (size_t)a * H;
+    jb->p.topk_ids = idc + (size_t)a * k;
+    jb->p.topk_weights = wc + (size_t)a * k;
+    jb->p.w1 = w1c;
+    jb->p.w2 = w2c;
+    jb->y = yc + (size_t)a * H;
+    jb->rc = -1;
+    running[i] = pthread_create(&th[i], NULL, ref_thread, jb) == 0;
+    if(!running[i])
+      ref_thread(jb);                  /* no thread: do it here */
+  }
+  for(i = 0; i < nth; i++) {
+    if(running[i])
+      pthread_join(th[i], NULL);
+    if(jobs[i].rc != 0)
+      goto out;
+  }
+
+  for(i = 0; i < n; i++) {
+    for(j = 0; j < H; j++) {
+      double v = hr_moe_bf16_to_float(g->y_h[(size_t)tok[i] * H + j]);
+      double r = hr_moe_bf16_to_float(yc[(size_t)i * H + j]);
+      if(!isfinite(v))
+        goto out;                                  /* rel stays +inf */
+      num += (v - r) * (v - r);
+      den += r * r;
+      if(fabs(v - r) > mx)
+        mx = fabs(v - r);
+    }
+  }
+  rel = den > 0 ? sqrt(num / den) : sqrt(num);
+
+out:
+  if(max_abs)
+    *max_abs = mx;
+  free(tok);
+  free(picked);
+  free(local);
+  free(w1c);
+  free(w2c);
+  free(xc);
+  free(yc);
+  free(idc);
+  free(wc);
+  return rel;
+}
+
+void gt_expect_correct(const gt_moe *g, const char *what)
+{
+  size_t bad = gt_count_nonfinite(g);
+  double mx = 0, rel = gt_check_sampled(g, g->s.sample, &mx);
+  int n = g->s.sample < g->T ? g->s.sample : g->T;
+  printf("  %-14s %-22s T=%-5d rel L2 %.2e (bound %.0e) max|diff| %.3g over "
+         "%d tokens; %zu unwritten; %.3f ms\n", g->s.name, what, g->T, rel,
+         GT_REL_L2_BOUND, mx, n, bad, g->last_ms);
+  GT_EXPECT(bad == 0, "%s %s T=%d: %zu elements of y not written or not finite",
+            g->s.name, what, g->T, bad);
+  GT_EXPECT(rel < GT_REL_L2_BOUND, "%s %s T=%d: rel L2 %.3g", g->s.name, what,
+            g->T, rel);
+}
+
+/* ---- the hog ----------------------------------------------------------- */
+
+void gt_hog_start(gt_hog *h, int ctas, int ms)
+{
+  unsigned *dev;
+  double t0;
+  int i, n;
+  memset(h, 0, sizeof(*h));
+  h->ctas = ctas;
+  GT_CUDA(cudaHostAlloc((void **)&h->started, sizeof(unsigned) * ctas,
+                        cudaHostAllocMapped));
+  memset(h->started, 0, sizeof(unsigned) * ctas);
+  GT_CUDA(cudaHostGetDevicePointer((void **)&dev, h->started, 0));
+  GT_CUDA(cudaStreamCreateWithFlags((cudaStream_t *)&h->stream,
+                                    cudaStreamNonBlocking));
+  GT_CUDA(cudaEventCreate((cudaEvent_t *)&h->end_event));
+  GT_CUDA(gt_hog_launch(ctas, ms, h->stream, dev));
+  GT_CUDA(cudaEventRecord((cudaEvent_t)h->end_event, (cudaStream_t)h->stream));
+  t0 = gt_now_ms();
+  do {
+    for(n = 0, i = 0; i < ctas; i++)
+      n += ((volatile unsigned *)h->started)[i] != 0;
+    if(n == ctas)
+      return;
+  } while(gt_now_ms() - t0 < 5000);
+  fprintf(stderr, "FAIL: only %d of %d hog CTAs started in 5 s\n", n, ctas);
+  exit(1);
+}
+
+void gt_hog_wait(gt_hog *h)
+{
+  GT_CUDA(cudaStreamSynchronize((cudaStream_t)h->stream));
+}
+
+void gt_hog_free(gt_hog *h)
+{
+  cudaStreamSynchronize((cudaStream_t)h->stream);
+  cudaEventDestroy((cudaEvent_t)h->end_event);
+  cudaStreamDestroy((cudaStream_t)h->stream);
+  cudaFreeHost(h->started);
+  memset(h, 0, sizeof(*h));
+}
