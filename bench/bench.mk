@@ -2,7 +2,18 @@
 # kernel against the PyTorch reference MoE, with the copy and GEMM ceilings
 # measured in the same run; the table goes to stdout and to BENCH_OUT.
 BENCH_OUT ?= $(BUILD)/bench-moe.md
+comma := ,
+empty :=
+space := $(empty) $(empty)
 
 .PHONY: bench-gpu
 bench-gpu: $(LIBDIR)/libheadroom_moe.so
 	python3 bench/bench_moe.py --lib $(LIBDIR)/libheadroom_moe.so --out $(BENCH_OUT) $(BENCH_ARGS)
+
+# The same, with the build-time variants of the small-T tile timed beside
+# the default at T = 1, 16, 128 (see kernels/kernels.mk, MOE_VARIANTS).
+.PHONY: bench-variants
+bench-variants: $(LIBDIR)/libheadroom_moe.so kernels-variants
+	python3 bench/bench_moe.py --lib $(LIBDIR)/libheadroom_moe.so --out $(BENCH_OUT) \
+	  --variants $(subst $(space),$(comma),$(foreach v,$(MOE_VARIANTS),$(v)=$(LIBDIR)/variants/libheadroom_moe-$(v).so)) \
+	  $(BENCH_ARGS)

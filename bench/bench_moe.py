@@ -114,7 +114,7 @@ def ceilings():
 def ref_moe(x, ids, w, w1t, w2t, E, I):
     """The reference: sort pairs by expert, grouped GEMMs, SwiGLU, combine."""
     T, k = ids.shape
-    flat = ids.reshape(-1)
+    flat = ids.reshape(-1).long()
     order = torch.argsort(flat, stable=True)
     tok = order // k
     counts = torch.zeros(E, dtype=torch.int64, device=x.device)
@@ -136,7 +136,8 @@ def routing(T, E, k, gen):
     return ids.to(torch.int32).contiguous(), w.float().contiguous()
 
 
-def bench_shape(lib, name, tokens, reps, copy_bw, gemm, l2_bytes, rows):
+def bench_shape(libs, name, tokens, reps, copy_bw, gemm, l2_bytes, rows,
+                variants, variant_tokens):
     E, H, I, k = SHAPES[name]
     gen = torch.Generator(device="cuda")
     gen.manual_seed(1234)
@@ -150,11 +151,15 @@ def bench_shape(lib, name, tokens, reps, copy_bw, gemm, l2_bytes, rows):
         w2s.append((torch.rand(E, H, I, generator=gen, device="cuda") * 2 - 1)
                    .mul_(I ** -0.5).to(torch.bfloat16))
 
-    ctx = ctypes.c_void_p()
     shape = Shape(E, H, I, k, max(tokens))
-    rc = lib.hr_moe_create(ctypes.byref(ctx), -1, ctypes.byref(shape))
-    if rc:
-        sys.exit(f"hr_moe_create: {lib.hr_strerror(rc).decode()}")
+    ctxs = []
+    for vname, vlib in libs:
+        ctx = ctypes.c_void_p()
+        rc = vlib.hr_moe_create(ctypes.byref(ctx), -1, ctypes.byref(shape))
+        if rc:
+            sys.exit(f"hr_moe_create ({vname}): {vlib.hr_strerror(rc).decode()}")
+        ctxs.append(ctx)
+    lib, ctx = libs[0][1], ctxs[0]
     sms = lib.hr_moe_sms(ctx)
     stream = torch.cuda.current_stream().cuda_stream
 
@@ -195,15 +200,28 @@ def bench_shape(lib, name, tokens, reps, copy_bw, gemm, l2_bytes, rows):
                              w.data_ptr(), w1.data_ptr(), w2.data_ptr(),
                              y.data_ptr(), 10000))
 
-        def ours(i):
-            rc = lib.hr_moe_forward_grid(ctx, sms, HR_MODE_HEADROOM, 2,
-                                         ctypes.byref(args[i]), stream)
+        def timed(vlib, vctx):
+            def run(i):
+                rc = vlib.hr_moe_forward_grid(vctx, sms, HR_MODE_HEADROOM, 2,
+                                              ctypes.byref(args[i]), stream)
+                if rc:
+                    sys.exit(f"hr_moe_forward_grid: {vlib.hr_strerror(rc).decode()}")
+            ms = median_ms(run, reps, sets)
+            rc = vlib.hr_moe_sync(vctx)
             if rc:
-                sys.exit(f"hr_moe_forward_grid: {lib.hr_strerror(rc).decode()}")
-        our_ms = median_ms(ours, reps, sets)
-        rc = lib.hr_moe_sync(ctx)
-        if rc:
-            sys.exit(f"hr_moe_sync: {lib.hr_strerror(rc).decode()}")
+                sys.exit(f"hr_moe_sync: {vlib.hr_strerror(rc).decode()}")
+            return ms
+
+        # Build-time variants of the kernel first (only where asked), so that
+        # the library under test writes y last.
+        if T in variant_tokens:
+            for (vname, vlib), vctx in list(zip(libs, ctxs))[1:]:
+                vms = timed(vlib, vctx)
+                variants.append(dict(shape=name, T=T, variant=vname, ms=vms,
+                                     ref=ref_ms, floor=floor_ms))
+                print(f"  variant {vname:20s} {vms:8.3f} ms  ({vms / floor_ms:4.2f}x floor)",
+                      flush=True)
+        our_ms = timed(lib, ctx)
 
         # Same answer as the reference? (bf16 both ways; the reference rounds
         # more often, so this is a sanity check, not the test.)
@@ -227,7 +245,8 @@ def bench_shape(lib, name, tokens, reps, copy_bw, gemm, l2_bytes, rows):
               flush=True)
         del graphs, ref_out, data, args
         torch.cuda.empty_cache()
-    lib.hr_moe_destroy(ctx)
+    for (vname, vlib), vctx in zip(libs, ctxs):
+        vlib.hr_moe_destroy(vctx)
     del w1s, w2s
     torch.cuda.empty_cache()
 
@@ -248,9 +267,17 @@ def main():
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--tokens", default="1,16,128,1024,8192")
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--variants", default="",
+                    help="NAME=LIB,...: also time these builds of the kernel")
+    ap.add_argument("--variant-tokens", default="1,16,128")
     opt = ap.parse_args()
 
-    lib = load_lib(os.path.abspath(opt.lib))
+    libs = [("ours", load_lib(os.path.abspath(opt.lib)))]
+    for item in filter(None, opt.variants.split(",")):
+        vname, vpath = item.split("=", 1)
+        libs.append((vname, load_lib(os.path.abspath(vpath))))
+    variant_tokens = [int(t) for t in opt.variant_tokens.split(",")]
+    variants = []
     torch.manual_seed(0)
     prop = torch.cuda.get_device_properties(0)
     l2 = getattr(prop, "L2_cache_size", 50 << 20)
@@ -261,7 +288,8 @@ def main():
     tokens = [int(t) for t in opt.tokens.split(",")]
     rows = []
     for name in opt.shapes.split(","):
-        bench_shape(lib, name, tokens, opt.reps, copy_bw, gemm, l2, rows)
+        bench_shape(libs, name, tokens, opt.reps, copy_bw, gemm, l2, rows,
+                    variants, variant_tokens)
 
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
@@ -288,6 +316,13 @@ def main():
             f"{r['ours_floor']:.2f} | {r['ref_floor']:.2f} | "
             f"{r['pub'] if r['pub'] is not None else '-'} | "
             f"{r['err']:.1e}{' NaN' if r['nan'] else ''} |")
+    if variants:
+        lines += ["", "Build-time variants of the kernel (same run, same inputs):", "",
+                  "| shape | T | variant | ms | / floor | ref / variant |",
+                  "|---|---|---|---|---|---|"]
+        for v in variants:
+            lines.append(f"| {v['shape']} | {v['T']} | {v['variant']} | {v['ms']:.3f} | "
+                         f"{v['ms'] / v['floor']:.2f} | {v['ref'] / v['ms']:.2f}x |")
     text = "\n".join(lines) + "\n"
     print()
     print(text)

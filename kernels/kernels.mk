@@ -61,7 +61,30 @@ $(MOE_LIB_A): $(MOE_CU_OBJS)
 	rm -f $@
 	ar rcs $@ $^
 
-.PHONY: kernels-sass
+# Build-time variants of the small-T tile, for tuning on a GPU
+# (`make bench-variants`): BM-BK-STAGES, see moe_gemm.cuh.
+MOE_VARIANTS ?= 32-256-8 64-128-9 32-128-16 64-256-5 128-128-5
+MOE_VARIANT_LIBS := $(foreach v,$(MOE_VARIANTS),$(LIBDIR)/variants/libheadroom_moe-$(v).so)
+moe_variant_flags = -DHR_MOE_TINY_BM=$(word 1,$(subst -, ,$(1))) \
+                    -DHR_MOE_TINY_BK=$(word 2,$(subst -, ,$(1))) \
+                    -DHR_MOE_TINY_STAGES=$(word 3,$(subst -, ,$(1)))
+
+$(OBJDIR)/kernels/variants/moe_kernel-%.cu.o: kernels/moe_kernel.cu kernels/*.h kernels/*.cuh client/headroom.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $(call moe_variant_flags,$*) -c -o $@ $<
+
+$(LIBDIR)/variants/libheadroom_moe-%.so: $(OBJDIR)/kernels/variants/moe_kernel-%.cu.o \
+                                         $(OBJDIR)/kernels/moe_api.cu.o $(MOE_LIBHEADROOM)
+	@mkdir -p $(dir $@)
+	$(CC) -shared -o $@ $(filter %.o,$^) $(LDFLAGS) \
+	  -Wl,--version-script=kernels/libheadroom_moe.map \
+	  -Wl,--exclude-libs,ALL -Wl,-z,defs -Wl,-rpath,'$$ORIGIN/..' \
+	  $(MOE_LINK_HEADROOM) $(LDLIBS_CUDART) -lstdc++
+
+.PRECIOUS: $(OBJDIR)/kernels/variants/%.cu.o
+.PHONY: kernels-variants kernels-sass
+kernels-variants: $(MOE_VARIANT_LIBS)
+
 # The kernel's registers, shared memory and spills, and its SASS, for
 # review without a GPU: build/kernels.sass
 kernels-sass: $(OBJDIR)/kernels/moe_kernel.cu.o

@@ -15,16 +15,25 @@
  * expert, units that share weight rows are adjacent, so at large T the
  * CTAs that read the same weight tile run side by side and share it in L2;
  * at small T (a few tokens per expert) every expert's rows are spread over
- * all CTAs and each weight byte is streamed once.
+ * all CTAs and each weight byte is streamed from memory once.
  *
- * One CTA = 8 warps. K is walked in BK = 64 steps through a STAGES-deep
+ * One CTA = 8 warps. K is walked in BK steps through a STAGES-deep
  * cp.async pipeline that runs across unit boundaries: the loads for the
- * next unit are in flight while the current one finishes. Shared tiles are
- * 128-byte rows with the 16-byte chunks XOR-swizzled by row, so ldmatrix
- * reads are free of bank conflicts. Each warp owns a (BM/WM) x (BN/WN)
- * piece of the tile and skips the token columns past the unit's last
- * token. The K order of every sum is fixed (k = 0, 16, 32, ...), whatever
- * the tile shape and grid: results never depend on the grid.
+ * next unit are in flight while the current one finishes (and the token
+ * indices it gathers are fetched one unit ahead). Shared tiles are rows of
+ * BK bf16 with the 16-byte chunks XOR-swizzled by row, so ldmatrix reads
+ * are free of bank conflicts. Warps split the tile WM x WN ways and, for
+ * the narrow tiles of small T, also split each stage's K WK ways; the WK
+ * partial sums meet in shared memory at the end of the unit, always added
+ * in the same order. So the K order of every sum depends on the tile shape
+ * alone, and the tile shape on the routing alone: results never depend on
+ * the grid.
+ *
+ * Three tile shapes, by the pairs per expert that has any:
+ *   tiny (<= 16): 16 tokens, the weights streamed in long rows (the work
+ *                 is reading each touched expert once: T <= 128 or so)
+ *   mid  (< 96):  64 x 64
+ *   big:          128 x 128, where the MMAs dominate
  *
  * GEMM1 interleaves gate and up rows per 16-row MMA tile (rows 0..7 gate
  * of 8 features, rows 8..15 up of the same 8), so each thread holds the
@@ -38,35 +47,65 @@
 #include "moe_ptx.cuh"
 #include "moe_route.cuh"
 
-/* Tile shapes. Small: few tokens per expert (most of the time); Big:
- * hundreds of tokens per expert, where the MMAs dominate. Both fill the
- * same 128 KB of pipeline. */
-template <int BM_, int BN_, int WM_, int WN_, int STAGES_>
+/* Shared memory for the pipeline, the partial sums and the output staging
+ * of any tile shape (the routing tables come after it). */
+#define HR__MOE_GEMM_SMEM (209 * 1024)
+
+template <int BM_, int BN_, int BK_, int WM_, int WN_, int WK_, int STAGES_>
 struct moe_tile {
   static constexpr int BM = BM_;          /* weight rows per unit */
   static constexpr int BN = BN_;          /* tokens per unit */
+  static constexpr int BK = BK_;          /* K per pipeline stage */
   static constexpr int WM = WM_;          /* warps along rows */
   static constexpr int WN = WN_;          /* warps along tokens */
+  static constexpr int WK = WK_;          /* warps along each stage's K */
   static constexpr int STAGES = STAGES_;
-  static constexpr int BK = 64;
   static constexpr int MT = BM / WM / 16; /* 16-row MMA tiles per warp */
   static constexpr int NT = BN / WN / 8;  /* 8-token MMA tiles per warp */
-  static constexpr int A_BYTES = BM * BK * 2;
-  static constexpr int B_BYTES = BN * BK * 2;
+  static constexpr int KS = BK / 16 / WK; /* 16-deep MMA steps per warp */
+  static constexpr int ROW_BYTES = BK * 2;
+  static constexpr int CPR = BK / 8;      /* 16-byte chunks per row */
+  static constexpr int RPP = HR__MOE_THREADS / CPR; /* rows per load pass */
+  static constexpr int A_PASSES = BM / RPP;
+  static constexpr int B_PASSES = BN / RPP;
+  static constexpr int A_BYTES = BM * ROW_BYTES;
+  static constexpr int B_BYTES = BN * ROW_BYTES;
   static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
-  static_assert(WM * WN * 32 == HR__MOE_THREADS, "8 warps");
-  static_assert(MT >= 1 && NT % 2 == 0, "warp tile");
-  static_assert(BM % 32 == 0 && BN % 32 == 0, "loader: 32 rows per pass");
+  static constexpr int PIPE_BYTES = STAGES * STAGE_BYTES;
+  static constexpr int ACC = MT * NT * 4;  /* accumulators per thread */
+  static constexpr int RED_BYTES = (WK - 1) * WM * WN * 32 * ACC * 4;
+  static constexpr int OUT_STRIDE = BM + 8; /* bf16; rows padded 16 bytes */
+  static constexpr int OUT_BYTES = BN * OUT_STRIDE * 2;
+  static_assert(WM * WN * WK * 32 == HR__MOE_THREADS, "8 warps");
+  static_assert(MT >= 1 && NT >= 2 && NT % 2 == 0 && KS >= 1, "warp tile");
+  static_assert(A_PASSES >= 1 && B_PASSES >= 1 && BM % RPP == 0 && BN % RPP == 0,
+                "loader passes");
+  static_assert(PIPE_BYTES + RED_BYTES + OUT_BYTES <= HR__MOE_GEMM_SMEM,
+                "shared memory");
 };
 
-typedef moe_tile<64, 64, 4, 2, 8> moe_tile_small;
-typedef moe_tile<128, 128, 2, 4, 4> moe_tile_big;
+/* Tiny: the tile width and pipeline can be set at build time, for tuning
+ * (kernels.mk builds variants); BM rows, BK deep, STAGES stages, and the
+ * 8 warps split BM/16 ways along rows and the rest along K. */
+#ifndef HR_MOE_TINY_BM
+#define HR_MOE_TINY_BM 32
+#endif
+#ifndef HR_MOE_TINY_BK
+#define HR_MOE_TINY_BK 256
+#endif
+#ifndef HR_MOE_TINY_STAGES
+#define HR_MOE_TINY_STAGES 8
+#endif
 
-#define HR__MOE_PIPE_BYTES (128 * 1024)
-/* Epilogue staging: up to 128 tokens x (128 + 8) bf16. */
-#define HR__MOE_OUT_BYTES (128 * 136 * 2)
-/* Large-T tiles once the pairs per expert that has any reach this. */
-#define HR__MOE_BIG_TILE_MIN_PAIRS 96
+typedef moe_tile<HR_MOE_TINY_BM, 16, HR_MOE_TINY_BK, HR_MOE_TINY_BM / 16, 1,
+                 8 / (HR_MOE_TINY_BM / 16), HR_MOE_TINY_STAGES> moe_tile_tiny;
+typedef moe_tile<64, 64, 64, 4, 2, 1, 12> moe_tile_mid;
+typedef moe_tile<128, 128, 64, 2, 4, 1, 5> moe_tile_big;
+
+/* Which tile, by the average pairs per expert that has any. */
+#define HR__MOE_TINY_MAX_PAIRS 16
+#define HR__MOE_BIG_MIN_PAIRS 96
+enum { MOE_TILE_TINY = 0, MOE_TILE_MID = 1, MOE_TILE_BIG = 2 };
 
 /* silu(gate) * up, as moe_ref.c computes it (IEEE division, accurate
  * expf: no fast-math anywhere in the kernel). */
@@ -76,10 +115,12 @@ static __device__ __forceinline__ float hr__swiglu(float gate, float up)
   return silu * up;
 }
 
-/* Byte offset of 16-byte chunk `c` of row `r` in a 128-byte-row tile. */
+/* Byte offset of 16-byte chunk `c` of row `r`; XOR-ing the low three bits
+ * with the row puts the 8 rows one ldmatrix reads in 8 different banks. */
+template <class C>
 static __device__ __forceinline__ uint32_t swz(int r, int c)
 {
-  return (uint32_t)(r * 128 + ((c ^ (r & 7)) << 4));
+  return (uint32_t)(r * C::ROW_BYTES + ((c ^ (r & 7)) << 4));
 }
 
 /* One work unit, decoded. */
@@ -94,7 +135,7 @@ struct moe_unit {
  * expert e owns units [tile_off[e] * nf, tile_off[e+1] * nf), row tile
  * major, token tile minor. */
 static __device__ __forceinline__ moe_unit unit_decode(int u, const moe_route &rt,
-                                                int E, int nf, int bn)
+                                                       int E, int nf, int bn)
 {
   moe_unit un;
   int lo = 0, hi = E, ntt, r, tt;
@@ -116,25 +157,57 @@ static __device__ __forceinline__ moe_unit unit_decode(int u, const moe_route &r
 }
 
 /* Issues the cp.async loads, one BK step at a time, walking this CTA's
- * units in order. Each thread copies chunk (tid % 8) of rows tid/8 + 32i. */
+ * units in order. Thread t copies chunk t % CPR of rows t / CPR + RPP * i. */
 template <class C, int STAGE>
 struct moe_loader {
-  const uint16_t *a_src[C::BM / 32];
-  const uint16_t *b_src[C::BN / 32];   /* NULL: past the unit's last token */
+  const uint16_t *a_src[C::A_PASSES];
+  const uint16_t *b_src[C::B_PASSES];  /* NULL: past the unit's last token */
+  int next_tok[C::B_PASSES];           /* GEMM1: the next unit's tokens */
+  moe_unit next;                       /* the next unit, decoded */
   int unit;                            /* index among this CTA's units */
+  int mine;                            /* this CTA's units */
   int kt;                              /* next K step */
   int slot;                            /* next pipeline slot */
+
+  /* Decode unit `i` of this CTA into `next` and, for GEMM1, start loading
+   * its token indices: they are used a whole unit later, so the gather
+   * never waits on them. */
+  __device__ void look_ahead(const hr__moe_params &p, const moe_route &rt,
+                             int nf, int i)
+  {
+    const int r0 = threadIdx.x / C::CPR;
+    int j;
+    if(i >= mine)
+      return;
+    next = unit_decode(blockIdx.x + i * gridDim.x, rt, p.E, nf, C::BN);
+    if(STAGE == 1) {
+#pragma unroll
+      for(j = 0; j < C::B_PASSES; j++) {
+        const int r = r0 + C::RPP * j;
+        next_tok[j] = r < next.nvalid ? __ldcg(p.sorted_tok + next.pos0 + r) : 0;
+      }
+    }
+  }
+
+  __device__ void init(const hr__moe_params &p, const moe_route &rt, int nf,
+                       int units_mine)
+  {
+    unit = 0;
+    kt = 0;
+    slot = 0;
+    mine = units_mine;
+    look_ahead(p, rt, nf, 0);
+  }
 
   __device__ void start_unit(const hr__moe_params &p, const moe_route &rt,
                              int nf)
   {
-    const int tid = threadIdx.x, c = tid & 7, r0 = tid >> 3;
-    const moe_unit un = unit_decode(blockIdx.x + unit * gridDim.x, rt, p.E,
-                                    nf, C::BN);
+    const int c = threadIdx.x % C::CPR, r0 = threadIdx.x / C::CPR;
+    const moe_unit un = next;
     int i;
 #pragma unroll
-    for(i = 0; i < C::BM / 32; i++) {
-      const int r = r0 + 32 * i;
+    for(i = 0; i < C::A_PASSES; i++) {
+      const int r = r0 + C::RPP * i;
       if(STAGE == 1) {
         /* rows 0..7 of each 16: gate of 8 features; 8..15: their up */
         const int f = un.ft * (C::BM / 2) + (r >> 4) * 8 + (r & 7);
@@ -145,37 +218,36 @@ struct moe_loader {
       }
     }
 #pragma unroll
-    for(i = 0; i < C::BN / 32; i++) {
-      const int r = r0 + 32 * i;
+    for(i = 0; i < C::B_PASSES; i++) {
+      const int r = r0 + C::RPP * i;
       b_src[i] = NULL;
       if(r < un.nvalid) {
-        if(STAGE == 1) {
-          const int tok = __ldcg(p.sorted_tok + un.pos0 + r);
-          b_src[i] = p.x + (size_t)tok * p.H + c * 8;
-        } else {
+        if(STAGE == 1)
+          b_src[i] = p.x + (size_t)next_tok[i] * p.H + c * 8;
+        else
           b_src[i] = p.h + (size_t)(un.pos0 + r) * p.I + c * 8;
-        }
       }
     }
+    look_ahead(p, rt, nf, unit + 1);
   }
 
   /* Loads of the next K step into the next slot (no commit). */
   __device__ void issue(const hr__moe_params &p, const moe_route &rt,
                         uint8_t *pipe, int nf, int nk)
   {
-    const int tid = threadIdx.x, c = tid & 7, r0 = tid >> 3;
+    const int c = threadIdx.x % C::CPR, r0 = threadIdx.x / C::CPR;
     const uint32_t a = smem_addr(pipe + slot * C::STAGE_BYTES);
     const uint32_t b = a + C::A_BYTES;
     int i;
     if(kt == 0)
       start_unit(p, rt, nf);
 #pragma unroll
-    for(i = 0; i < C::BM / 32; i++)
-      cp_async16(a + swz(r0 + 32 * i, c), a_src[i] + kt * C::BK);
+    for(i = 0; i < C::A_PASSES; i++)
+      cp_async16(a + swz<C>(r0 + C::RPP * i, c), a_src[i] + kt * C::BK);
 #pragma unroll
-    for(i = 0; i < C::BN / 32; i++)
+    for(i = 0; i < C::B_PASSES; i++)
       if(b_src[i])
-        cp_async16(b + swz(r0 + 32 * i, c), b_src[i] + kt * C::BK);
+        cp_async16(b + swz<C>(r0 + C::RPP * i, c), b_src[i] + kt * C::BK);
     if(++kt == nk) {
       kt = 0;
       unit++;
@@ -185,25 +257,27 @@ struct moe_loader {
   }
 };
 
-/* acc += A(slot) * B(slot) for this warp's piece, skipping token columns
- * at and past nvalid (what lands there is never stored). */
+/* acc += A(slot) * B(slot) over this warp's share of the stage's K,
+ * skipping token columns at and past nvalid (what lands there is never
+ * stored). */
 template <class C>
 static __device__ __forceinline__ void tile_mma(float (&acc)[C::MT][C::NT][4],
-                                         uint32_t a_base, uint32_t b_base,
-                                         int wm, int wn, int nvalid)
+                                                uint32_t a_base, uint32_t b_base,
+                                                int wm, int wn, int wk, int nvalid)
 {
   const int lane = threadIdx.x & 31;
-  int ks, mt, jp;
+  int kk, mt, jp;
   if(wn * C::NT * 8 >= nvalid)
     return;                                     /* no tokens for this warp */
 #pragma unroll
-  for(ks = 0; ks < C::BK / 16; ks++) {
+  for(kk = 0; kk < C::KS; kk++) {
+    const int ks = kk * C::WK + wk;             /* this warp's 16-deep step */
     uint32_t a[C::MT][4];
 #pragma unroll
     for(mt = 0; mt < C::MT; mt++) {
       /* lanes 0-15: rows 0-15 at k 0-7; lanes 16-31: the same at k 8-15 */
       const int r = (wm * C::MT + mt) * 16 + (lane & 15);
-      ldmatrix_x4(a[mt], a_base + swz(r, ks * 2 + (lane >> 4)));
+      ldmatrix_x4(a[mt], a_base + swz<C>(r, ks * 2 + (lane >> 4)));
     }
 #pragma unroll
     for(jp = 0; jp < C::NT / 2; jp++) {
@@ -212,8 +286,8 @@ static __device__ __forceinline__ void tile_mma(float (&acc)[C::MT][C::NT][4],
       if(n0 >= nvalid)
         break;
       /* matrices: tokens n0..n0+7 at k 0-7, k 8-15; n0+8.. likewise */
-      ldmatrix_x4(b, b_base + swz(n0 + (lane & 7) + ((lane >> 4) << 3),
-                                  ks * 2 + ((lane >> 3) & 1)));
+      ldmatrix_x4(b, b_base + swz<C>(n0 + (lane & 7) + ((lane >> 4) << 3),
+                                     ks * 2 + ((lane >> 3) & 1)));
 #pragma unroll
       for(mt = 0; mt < C::MT; mt++) {
         mma_bf16_16816(acc[mt][jp * 2], a[mt], b[0], b[1]);
@@ -223,39 +297,69 @@ static __device__ __forceinline__ void tile_mma(float (&acc)[C::MT][C::NT][4],
   }
 }
 
-/* The unit's results to global memory, through shared memory so that the
- * stores are whole 16-byte chunks of output rows. Starts and ends with
+/* The unit's results to global memory: the K-split partial sums added in
+ * shared memory (slice 0 + 1 + 2 ..., in that order), then staged so that
+ * the stores are whole 16-byte chunks of output rows. Starts and ends with
  * every thread past __syncthreads. */
 template <class C, int STAGE>
 __device__ void tile_store(const hr__moe_params &p, const moe_unit &un,
-                           float (&acc)[C::MT][C::NT][4], uint16_t *out,
-                           int wm, int wn)
+                           float (&acc)[C::MT][C::NT][4], uint8_t *pipe,
+                           int wm, int wn, int wk)
 {
   const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-  /* STAGE 1: BM/2 features per token row; STAGE 2: BM. Rows padded by 16
-   * bytes to spread the scalar stores over the banks. */
+  float *red = (float *)(pipe + C::PIPE_BYTES);
+  uint16_t *out = (uint16_t *)(pipe + C::PIPE_BYTES + C::RED_BYTES);
+  /* STAGE 1: BM/2 features per token row; STAGE 2: BM. */
   const int cols = STAGE == 1 ? C::BM / 2 : C::BM;
-  const int stride = cols + 8;
-  int mt, j, i;
+  int mt, j, i, s;
 
+  if(C::WK > 1) {
+    const int piece = wm * C::WN + wn;
+    if(wk > 0) {
+      float *dst = red + ((wk - 1) * C::WM * C::WN + piece) * C::ACC * 32;
 #pragma unroll
-  for(mt = 0; mt < C::MT; mt++) {
-    const int m16 = wm * C::MT + mt;
+      for(mt = 0; mt < C::MT; mt++)
 #pragma unroll
-    for(j = 0; j < C::NT; j++) {
-      const int n = (wn * C::NT + j) * 8 + 2 * t4;
-      const float *c = acc[mt][j];
-      if(STAGE == 1) {
-        /* c0,c1: gate of feature m16*8+g for tokens n, n+1; c2,c3: up */
-        const int f = m16 * 8 + g;
-        out[n * stride + f] = to_bf16(hr__swiglu(c[0], c[2]));
-        out[(n + 1) * stride + f] = to_bf16(hr__swiglu(c[1], c[3]));
-      } else {
-        const int f = m16 * 16 + g;
-        out[n * stride + f] = to_bf16(c[0]);
-        out[(n + 1) * stride + f] = to_bf16(c[1]);
-        out[n * stride + f + 8] = to_bf16(c[2]);
-        out[(n + 1) * stride + f + 8] = to_bf16(c[3]);
+        for(j = 0; j < C::NT; j++)
+#pragma unroll
+          for(i = 0; i < 4; i++)
+            dst[((mt * C::NT + j) * 4 + i) * 32 + lane] = acc[mt][j][i];
+    }
+    __syncthreads();
+    if(wk == 0) {
+      for(s = 1; s < C::WK; s++) {
+        const float *src = red + ((s - 1) * C::WM * C::WN + piece) * C::ACC * 32;
+#pragma unroll
+        for(mt = 0; mt < C::MT; mt++)
+#pragma unroll
+          for(j = 0; j < C::NT; j++)
+#pragma unroll
+            for(i = 0; i < 4; i++)
+              acc[mt][j][i] += src[((mt * C::NT + j) * 4 + i) * 32 + lane];
+      }
+    }
+  }
+
+  if(wk == 0) {
+#pragma unroll
+    for(mt = 0; mt < C::MT; mt++) {
+      const int m16 = wm * C::MT + mt;
+#pragma unroll
+      for(j = 0; j < C::NT; j++) {
+        const int n = (wn * C::NT + j) * 8 + 2 * t4;
+        const float *c = acc[mt][j];
+        if(STAGE == 1) {
+          /* c0,c1: gate of feature m16*8+g for tokens n, n+1; c2,c3: up */
+          const int f = m16 * 8 + g;
+          out[n * C::OUT_STRIDE + f] = to_bf16(hr__swiglu(c[0], c[2]));
+          out[(n + 1) * C::OUT_STRIDE + f] = to_bf16(hr__swiglu(c[1], c[3]));
+        } else {
+          const int f = m16 * 16 + g;
+          out[n * C::OUT_STRIDE + f] = to_bf16(c[0]);
+          out[(n + 1) * C::OUT_STRIDE + f] = to_bf16(c[1]);
+          out[n * C::OUT_STRIDE + f + 8] = to_bf16(c[2]);
+          out[(n + 1) * C::OUT_STRIDE + f + 8] = to_bf16(c[3]);
+        }
       }
     }
   }
@@ -268,7 +372,7 @@ __device__ void tile_store(const hr__moe_params &p, const moe_unit &un,
     for(i = tid; i < un.nvalid * chunks; i += HR__MOE_THREADS) {
       const int n = i / chunks, c = i - n * chunks;
       *(uint4 *)(dst + (size_t)(un.pos0 + n) * ld + col0 + c * 8) =
-          *(const uint4 *)(out + n * stride + c * 8);
+          *(const uint4 *)(out + n * C::OUT_STRIDE + c * 8);
     }
   }
 }
@@ -276,10 +380,11 @@ __device__ void tile_store(const hr__moe_params &p, const moe_unit &un,
 /* One GEMM stage over all of this CTA's units. */
 template <class C, int STAGE>
 __device__ void moe_gemm_stage(const hr__moe_params &p, const moe_route &rt,
-                               uint8_t *pipe, uint16_t *out)
+                               uint8_t *pipe)
 {
   const int warp = threadIdx.x >> 5;
-  const int wm = warp % C::WM, wn = warp / C::WM;
+  const int wm = warp % C::WM, wn = (warp / C::WM) % C::WN;
+  const int wk = warp / (C::WM * C::WN);
   const int K = STAGE == 1 ? p.H : p.I;
   const int nk = K / C::BK;
   const int nf = (STAGE == 1 ? 2 * p.I : p.H) / C::BM;
@@ -296,9 +401,7 @@ __device__ void moe_gemm_stage(const hr__moe_params &p, const moe_route &rt,
 
   if(steps == 0)
     return;
-  ld.unit = 0;
-  ld.kt = 0;
-  ld.slot = 0;
+  ld.init(p, rt, nf, mine);
   for(i = 0; i < C::STAGES - 1; i++) {          /* fill the pipeline */
     if(i < steps)
       ld.issue(p, rt, pipe, nf, nk);
@@ -321,12 +424,12 @@ __device__ void moe_gemm_stage(const hr__moe_params &p, const moe_route &rt,
     }
     {
       const uint32_t a = smem_addr(pipe + slot * C::STAGE_BYTES);
-      tile_mma<C>(acc, a, a + C::A_BYTES, wm, wn, un.nvalid);
+      tile_mma<C>(acc, a, a + C::A_BYTES, wm, wn, wk, un.nvalid);
     }
     if(++slot == C::STAGES)
       slot = 0;
     if(++kt == nk) {
-      tile_store<C, STAGE>(p, un, acc, out, wm, wn);
+      tile_store<C, STAGE>(p, un, acc, pipe, wm, wn, wk);
       kt = 0;
       if(++u < mine)
         un = unit_decode(blockIdx.x + u * gridDim.x, rt, p.E, nf, C::BN);

@@ -24,18 +24,14 @@
 
 #include "headroom_moe.h"
 
-/* Shared memory: the GEMM pipeline, the epilogue staging, the routing
- * tables (E + 1 ints each, padded). */
+/* Shared memory: the GEMM pipeline (with its partial sums and output
+ * staging), then the routing tables (E + 1 ints each, padded). */
 #define ROUTE_INTS (HR_MOE_MAX_EXPERTS + 4)
-#define SMEM_PIPE 0
-#define SMEM_OUT (SMEM_PIPE + HR__MOE_PIPE_BYTES)
-#define SMEM_ROUTE (SMEM_OUT + HR__MOE_OUT_BYTES)
+#define SMEM_ROUTE HR__MOE_GEMM_SMEM
 #define SMEM_BYTES (SMEM_ROUTE + 4 * ROUTE_INTS * 4)
 
-static_assert(moe_tile_small::STAGES * moe_tile_small::STAGE_BYTES <= HR__MOE_PIPE_BYTES, "pipe");
-static_assert(moe_tile_big::STAGES * moe_tile_big::STAGE_BYTES <= HR__MOE_PIPE_BYTES, "pipe");
 static_assert(SMEM_BYTES > 228 * 1024 / 2, "one CTA per SM");
-static_assert(SMEM_BYTES <= 227 * 1024, "fits an SM");
+static_assert(SMEM_BYTES + 128 <= 227 * 1024, "fits an SM, with the static part");
 
 /* Stage 4: each thread makes 8 outputs (one 16-byte chunk) of one token,
  * adding the k expert rows in slot order in fp32, as moe_ref.c does. */
@@ -84,7 +80,7 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
   __shared__ int s_nonempty;
   int *route_ints = (int *)(smem + SMEM_ROUTE);
   moe_route rt;
-  int big, i;
+  int tile, i;
 
   rt.cnt = route_ints;
   rt.pre = route_ints + ROUTE_INTS;
@@ -109,35 +105,44 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
 
   /* 1. route */
   moe_route_pairs(p, rt, s_warp_sums);
-  /* Big tiles once the experts that have tokens average enough of them;
-   * a function of the routing alone, so the same for every grid. */
+  /* The tile shape follows the pairs per expert that has any: a function
+   * of the routing alone, so the same for every grid. */
   for(i = threadIdx.x; i < p.E; i += HR__MOE_THREADS)
     if(rt.cnt[i] > 0)
       atomicAdd(&s_nonempty, 1);
   __syncthreads();
-  big = rt.off[p.E] >= HR__MOE_BIG_TILE_MIN_PAIRS * s_nonempty && s_nonempty > 0;
-  moe_route_tiles(p, rt, big ? moe_tile_big::BN : moe_tile_small::BN,
+  {
+    const int pairs = rt.off[p.E];
+    const int per_expert = s_nonempty > 0 ? pairs / s_nonempty : 0;
+    const int tiny_fits = p.H % moe_tile_tiny::BK == 0 && p.I % moe_tile_tiny::BK == 0;
+    tile = per_expert >= HR__MOE_BIG_MIN_PAIRS ? MOE_TILE_BIG
+           : per_expert <= HR__MOE_TINY_MAX_PAIRS && tiny_fits ? MOE_TILE_TINY
+           : MOE_TILE_MID;
+  }
+  moe_route_tiles(p, rt, tile == MOE_TILE_TINY  ? moe_tile_tiny::BN
+                         : tile == MOE_TILE_MID ? moe_tile_mid::BN
+                                                : moe_tile_big::BN,
                   s_warp_sums);
   if(!grid_barrier(p, 0, &s_ok))
     return;
 
   /* 2. GEMM1 + SwiGLU */
-  if(big)
-    moe_gemm_stage<moe_tile_big, 1>(p, rt, smem + SMEM_PIPE,
-                                    (uint16_t *)(smem + SMEM_OUT));
+  if(tile == MOE_TILE_TINY)
+    moe_gemm_stage<moe_tile_tiny, 1>(p, rt, smem);
+  else if(tile == MOE_TILE_MID)
+    moe_gemm_stage<moe_tile_mid, 1>(p, rt, smem);
   else
-    moe_gemm_stage<moe_tile_small, 1>(p, rt, smem + SMEM_PIPE,
-                                      (uint16_t *)(smem + SMEM_OUT));
+    moe_gemm_stage<moe_tile_big, 1>(p, rt, smem);
   if(!grid_barrier(p, 1, &s_ok))
     return;
 
   /* 3. GEMM2 */
-  if(big)
-    moe_gemm_stage<moe_tile_big, 2>(p, rt, smem + SMEM_PIPE,
-                                    (uint16_t *)(smem + SMEM_OUT));
+  if(tile == MOE_TILE_TINY)
+    moe_gemm_stage<moe_tile_tiny, 2>(p, rt, smem);
+  else if(tile == MOE_TILE_MID)
+    moe_gemm_stage<moe_tile_mid, 2>(p, rt, smem);
   else
-    moe_gemm_stage<moe_tile_small, 2>(p, rt, smem + SMEM_PIPE,
-                                      (uint16_t *)(smem + SMEM_OUT));
+    moe_gemm_stage<moe_tile_big, 2>(p, rt, smem);
   if(!grid_barrier(p, 2, &s_ok))
     return;
 
