@@ -1,0 +1,44 @@
+"""headroom: the SM budget of headroomd for Python trainers.
+
+A ctypes binding over libheadroom (client/headroom.h) and libheadroom_moe
+(kernels/headroom_moe.h); no compiled extension. docs/python.md is the guide.
+
+    import headroom
+
+    client = headroom.Client()                      # $HEADROOM_SOCKET or default
+    lease = client.lease(gpu=0, cluster=2)
+    headroom.apply_env(lease)                       # before NCCL initialises
+    opts = headroom.nccl_options(lease)             # ProcessGroupNCCL.Options
+    client.register(0, "dp", ctas=opts.config.max_ctas, concurrent=2)
+    ...
+    grid = lease.grid                               # at every launch
+
+torch is imported only by nccl_options() and by Moe's tensor methods.
+"""
+from ._lib import (CODES, library_path, load_library, load_moe_library,
+                   moe_library_path, strerror)
+from .client import (DEFAULT_SOCKET, ENV_SOCKET, ENV_VARS, Budget, Client,
+                     Comm, IncidentDetail, IncidentKind, Lease, Mode)
+from .distributed import apply_env, nccl_options
+from .errors import (Aborted, BarrierTimeout, ConnectError, ConnectionClosed,
+                     CooperativeTooLarge, CudaError, Degraded, HeadroomError,
+                     HelloRequired, InternalError, InvalidArgument,
+                     LimitReached, NoGPU, NotFound, OutOfMemory,
+                     PermissionDenied, ProtocolError, ShuttingDown, TimedOut,
+                     TooLarge, Unsupported, VersionMismatch, error_class)
+from .moe import Moe, MoeFailure, MoeShape, check_moe_tensors
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Aborted", "BarrierTimeout", "Budget", "CODES", "Client", "Comm",
+    "ConnectError", "ConnectionClosed", "CooperativeTooLarge", "CudaError",
+    "DEFAULT_SOCKET", "Degraded", "ENV_SOCKET", "ENV_VARS", "HeadroomError",
+    "HelloRequired", "IncidentDetail", "IncidentKind", "InternalError",
+    "InvalidArgument", "Lease", "LimitReached", "Mode", "Moe", "MoeFailure",
+    "MoeShape", "NoGPU", "NotFound", "OutOfMemory", "PermissionDenied",
+    "ProtocolError", "ShuttingDown", "TimedOut", "TooLarge", "Unsupported",
+    "VersionMismatch", "apply_env", "check_moe_tensors", "error_class",
+    "library_path", "load_library", "load_moe_library", "moe_library_path",
+    "nccl_options", "strerror", "__version__",
+]

@@ -1,0 +1,340 @@
+"""Loading libheadroom and libheadroom_moe, and their C prototypes.
+
+Everything here mirrors client/headroom.h and kernels/headroom_moe.h: the
+structs as ctypes.Structure subclasses (field for field, in order) and one
+argtypes/restype declaration per exported function, so a wrong argument is
+refused by ctypes instead of being passed through as garbage.
+
+Where the libraries are found, first match wins:
+
+  libheadroom      an explicit path (load_library(path) or Client(lib=...)),
+                   else $HEADROOM_LIB, else build/lib of the source tree this
+                   package sits in (python/headroom -> ../../build/lib),
+                   else the system loader's libheadroom.so.0
+  libheadroom_moe  an explicit path (load_moe_library(path) or Moe(lib=...)),
+                   else $HEADROOM_MOE_LIB, else the same build/lib, else
+                   the folder libheadroom came from, else the system
+                   loader's libheadroom_moe.so
+
+libheadroom is always loaded before libheadroom_moe, so the latter's
+dependency on libheadroom.so.0 binds to the copy already in the process
+(the dynamic loader matches it by soname) and leases made here are the
+leases the kernel library reads.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from ctypes import (POINTER, Structure, c_char_p, c_int, c_uint32, c_uint64,
+                    c_void_p)
+
+__all__ = [
+    "HR_OK", "CODES", "load_library", "load_moe_library", "library_path",
+    "moe_library_path", "Budget_t", "IncidentDetail_t", "ClientOptions_t",
+    "MoeShape_t", "MoeArgs_t", "MoeFailure_t",
+]
+
+# ---- error codes (headroom.h) ---------------------------------------------
+
+HR_OK = 0
+HR_EINVAL = -1
+HR_ENOMEM = -2
+HR_ECONNECT = -3
+HR_EPROTO = -4
+HR_EVERSION = -5
+HR_EPERM = -6
+HR_ENOTFOUND = -7
+HR_ELIMIT = -8
+HR_ETIMEDOUT = -9
+HR_ECLOSED = -10
+HR_EDEGRADED = -11
+HR_ETOOLARGE = -12
+HR_EINTERNAL = -13
+HR_EUNSUPPORTED = -14
+HR_ESHUTDOWN = -15
+HR_EHELLO = -16
+HR_ENOGPU = -20
+HR_ECUDA = -21
+HR_EBARRIER_TIMEOUT = -22
+HR_ECOOP_TOO_LARGE = -23
+HR_EABORTED = -24
+
+# Symbolic names, for messages and tests.
+CODES = {
+    HR_OK: "HR_OK",
+    HR_EINVAL: "HR_EINVAL",
+    HR_ENOMEM: "HR_ENOMEM",
+    HR_ECONNECT: "HR_ECONNECT",
+    HR_EPROTO: "HR_EPROTO",
+    HR_EVERSION: "HR_EVERSION",
+    HR_EPERM: "HR_EPERM",
+    HR_ENOTFOUND: "HR_ENOTFOUND",
+    HR_ELIMIT: "HR_ELIMIT",
+    HR_ETIMEDOUT: "HR_ETIMEDOUT",
+    HR_ECLOSED: "HR_ECLOSED",
+    HR_EDEGRADED: "HR_EDEGRADED",
+    HR_ETOOLARGE: "HR_ETOOLARGE",
+    HR_EINTERNAL: "HR_EINTERNAL",
+    HR_EUNSUPPORTED: "HR_EUNSUPPORTED",
+    HR_ESHUTDOWN: "HR_ESHUTDOWN",
+    HR_EHELLO: "HR_EHELLO",
+    HR_ENOGPU: "HR_ENOGPU",
+    HR_ECUDA: "HR_ECUDA",
+    HR_EBARRIER_TIMEOUT: "HR_EBARRIER_TIMEOUT",
+    HR_ECOOP_TOO_LARGE: "HR_ECOOP_TOO_LARGE",
+    HR_EABORTED: "HR_EABORTED",
+}
+
+HR_MODE_HEADROOM = 0
+HR_MODE_COOPERATIVE = 1
+HR_INCIDENT_BARRIER_TIMEOUT = 0
+HR_INCIDENT_LAUNCH_FAILURE = 1
+
+HR_MOE_MAX_EXPERTS = 1024
+HR_MOE_MAX_TOPK = 32
+HR_MOE_DEFAULT_TIMEOUT_MS = 10000
+
+# ---- structs ---------------------------------------------------------------
+
+
+class Budget_t(Structure):
+    """struct hr_budget"""
+    _fields_ = [
+        ("gpu", c_int),
+        ("epoch", c_uint32),
+        ("mode", c_int),               # hr_mode: an int-sized enum
+        ("sms", c_int),
+        ("cluster", c_int),
+        ("headroom", c_int),
+        ("grid", c_int),
+        ("nccl_min_ctas", c_int),
+        ("nccl_max_ctas", c_int),
+        ("nccl_cga_cluster_size", c_int),
+        ("nccl_nvls_enable", c_int),
+        ("degraded", c_int),
+    ]
+
+
+class IncidentDetail_t(Structure):
+    """struct hr_incident_detail"""
+    _fields_ = [
+        ("barrier", c_int),
+        ("arrived", c_int),
+        ("expected", c_int),
+        ("sm", c_int),
+        ("grid", c_int),
+        ("timeout_ms", c_int),
+        ("cuda_error", c_int),
+    ]
+
+
+class ClientOptions_t(Structure):
+    """struct hr_client_options"""
+    _fields_ = [
+        ("name", c_char_p),
+        ("request_timeout_ms", c_int),
+        ("reconnect_ms", c_int),
+        ("quiet", c_int),
+    ]
+
+
+class MoeShape_t(Structure):
+    """struct hr_moe_shape"""
+    _fields_ = [
+        ("experts", c_int),
+        ("hidden", c_int),
+        ("inter", c_int),
+        ("topk", c_int),
+        ("max_tokens", c_int),
+    ]
+
+
+class MoeArgs_t(Structure):
+    """struct hr_moe_args"""
+    _fields_ = [
+        ("tokens", c_int),
+        ("experts", c_int),
+        ("hidden", c_int),
+        ("inter", c_int),
+        ("topk", c_int),
+        ("x", c_void_p),
+        ("topk_ids", c_void_p),
+        ("topk_weights", c_void_p),
+        ("w1", c_void_p),
+        ("w2", c_void_p),
+        ("y", c_void_p),
+        ("timeout_ms", c_int),
+    ]
+
+
+class MoeFailure_t(Structure):
+    """struct hr_moe_failure"""
+    _fields_ = [
+        ("code", c_int),
+        ("detail", IncidentDetail_t),
+        ("cta", c_int),
+        ("reported", c_int),
+    ]
+
+
+# Opaque handles travel as void pointers.
+_client_p = c_void_p
+_comm_p = c_void_p
+_lease_p = c_void_p
+_moe_p = c_void_p
+
+# name: (restype, argtypes), for every function of headroom.h.
+# hr_lease_fill_nccl_config is an inline function of the header (it needs
+# nccl.h), not a symbol of the library: nccl_options() does its job here.
+_PROTOTYPES = {
+    "hr_strerror": (c_char_p, [c_int]),
+    "hr_mode_name": (c_char_p, [c_int]),
+    "hr_incident_kind_name": (c_char_p, [c_int]),
+    "hr_client_open": (c_int, [POINTER(_client_p), c_char_p,
+                               POINTER(ClientOptions_t)]),
+    "hr_client_close": (None, [_client_p]),
+    "hr_client_connected": (c_int, [_client_p]),
+    "hr_client_gpu_count": (c_int, [_client_p]),
+    "hr_client_gpu_sms": (c_int, [_client_p, c_int]),
+    "hr_comm_register": (c_int, [_client_p, c_int, c_char_p, c_int, c_int,
+                                 c_int, POINTER(_comm_p)]),
+    "hr_comm_unregister": (c_int, [_comm_p]),
+    "hr_lease_acquire": (c_int, [_client_p, c_int, c_int, c_int,
+                                 POINTER(_lease_p)]),
+    "hr_lease_release": (c_int, [_lease_p]),
+    "hr_lease_grid": (c_int, [_lease_p]),
+    "hr_lease_headroom": (c_int, [_lease_p]),
+    "hr_lease_epoch": (c_uint32, [_lease_p]),
+    "hr_lease_degraded": (c_int, [_lease_p]),
+    "hr_lease_budget": (c_int, [_lease_p, POINTER(Budget_t)]),
+    "hr_lease_gpu": (c_int, [_lease_p]),
+    "hr_lease_client": (_client_p, [_lease_p]),
+    "hr_lease_wait_change": (c_int, [_lease_p, c_uint32, c_int]),
+    "hr_lease_export_env": (c_int, [_lease_p]),
+    "hr_report": (c_int, [_client_p, _lease_p, c_int,
+                          POINTER(IncidentDetail_t), c_char_p]),
+}
+
+# Every function of headroom_moe.h.
+_MOE_PROTOTYPES = {
+    "hr_moe_create": (c_int, [POINTER(_moe_p), c_int, POINTER(MoeShape_t)]),
+    "hr_moe_destroy": (None, [_moe_p]),
+    "hr_moe_sms": (c_int, [_moe_p]),
+    "hr_moe_workspace_bytes": (c_uint64, [_moe_p]),
+    "hr_moe_forward": (c_int, [_moe_p, _lease_p, POINTER(MoeArgs_t),
+                               c_void_p]),
+    "hr_moe_forward_grid": (c_int, [_moe_p, c_int, c_int, c_int,
+                                    POINTER(MoeArgs_t), c_void_p]),
+    "hr_moe_sync": (c_int, [_moe_p]),
+    "hr_moe_last_failure": (c_int, [_moe_p, POINTER(MoeFailure_t)]),
+    "hr_moe_abort": (c_int, [_moe_p]),
+}
+
+_lock = threading.Lock()
+_lib = None
+_lib_path = None
+_moe = None
+_moe_path = None
+
+
+def _build_lib_dir() -> str:
+    """build/lib of the source tree this package sits in."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    build = os.environ.get("HEADROOM_BUILD") or "build"
+    root = os.path.dirname(os.path.dirname(here))
+    return os.path.join(root, build, "lib")
+
+
+def _declare(lib, prototypes):
+    for name, (restype, argtypes) in prototypes.items():
+        fn = getattr(lib, name)      # AttributeError names a missing symbol
+        fn.restype = restype
+        fn.argtypes = argtypes
+
+
+def _candidates(path, env, filename, soname, extra_dirs=()):
+    """Where to look, in order, as (path, how it was chosen)."""
+    if path:
+        return [(os.fspath(path), "argument")]
+    if os.environ.get(env):
+        return [(os.environ[env], "$" + env)]
+    out = []
+    for d in (_build_lib_dir(),) + tuple(extra_dirs):
+        for f in (soname, filename):
+            p = os.path.join(d, f)
+            if os.path.exists(p):
+                out.append((p, "build tree"))
+                break
+    out.append((soname, "system loader"))
+    return out
+
+
+def _open(cands, what):
+    errors = []
+    for p, how in cands:
+        try:
+            return ctypes.CDLL(p), p
+        except OSError as e:
+            errors.append("%s (%s): %s" % (p, how, e))
+            if how in ("argument", "$HEADROOM_LIB", "$HEADROOM_MOE_LIB"):
+                break          # an explicit choice is not second-guessed
+    raise OSError("cannot load %s; tried: %s" % (what, "; ".join(errors)))
+
+
+def load_library(path=None):
+    """Load libheadroom once per process and return the ctypes handle.
+
+    The first call decides; a later call with a different explicit path
+    raises RuntimeError rather than loading a second copy."""
+    global _lib, _lib_path
+    with _lock:
+        if _lib is not None:
+            if path and os.path.realpath(os.fspath(path)) != \
+                    os.path.realpath(_lib_path):
+                raise RuntimeError("libheadroom is already loaded from %s"
+                                   % _lib_path)
+            return _lib
+        lib, p = _open(_candidates(path, "HEADROOM_LIB", "libheadroom.so",
+                                   "libheadroom.so.0"), "libheadroom")
+        _declare(lib, _PROTOTYPES)
+        _lib, _lib_path = lib, p
+        return lib
+
+
+def load_moe_library(path=None):
+    """Load libheadroom_moe (after libheadroom) and return its handle."""
+    global _moe, _moe_path
+    load_library()
+    with _lock:
+        if _moe is not None:
+            if path and os.path.realpath(os.fspath(path)) != \
+                    os.path.realpath(_moe_path):
+                raise RuntimeError("libheadroom_moe is already loaded from %s"
+                                   % _moe_path)
+            return _moe
+        extra = ()
+        if _lib_path and os.sep in _lib_path:
+            extra = (os.path.dirname(os.path.abspath(_lib_path)),)
+        lib, p = _open(_candidates(path, "HEADROOM_MOE_LIB",
+                                   "libheadroom_moe.so", "libheadroom_moe.so",
+                                   extra), "libheadroom_moe")
+        _declare(lib, _MOE_PROTOTYPES)
+        _moe, _moe_path = lib, p
+        return lib
+
+
+def library_path():
+    """Where libheadroom was loaded from (None before the first load)."""
+    return _lib_path
+
+
+def moe_library_path():
+    """Where libheadroom_moe was loaded from (None before the first load)."""
+    return _moe_path
+
+
+def strerror(code: int) -> str:
+    """hr_strerror's text for an HR_E* code."""
+    s = load_library().hr_strerror(int(code))
+    return s.decode("utf-8", "replace") if s else "unknown error %d" % code

@@ -1,0 +1,279 @@
+"""Moe: the mega-MoE forward kernel (libheadroom_moe) on torch tensors.
+
+    moe = headroom.Moe(experts=8, hidden=256, inter=512, topk=2,
+                       max_tokens=4096, device=local_rank)
+    moe.forward(lease, x, ids, weights, w1, w2, y, timeout_ms=1000)
+    moe.sync()            # BarrierTimeout when a grid barrier timed out
+
+forward() launches on the current torch stream of the tensors' device
+(torch.cuda.current_stream().cuda_stream) with the grid the lease holds
+at that moment, and returns at once; sync() waits for it. Layouts are
+those of kernels/headroom_moe.h:
+
+    x [T, H] bf16   ids [T, k] int32   weights [T, k] fp32
+    w1 [E, 2I, H] bf16 (gate rows, then up rows)   w2 [E, H, I] bf16
+    y [T, H] bf16 (written in full)
+
+Every tensor must be contiguous, on the context's CUDA device, with the
+shape above; forward() checks all of it in Python and raises ValueError
+naming the tensor before anything reaches the GPU. torch is imported only
+when a method needs it: creating a Moe with an explicit device index does
+not need torch.
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Optional
+
+from . import _lib
+from .client import Lease, Mode
+from .errors import BarrierTimeout, InvalidArgument, check
+
+__all__ = ["Moe", "MoeShape", "MoeFailure", "check_moe_tensors"]
+
+
+@dataclass(frozen=True)
+class MoeShape:
+    """struct hr_moe_shape: fixed for the life of a Moe."""
+    experts: int
+    hidden: int
+    inter: int
+    topk: int
+    max_tokens: int
+
+
+@dataclass(frozen=True)
+class MoeFailure:
+    """struct hr_moe_failure, flattened: what the last failed launch left
+    in the kernel's error word."""
+    code: int
+    barrier: int
+    arrived: int
+    expected: int
+    sm: int
+    grid: int
+    timeout_ms: int
+    cuda_error: int
+    cta: int
+    reported: int      # hr_report()'s result; 1: not reported (no lease)
+
+    @classmethod
+    def _from_c(cls, f: _lib.MoeFailure_t) -> "MoeFailure":
+        d = f.detail
+        return cls(code=f.code, barrier=d.barrier, arrived=d.arrived,
+                   expected=d.expected, sm=d.sm, grid=d.grid,
+                   timeout_ms=d.timeout_ms, cuda_error=d.cuda_error,
+                   cta=f.cta, reported=f.reported)
+
+
+def _torch():
+    import torch
+    return torch
+
+
+def check_moe_tensors(shape: MoeShape, device: int, x, ids, weights, w1, w2,
+                      y) -> int:
+    """Check the tensors of one forward against `shape` and CUDA device
+    index `device`; return the token count T. Raises ValueError (or
+    TypeError for a non-tensor) naming the first tensor that is wrong."""
+    torch = _torch()
+    E, H, I, k = shape.experts, shape.hidden, shape.inter, shape.topk
+    named = (("x", x), ("ids", ids), ("weights", weights), ("w1", w1),
+             ("w2", w2), ("y", y))
+    for name, t in named:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError("%s must be a torch.Tensor, not %s"
+                            % (name, type(t).__name__))
+    if x.dim() != 2:
+        raise ValueError("x must be [T, H], got shape %s" % (tuple(x.shape),))
+    T = x.shape[0]
+    want = {
+        "x": ((T, H), torch.bfloat16, 16),
+        "ids": ((T, k), torch.int32, 4),
+        "weights": ((T, k), torch.float32, 4),
+        "w1": ((E, 2 * I, H), torch.bfloat16, 16),
+        "w2": ((E, H, I), torch.bfloat16, 16),
+        "y": ((T, H), torch.bfloat16, 16),
+    }
+    for name, t in named:
+        shp, dtype, align = want[name]
+        if t.dtype != dtype:
+            raise ValueError("%s must be %s, got %s" % (name, dtype, t.dtype))
+        if tuple(t.shape) != shp:
+            raise ValueError("%s must have shape %s, got %s"
+                             % (name, shp, tuple(t.shape)))
+        if t.device.type != "cuda" or t.device.index != device:
+            raise ValueError("%s must be on cuda:%d, got %s"
+                             % (name, device, t.device))
+        if not t.is_contiguous():
+            raise ValueError("%s must be contiguous" % name)
+        if t.data_ptr() % align:
+            raise ValueError("%s must be %d-byte aligned (data_ptr %#x)"
+                             % (name, align, t.data_ptr()))
+    if T < 1 or T > shape.max_tokens:
+        raise ValueError("T = %d tokens, must be 1..%d (max_tokens)"
+                         % (T, shape.max_tokens))
+    return T
+
+
+class Moe:
+    """A mega-MoE context on one CUDA device (hr_moe).
+
+    Moe(experts, hidden, inter, topk, max_tokens, device=None, lib=None)
+
+    device: CUDA device index; None: torch.cuda.current_device(). Raises
+    NoGPU without a CUDA driver or device, Unsupported on a GPU that is not
+    compute capability 9.0, InvalidArgument for a shape the kernel does not
+    take (hidden a multiple of 128, inter of 64, 1 <= experts <= 1024,
+    1 <= topk <= 32). lib: an explicit path to libheadroom_moe.so."""
+
+    def __init__(self, experts: int, hidden: int, inter: int, topk: int,
+                 max_tokens: int, device: Optional[int] = None, lib=None):
+        self._ptr = None
+        self._keep = None
+        self._lib = _lib.load_moe_library(lib)
+        if device is None:
+            device = _torch().cuda.current_device()
+        self.device = int(device)
+        self.shape = MoeShape(int(experts), int(hidden), int(inter), int(topk),
+                              int(max_tokens))
+        s = _lib.MoeShape_t(*(getattr(self.shape, f) for f in
+                              ("experts", "hidden", "inter", "topk",
+                               "max_tokens")))
+        out = ctypes.c_void_p()
+        check(self._lib.hr_moe_create(ctypes.byref(out), self.device,
+                                      ctypes.byref(s)),
+              "hr_moe_create(device %d)" % self.device)
+        self._ptr = out.value
+
+    # ---- life cycle -------------------------------------------------------
+
+    def close(self) -> None:
+        """Wait for the last launch and free the context. Idempotent."""
+        ptr, self._ptr = self._ptr, None
+        if ptr is not None:
+            self._lib.hr_moe_destroy(ptr)
+        self._keep = None
+
+    def __enter__(self) -> "Moe":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _handle(self):
+        if self._ptr is None:
+            raise InvalidArgument(_lib.HR_EINVAL, "the Moe context is closed")
+        return self._ptr
+
+    # ---- queries ----------------------------------------------------------
+
+    @property
+    def sms(self) -> int:
+        """SM count of the context's device: the full grid."""
+        return check(self._lib.hr_moe_sms(self._handle()), "hr_moe_sms")
+
+    @property
+    def workspace_bytes(self) -> int:
+        return int(self._lib.hr_moe_workspace_bytes(self._handle()))
+
+    # ---- launches ---------------------------------------------------------
+
+    def _args(self, x, ids, weights, w1, w2, y, timeout_ms):
+        T = check_moe_tensors(self.shape, self.device, x, ids, weights, w1,
+                              w2, y)
+        if timeout_ms < 0:
+            raise ValueError("timeout_ms must be >= 0 (0: the default, %d ms)"
+                             % _lib.HR_MOE_DEFAULT_TIMEOUT_MS)
+        s = self.shape
+        a = _lib.MoeArgs_t()
+        a.tokens = T
+        a.experts, a.hidden, a.inter, a.topk = (s.experts, s.hidden, s.inter,
+                                                s.topk)
+        a.x = x.data_ptr()
+        a.topk_ids = ids.data_ptr()
+        a.topk_weights = weights.data_ptr()
+        a.w1 = w1.data_ptr()
+        a.w2 = w2.data_ptr()
+        a.y = y.data_ptr()
+        a.timeout_ms = int(timeout_ms)
+        return a
+
+    def _stream(self, stream):
+        if stream is None:
+            return _torch().cuda.current_stream(self.device).cuda_stream
+        if isinstance(stream, int):
+            return stream
+        return stream.cuda_stream          # a torch.cuda.Stream
+
+    def forward(self, lease: Lease, x, ids, weights, w1, w2, y,
+                timeout_ms: int = 0, stream=None) -> None:
+        """Launch the forward with the grid `lease` holds now, in its mode
+        and cluster size (hr_moe_forward), on `stream` (default: torch's
+        current stream on the device). Returns once launched; sync() waits.
+        timeout_ms: each barrier waits at most this long (0: 10 s).
+        The lease and the tensors are kept alive until the next sync()."""
+        if not isinstance(lease, Lease):
+            raise TypeError("lease must be a headroom.Lease")
+        a = self._args(x, ids, weights, w1, w2, y, timeout_ms)
+        st = self._stream(stream)
+        check(self._lib.hr_moe_forward(self._handle(), lease._handle(),
+                                       ctypes.byref(a), st),
+              "hr_moe_forward")
+        self._keep = (lease, x, ids, weights, w1, w2, y)
+
+    def forward_grid(self, grid: int, x, ids, weights, w1, w2, y,
+                     mode=Mode.HEADROOM, cluster: int = 1,
+                     timeout_ms: int = 0, stream=None) -> None:
+        """The same launch without a lease (hr_moe_forward_grid), for
+        benchmarks and tests: `grid` CTAs (1..sms in headroom mode, a
+        multiple of `cluster`), `cluster` 1 or 2. A barrier timeout is not
+        reported to any daemon."""
+        a = self._args(x, ids, weights, w1, w2, y, timeout_ms)
+        m = Mode.of(mode)
+        st = self._stream(stream)
+        check(self._lib.hr_moe_forward_grid(self._handle(), int(grid), int(m),
+                                            int(cluster), ctypes.byref(a), st),
+              "hr_moe_forward_grid(grid %d, %s, cluster %d)"
+              % (grid, m.name.lower(), cluster))
+        self._keep = (x, ids, weights, w1, w2, y)
+
+    def sync(self) -> None:
+        """Wait for the last launch (hr_moe_sync). Raises BarrierTimeout
+        (with .failure) when a grid barrier timed out; the kernel has left
+        and the next launch works. A timeout under a lease was already
+        reported to the daemon, which raises the GPU's headroom."""
+        try:
+            rc = self._lib.hr_moe_sync(self._handle())
+        finally:
+            self._keep = None
+        if rc == _lib.HR_EBARRIER_TIMEOUT:
+            raise BarrierTimeout(rc, "hr_moe_sync", self.last_failure())
+        check(rc, "hr_moe_sync")
+
+    def last_failure(self) -> Optional[MoeFailure]:
+        """What the last failed launch recorded; None if none has failed."""
+        f = _lib.MoeFailure_t()
+        rc = self._lib.hr_moe_last_failure(self._handle(), ctypes.byref(f))
+        if rc == _lib.HR_ENOTFOUND:
+            return None
+        check(rc, "hr_moe_last_failure")
+        return MoeFailure._from_c(f)
+
+    def abort(self) -> None:
+        """Ask the launch in flight to stop (sync() then raises Aborted).
+        Safe from another thread."""
+        check(self._lib.hr_moe_abort(self._handle()), "hr_moe_abort")
+
+    def __repr__(self):
+        return "<headroom.Moe cuda:%d E=%d H=%d I=%d k=%d max_tokens=%d%s>" % (
+            self.device, self.shape.experts, self.shape.hidden,
+            self.shape.inter, self.shape.topk, self.shape.max_tokens,
+            "" if self._ptr else " (closed)")

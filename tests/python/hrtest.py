@@ -1,0 +1,146 @@
+"""Shared pieces of the Python binding's tests: where the tree and the
+build are, a real headroomd on a temporary socket, and running Python code
+in a child process with an environment built from scratch."""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+BUILD = os.path.join(ROOT, os.environ.get("HEADROOM_BUILD") or "build")
+PYDIR = os.path.join(ROOT, "python")
+HEADROOMD = os.path.join(BUILD, "bin", "headroomd")
+LIBDIR = os.path.join(BUILD, "lib")
+
+if PYDIR not in sys.path:
+    sys.path.insert(0, PYDIR)
+
+# Variables that change what a client does; a child starts without them.
+CLIENT_ENV = ("HEADROOM_SOCKET", "DG_MEGA_MOE_SM_HEADROOM", "NCCL_MIN_CTAS",
+              "NCCL_MAX_CTAS", "NCCL_CGA_CLUSTER_SIZE", "NCCL_NVLS_ENABLE")
+
+
+class Daemon:
+    """headroomd on a temporary socket with the integration tests'
+    configuration: 2 GPUs of 132 SMs, socket mode 0666."""
+
+    def __init__(self, extra=""):
+        self.extra = extra
+        self.dir = None
+        self.proc = None
+
+    def start(self):
+        if not os.access(HEADROOMD, os.X_OK):
+            raise RuntimeError("%s is not built (run make)" % HEADROOMD)
+        self.dir = tempfile.mkdtemp(prefix="hr-pytest-")
+        self.socket = os.path.join(self.dir, "h.sock")
+        self.config = os.path.join(self.dir, "headroomd.conf")
+        self.state = os.path.join(self.dir, "state")
+        self.log = os.path.join(self.dir, "daemon.log")
+        with open(self.config, "w") as f:
+            f.write("# Python binding tests\ntopology = config\ngpus = 2\n"
+                    "sms = 132\nsocket_mode = 0666\n%s\n" % self.extra)
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [HEADROOMD, "--config", self.config, "--socket", self.socket,
+                 "--state-dir", self.state, "--log-level", "debug"],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                break
+            try:
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                    s.connect(self.socket)
+                return self
+            except OSError:
+                time.sleep(0.02)
+        self.stop()
+        raise RuntimeError("headroomd did not listen on %s:\n%s"
+                           % (self.socket, self.log_text()))
+
+    def log_text(self):
+        try:
+            with open(self.log, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def cleanup(self):
+        self.stop()
+        if self.dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+
+class DaemonTestCase(unittest.TestCase):
+    """A test class with its own headroomd, started once for the class."""
+    daemon_extra = ""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.daemon = Daemon(cls.daemon_extra).start()
+        cls.addClassCleanup(cls.daemon.cleanup)
+
+    def client(self, **kw):
+        """A Client of this class's daemon, closed after the test."""
+        import headroom
+        kw.setdefault("quiet", True)
+        c = headroom.Client(self.daemon.socket, **kw)
+        self.addCleanup(c.close)
+        self.assertTrue(c.connected, "not connected to %s" % self.daemon.socket)
+        return c
+
+
+def clean_env(**extra):
+    """An environment for a child: PATH and PYTHONPATH, none of the
+    variables that steer a client, plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if k not in CLIENT_ENV}
+    env["PYTHONPATH"] = PYDIR
+    for k, v in extra.items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = str(v)
+    return env
+
+
+def run_child(code, env, timeout=30):
+    """Run `code` in `python3 -c` with `env`; it prints one JSON object on
+    its last stdout line. Returns (that object, stderr)."""
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(code)],
+                       env=env, cwd=ROOT, capture_output=True, text=True,
+                       timeout=timeout)
+    if p.returncode != 0:
+        raise AssertionError("child exited %d\nstdout:\n%s\nstderr:\n%s"
+                             % (p.returncode, p.stdout, p.stderr))
+    lines = p.stdout.strip().splitlines()
+    if not lines:
+        raise AssertionError("child printed nothing; stderr:\n%s" % p.stderr)
+    return json.loads(lines[-1]), p.stderr
+
+
+def torch_or_none():
+    try:
+        import torch
+        return torch
+    except Exception:
+        return None
