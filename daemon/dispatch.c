@@ -224,18 +224,21 @@ static void log_incident(const hr__conn *c, const hr_req_report *r,
 {
   const hr_incident_detail *x = &r->detail;
 
+  const char *sep = r->message[0] ? ": " : "";
+
+  /* -1 in a detail field means unknown (the client did not say). */
   if(r->kind == HR_INCIDENT_BARRIER_TIMEOUT)
     hr__warn("gpu %d: barrier timeout (incident %lld) from client %lld "
              "(pid %d) lease %lld: barrier %d, %d/%d CTAs arrived, sm %d, "
-             "grid %d, timeout %d ms: %s; headroom now %d (raised %d)",
+             "grid %d, timeout %d ms; headroom now %d (raised %d)%s%s",
              r->gpu, (long long)incident, (long long)c->id, c->peer.pid,
              (long long)r->lease, x->barrier, x->arrived, x->expected, x->sm,
-             x->grid, x->timeout_ms, r->message, b->headroom, raised);
+             x->grid, x->timeout_ms, b->headroom, raised, sep, r->message);
   else
     hr__notice("gpu %d: launch failure (incident %lld) from client %lld "
-               "(pid %d) lease %lld: cuda error %d, grid %d: %s",
+               "(pid %d) lease %lld: cuda error %d, grid %d%s%s",
                r->gpu, (long long)incident, (long long)c->id, c->peer.pid,
-               (long long)r->lease, x->cuda_error, x->grid, r->message);
+               (long long)r->lease, x->cuda_error, x->grid, sep, r->message);
 }
 
 static void on_report(hr__conn *c, const hr_request *req)

@@ -327,13 +327,22 @@ int hr__persist_decode(hr__state *s, const char *text, size_t len, char *why,
     s->next_incident = v;
   for(g = 0; g < s->n_gpus; g++) {
     uint32_t epoch;
+    int i;
     if(!all[g].present)
       continue;
+    /* Client ids belong to one daemon's life: an old one would name
+     * whichever new client got the same number. 0 means "not connected"
+     * (PROTOCOL.md, status). */
+    for(i = 0; i < all[g].n; i++)
+      all[g].inc[i].client = 0;
     epoch = all[g].epoch + 1 ? all[g].epoch + 1 : 1;
     if(hr__state_restore(s, g, all[g].raised, epoch, all[g].inc, all[g].n)) {
       fail(why, n, "gpu %d: cannot restore", g);
       goto out;
     }
+    /* Write the moved-on epoch back, so two restarts in a row without a
+     * change in between still never hand out an epoch twice. */
+    s->dirty = 1;
   }
   rc = HR_OK;
 out:

@@ -89,8 +89,9 @@ static void fill_gpu(hr__daemon *d, int gi, hr_status_gpu *sg, int *failed)
     sg->leases[i].mode = g->leases[i].mode;
   }
   sg->n_leases = g->n_leases;
-  memcpy(sg->incidents, g->incidents,
-         (size_t)g->n_incidents * sizeof(*sg->incidents));
+  if(g->n_incidents)
+    memcpy(sg->incidents, g->incidents,
+           (size_t)g->n_incidents * sizeof(*sg->incidents));
   sg->n_incidents = g->n_incidents;
 }
 

@@ -124,15 +124,15 @@ int hr__topology_detect(const hr__config *cfg, hr_topology *topo, char *why,
       snprintf(why, n, "topology = cuda, but %s", cuda_why);
       return HR_ENOGPU;
     }
-    snprintf(why, n, "CUDA driver (topology = cuda)");
+    snprintf(why, n, "CUDA driver: topology = cuda");
     return HR_OK;
   case HR_TOPOLOGY_CONFIG:
     hr__topology_from_config(cfg, topo);
-    snprintf(why, n, "config file (topology = config)");
+    snprintf(why, n, "config file: topology = config");
     return HR_OK;
   case HR_TOPOLOGY_DEFAULT:
     hr__topology_default(topo);
-    snprintf(why, n, "embedded default (topology = default)");
+    snprintf(why, n, "embedded default: topology = default");
     return HR_OK;
   case HR_TOPOLOGY_AUTO:
   default:
