@@ -12,6 +12,7 @@
 #include "dispatch.h"
 #include "log.h"
 #include "notify.h"
+#include "peer.h"
 #include "server.h"
 #include "topology.h"
 
@@ -124,6 +125,15 @@ static void start_notify_timers(hr__daemon *d)
   }
 }
 
+/* A group that does not resolve makes only root an operator: say so, or
+ * an operator would find out from a permission_denied. */
+static void check_operator_group(const char *group)
+{
+  if(group[0] && hr__peer_group_gid(group) < 0)
+    hr__warn("operator_group '%s' does not exist: only root may set policy",
+             group);
+}
+
 /* ---- signals ----------------------------------------------------------- */
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -190,6 +200,7 @@ int hr__daemon_start(hr__daemon *d, uv_loop_t *loop, const hr__config *cfg,
   uv_unref((uv_handle_t *)&d->save_check);
   start_notify_timers(d);
 
+  check_operator_group(cfg->operator_group);
   hr__notice("policy: min_headroom %d, max_headroom %d, min_grid %d, "
              "incident_raise %s", d->state.policy.min_headroom,
              d->state.policy.max_headroom, d->state.policy.min_grid,
@@ -257,6 +268,7 @@ void hr__daemon_reload(hr__daemon *d)
                next.policy.max_headroom, next.policy.min_grid,
                next.policy.incident_raise ? "yes" : "no");
   }
+  check_operator_group(next.operator_group);
   if(strcmp(next.operator_group, d->cfg.operator_group)) {
     for(c = d->conns; c; c = c->next)
       if(!c->closing && c->id)
