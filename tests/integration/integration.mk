@@ -10,3 +10,13 @@ $(TESTBIN)/test_broker: $(OBJDIR)/tests/integration/test_broker.o \
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o %.a,$^) \
 	  $(LDLIBS_CJSON) $(LDLIBS_CMOCKA) -ldl
+
+# headroomd started as systemd would: socket activation and sd_notify.
+INTEG_TESTS += $(TESTBIN)/test_systemd
+
+$(TESTBIN)/test_systemd: $(OBJDIR)/tests/integration/test_systemd.o \
+                         $(OBJDIR)/tests/integration/harness.o \
+                         $(LIBDIR)/libheadroom.a $(BINDIR)/headroomd
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o %.a,$^) \
+	  $(LDLIBS_CJSON) $(LDLIBS_CMOCKA) -ldl
