@@ -10,8 +10,9 @@ space := $(empty) $(empty)
 bench-gpu: $(LIBDIR)/libheadroom_moe.so
 	python3 bench/bench_moe.py --lib $(LIBDIR)/libheadroom_moe.so --out $(BENCH_OUT) $(BENCH_ARGS)
 
-# The same, with the build-time variants of the small-T tile timed beside
-# the default at T = 1, 16, 128 (see kernels/kernels.mk, MOE_VARIANTS).
+# The same, with build-time variants of the tile shapes timed beside the
+# default (see kernels/kernels.mk, MOE_VARIANTS; BENCH_ARGS may give
+# --variant-tokens).
 .PHONY: bench-variants
 bench-variants: $(LIBDIR)/libheadroom_moe.so kernels-variants
 	python3 bench/bench_moe.py --lib $(LIBDIR)/libheadroom_moe.so --out $(BENCH_OUT) \

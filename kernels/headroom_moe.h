@@ -66,7 +66,7 @@
 extern "C" {
 #endif
 
-#define HR_MOE_MAX_EXPERTS 1024
+#define HR_MOE_MAX_EXPERTS 512
 #define HR_MOE_MAX_TOPK 32
 /* Used when hr_moe_args.timeout_ms is 0. */
 #define HR_MOE_DEFAULT_TIMEOUT_MS 10000

@@ -29,11 +29,11 @@
  * alone, and the tile shape on the routing alone: results never depend on
  * the grid.
  *
- * Three tile shapes, by the pairs per expert that has any:
- *   tiny (<= 16): 16 tokens, the weights streamed in long rows (the work
- *                 is reading each touched expert once: T <= 128 or so)
- *   mid  (< 96):  64 x 64
- *   big:          128 x 128, where the MMAs dominate
+ * Four tile shapes, by the pairs per expert that has any:
+ *   tiny (<= 12), narrow (<= 24), mid (< 96): 128 weight rows by 16, 32
+ *        or 64 tokens, the weights streamed in 256-byte row pieces (the
+ *        work is reading each touched expert once: T up to ~1024)
+ *   big: 128 x 128, where the MMAs dominate
  *
  * GEMM1 interleaves gate and up rows per 16-row MMA tile (rows 0..7 gate
  * of 8 features, rows 8..15 up of the same 8), so each thread holds the
@@ -49,7 +49,7 @@
 
 /* Shared memory for the pipeline, the partial sums and the output staging
  * of any tile shape (the routing tables come after it). */
-#define HR__MOE_GEMM_SMEM (209 * 1024)
+#define HR__MOE_GEMM_SMEM (218 * 1024)
 
 template <int BM_, int BN_, int BK_, int WM_, int WN_, int WK_, int STAGES_>
 struct moe_tile {
@@ -84,28 +84,48 @@ struct moe_tile {
                 "shared memory");
 };
 
-/* Tiny: the tile width and pipeline can be set at build time, for tuning
- * (kernels.mk builds variants); BM rows, BK deep, STAGES stages, and the
- * 8 warps split BM/16 ways along rows and the rest along K. */
+/* The tile shapes. Tiny and big can be set at build time, for tuning
+ * (kernels.mk builds variants, bench/bench_moe.py times them). Tiny: BM
+ * rows, BK deep, STAGES stages, the 8 warps split BM/16 ways along rows
+ * and the rest along K. Big: BM x BN, BK 64, WM warps along rows. */
 #ifndef HR_MOE_TINY_BM
-#define HR_MOE_TINY_BM 32
+#define HR_MOE_TINY_BM 128
 #endif
 #ifndef HR_MOE_TINY_BK
-#define HR_MOE_TINY_BK 256
+#define HR_MOE_TINY_BK 128
 #endif
 #ifndef HR_MOE_TINY_STAGES
-#define HR_MOE_TINY_STAGES 8
+#define HR_MOE_TINY_STAGES 5
+#endif
+#ifndef HR_MOE_BIG_BM
+#define HR_MOE_BIG_BM 128
+#endif
+#ifndef HR_MOE_BIG_BN
+#define HR_MOE_BIG_BN 128
+#endif
+#ifndef HR_MOE_BIG_WM
+#define HR_MOE_BIG_WM 2
+#endif
+#ifndef HR_MOE_BIG_STAGES
+#define HR_MOE_BIG_STAGES 5
 #endif
 
+/* Up to 16, 32 and 64 tokens per unit: the weights stream from memory in
+ * 256-byte row pieces, 4 or more stages in flight (about 100 KB per SM). */
 typedef moe_tile<HR_MOE_TINY_BM, 16, HR_MOE_TINY_BK, HR_MOE_TINY_BM / 16, 1,
                  8 / (HR_MOE_TINY_BM / 16), HR_MOE_TINY_STAGES> moe_tile_tiny;
-typedef moe_tile<64, 64, 64, 4, 2, 1, 12> moe_tile_mid;
-typedef moe_tile<128, 128, 64, 2, 4, 1, 5> moe_tile_big;
+typedef moe_tile<128, 32, 128, 8, 1, 1, 5> moe_tile_narrow;
+typedef moe_tile<128, 64, 128, 4, 2, 1, 4> moe_tile_mid;
+/* Hundreds of tokens per expert: the MMAs and the L2 traffic dominate. */
+typedef moe_tile<HR_MOE_BIG_BM, HR_MOE_BIG_BN, 64, HR_MOE_BIG_WM,
+                 8 / HR_MOE_BIG_WM, 1, HR_MOE_BIG_STAGES> moe_tile_big;
 
-/* Which tile, by the average pairs per expert that has any. */
-#define HR__MOE_TINY_MAX_PAIRS 16
+/* Which tile, by the average pairs per expert that has any: the narrowest
+ * whose width leaves room for the experts above the average. */
+#define HR__MOE_TINY_MAX_PAIRS 12
+#define HR__MOE_NARROW_MAX_PAIRS 24
 #define HR__MOE_BIG_MIN_PAIRS 96
-enum { MOE_TILE_TINY = 0, MOE_TILE_MID = 1, MOE_TILE_BIG = 2 };
+enum { MOE_TILE_TINY = 0, MOE_TILE_NARROW, MOE_TILE_MID, MOE_TILE_BIG };
 
 /* silu(gate) * up, as moe_ref.c computes it (IEEE division, accurate
  * expf: no fast-math anywhere in the kernel). */

@@ -114,14 +114,17 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
   {
     const int pairs = rt.off[p.E];
     const int per_expert = s_nonempty > 0 ? pairs / s_nonempty : 0;
-    const int tiny_fits = p.H % moe_tile_tiny::BK == 0 && p.I % moe_tile_tiny::BK == 0;
-    tile = per_expert >= HR__MOE_BIG_MIN_PAIRS ? MOE_TILE_BIG
-           : per_expert <= HR__MOE_TINY_MAX_PAIRS && tiny_fits ? MOE_TILE_TINY
+    /* The streaming tiles walk K 128 at a time. */
+    const int stream_ok = p.H % 128 == 0 && p.I % 128 == 0;
+    tile = per_expert >= HR__MOE_BIG_MIN_PAIRS || !stream_ok ? MOE_TILE_BIG
+           : per_expert <= HR__MOE_TINY_MAX_PAIRS ? MOE_TILE_TINY
+           : per_expert <= HR__MOE_NARROW_MAX_PAIRS ? MOE_TILE_NARROW
            : MOE_TILE_MID;
   }
-  moe_route_tiles(p, rt, tile == MOE_TILE_TINY  ? moe_tile_tiny::BN
-                         : tile == MOE_TILE_MID ? moe_tile_mid::BN
-                                                : moe_tile_big::BN,
+  moe_route_tiles(p, rt, tile == MOE_TILE_TINY     ? moe_tile_tiny::BN
+                         : tile == MOE_TILE_NARROW ? moe_tile_narrow::BN
+                         : tile == MOE_TILE_MID    ? moe_tile_mid::BN
+                                                   : moe_tile_big::BN,
                   s_warp_sums);
   if(!grid_barrier(p, 0, &s_ok))
     return;
@@ -129,6 +132,8 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
   /* 2. GEMM1 + SwiGLU */
   if(tile == MOE_TILE_TINY)
     moe_gemm_stage<moe_tile_tiny, 1>(p, rt, smem);
+  else if(tile == MOE_TILE_NARROW)
+    moe_gemm_stage<moe_tile_narrow, 1>(p, rt, smem);
   else if(tile == MOE_TILE_MID)
     moe_gemm_stage<moe_tile_mid, 1>(p, rt, smem);
   else
@@ -139,6 +144,8 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
   /* 3. GEMM2 */
   if(tile == MOE_TILE_TINY)
     moe_gemm_stage<moe_tile_tiny, 2>(p, rt, smem);
+  else if(tile == MOE_TILE_NARROW)
+    moe_gemm_stage<moe_tile_narrow, 2>(p, rt, smem);
   else if(tile == MOE_TILE_MID)
     moe_gemm_stage<moe_tile_mid, 2>(p, rt, smem);
   else

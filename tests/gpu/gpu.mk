@@ -25,6 +25,15 @@ $(addprefix $(TESTBIN)/,$(GPU_TEST_NAMES)): $(TESTBIN)/%: $(OBJDIR)/tests/gpu/%.
 	  -L$(LIBDIR) -lheadroom_moe -lheadroom -Wl,-rpath,$(abspath $(LIBDIR)) \
 	  $(LDLIBS_CUDART) -lstdc++ -lm
 
+# bench/moe_once: one forward per token count, for a profiler.
+$(TESTBIN)/moe_once: $(OBJDIR)/bench/moe_once.o $(GPU_TEST_OBJS) $(GPU_TEST_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) \
+	  -L$(LIBDIR) -lheadroom_moe -lheadroom -Wl,-rpath,$(abspath $(LIBDIR)) \
+	  $(LDLIBS_CUDART) -lstdc++ -lm
+
+$(OBJDIR)/bench/moe_once.o: CPPFLAGS += -I$(CUDA_HOME)/include -Itests/gpu
+
 else
 
 $(addprefix $(TESTBIN)/,$(GPU_TEST_NAMES)): $(TESTBIN)/%: tests/gpu/skip_stub.c

@@ -8,9 +8,10 @@
  * on the CTA count). The full-grid result is also checked against the CPU
  * reference.
  *
- * Cases: small tiles (Qwen3, T = 128: about 8 tokens per expert), large
- * tiles (small shape, T = 1024: 256 per expert), and grid 2 only where it
- * is quick (a grid of 2 streams every weight through two SMs).
+ * Cases cover every tile shape: Qwen3 at T = 128, 300 and 1024 (about 8,
+ * 19 and 64 tokens per expert), the small shape at T = 16, 1024 and 8192
+ * (up to 2048 per expert); grid 2 only where it is quick (a grid of 2
+ * streams every weight through two SMs).
  */
 #include <stdio.h>
 #include <string.h>
@@ -70,6 +71,8 @@ int main(void)
 
   gt_moe_init(&g, &gt_shapes[GT_QWEN3], 1024);
   grids_case(&g, 128, 0);
+  grids_case(&g, 300, 0);
+  grids_case(&g, 1024, 0);
   grids_case(&g, 1, 1);
   gt_moe_free(&g);
 
