@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "conn.h"
@@ -134,6 +135,30 @@ static void check_operator_group(const char *group)
              group);
 }
 
+/* Each client costs a descriptor. Raise the soft limit toward the hard
+ * one so max_clients can really be served; where that is not allowed
+ * (a seccomp filter, a low hard limit) say what will happen instead. */
+static void fit_fd_limit(int max_clients)
+{
+  struct rlimit rl;
+  rlim_t want = (rlim_t)max_clients + 64; /* listener, logs, state, CUDA */
+
+  if(getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur >= want)
+    return;
+  if(rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want)
+    want = rl.rlim_max;
+  if(want > rl.rlim_cur) {
+    rlim_t old = rl.rlim_cur;
+    rl.rlim_cur = want;
+    if(setrlimit(RLIMIT_NOFILE, &rl))
+      rl.rlim_cur = old;
+  }
+  if(rl.rlim_cur < (rlim_t)max_clients + 64)
+    hr__warn("open file limit %llu is below max_clients (%d) + 64: "
+             "connections past it will fail to be accepted",
+             (unsigned long long)rl.rlim_cur, max_clients);
+}
+
 /* ---- signals ----------------------------------------------------------- */
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -188,6 +213,7 @@ int hr__daemon_start(hr__daemon *d, uv_loop_t *loop, const hr__config *cfg,
     hr__err("state: out of memory loading %s", d->persist.path);
     return 1;
   }
+  fit_fd_limit(cfg->max_clients);
   if(hr__server_listen(d))
     return 1;
 
