@@ -30,7 +30,7 @@ from . import _lib
 from .client import Lease, Mode
 from .errors import BarrierTimeout, InvalidArgument, check
 
-__all__ = ["Moe", "MoeShape", "MoeFailure", "check_moe_tensors"]
+__all__ = ["Moe", "MoeShape", "MoeFailure", "check_moe_tensors", "reference"]
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,9 @@ def check_moe_tensors(shape: MoeShape, device: int, x, ids, weights, w1, w2,
     if x.dim() != 2:
         raise ValueError("x must be [T, H], got shape %s" % (tuple(x.shape),))
     T = x.shape[0]
+    if T < 1 or T > shape.max_tokens:
+        raise ValueError("x has %d tokens, must be 1..%d (max_tokens)"
+                         % (T, shape.max_tokens))
     want = {
         "x": ((T, H), torch.bfloat16, 16),
         "ids": ((T, k), torch.int32, 4),
@@ -96,25 +99,54 @@ def check_moe_tensors(shape: MoeShape, device: int, x, ids, weights, w1, w2,
         "w2": ((E, H, I), torch.bfloat16, 16),
         "y": ((T, H), torch.bfloat16, 16),
     }
+    # One property at a time over all tensors, so the message names the
+    # real mistake (a wrong dtype before the device every CPU tensor has).
     for name, t in named:
-        shp, dtype, align = want[name]
-        if t.dtype != dtype:
-            raise ValueError("%s must be %s, got %s" % (name, dtype, t.dtype))
-        if tuple(t.shape) != shp:
+        if t.dtype != want[name][1]:
+            raise ValueError("%s must be %s, got %s"
+                             % (name, want[name][1], t.dtype))
+    for name, t in named:
+        if tuple(t.shape) != want[name][0]:
             raise ValueError("%s must have shape %s, got %s"
-                             % (name, shp, tuple(t.shape)))
+                             % (name, want[name][0], tuple(t.shape)))
+    for name, t in named:
         if t.device.type != "cuda" or t.device.index != device:
             raise ValueError("%s must be on cuda:%d, got %s"
                              % (name, device, t.device))
+    for name, t in named:
         if not t.is_contiguous():
             raise ValueError("%s must be contiguous" % name)
-        if t.data_ptr() % align:
+        if t.data_ptr() % want[name][2]:
             raise ValueError("%s must be %d-byte aligned (data_ptr %#x)"
-                             % (name, align, t.data_ptr()))
-    if T < 1 or T > shape.max_tokens:
-        raise ValueError("T = %d tokens, must be 1..%d (max_tokens)"
-                         % (T, shape.max_tokens))
+                             % (name, want[name][2], t.data_ptr()))
     return T
+
+
+def reference(x, ids, weights, w1, w2):
+    """The forward in plain torch, rounded where the kernel rounds (see
+    kernels/headroom_moe.h: SwiGLU output and each expert's GEMM2 row to
+    bf16, the weighted sum in fp32 in slot order, y to bf16 once), with
+    products in float64 so no TF32 setting changes it. For checking the
+    kernel on small shapes; a loop over experts, not fast. Returns y."""
+    torch = _torch()
+    E, I2, H = w1.shape
+    I = I2 // 2
+    T, k = ids.shape
+    xd = x.double()
+    acc = torch.zeros(T, H, dtype=torch.float32, device=x.device)
+    for j in range(k):
+        for e in range(E):
+            sel = (ids[:, j] == e).nonzero(as_tuple=True)[0]
+            if sel.numel() == 0:
+                continue
+            xs = xd.index_select(0, sel)
+            gate = (xs @ w1[e, :I].double().T).float()
+            up = (xs @ w1[e, I:].double().T).float()
+            h = (gate / (1.0 + torch.exp(-gate)) * up).bfloat16()
+            row = (h.double() @ w2[e].double().T).float().bfloat16().float()
+            w = weights.index_select(0, sel)[:, j:j + 1].float()
+            acc.index_copy_(0, sel, acc.index_select(0, sel) + w * row)
+    return acc.bfloat16()
 
 
 class Moe:

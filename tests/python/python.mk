@@ -1,0 +1,15 @@
+# tests/python: the Python binding (python/headroom) against the real
+# headroomd and libheadroom, with the standard library's unittest; no torch
+# needed (its tests say they skip). tests/python/run.sh runs them, and
+# builds and runs examples/lease.c on the way so the example cannot rot.
+INTEG_TESTS += tests/python/run.sh
+
+tests/python/run.sh: $(BINDIR)/headroomd $(LIBDIR)/libheadroom.so
+
+# The torchrun overlap test on two GPUs (tests/gpu/test_torch_overlap.py):
+# its wrapper prints a SKIP line and exits 77 with fewer than 2 GPUs, no
+# torch, or no libheadroom_moe.
+GPU_TESTS += tests/gpu/test_torch_overlap.sh
+
+tests/gpu/test_torch_overlap.sh: $(BINDIR)/headroomd $(LIBDIR)/libheadroom.so \
+                                 $(MOE_LIB_SO)

@@ -1,0 +1,356 @@
+"""The binding itself, with no daemon: finding the library, the prototypes
+against the headers, the struct layouts against the C compiler, and the
+mapping of HR_E* codes to exceptions."""
+import ctypes
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import hrtest
+
+import headroom
+from headroom import _lib
+
+
+def header_functions(path):
+    """Names of the functions a header declares or defines."""
+    with open(path) as f:
+        text = f.read()
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    text = re.sub(r"//[^\n]*", " ", text)
+    text = re.sub(r"^\s*#[^\n]*", " ", text, flags=re.M)
+    # A return type, then the name, then "(".
+    names = re.findall(r"[\w\*]\s+\**\s*(hr_[a-z0-9_]+)\s*\(", text)
+    return set(names)
+
+
+class TestPrototypes(unittest.TestCase):
+    def test_every_function_of_headroom_h_is_declared(self):
+        names = header_functions(os.path.join(hrtest.ROOT, "client",
+                                              "headroom.h"))
+        self.assertIn("hr_client_open", names)
+        self.assertIn("hr_lease_fill_nccl_config", names)
+        # The inline one is not in the library: nccl_options() does its job.
+        names.discard("hr_lease_fill_nccl_config")
+        self.assertEqual(names, set(_lib._PROTOTYPES))
+
+    def test_every_function_of_headroom_moe_h_is_declared(self):
+        names = header_functions(os.path.join(hrtest.ROOT, "kernels",
+                                              "headroom_moe.h"))
+        self.assertIn("hr_moe_forward", names)
+        self.assertEqual(names, set(_lib._MOE_PROTOTYPES))
+
+    def test_declared_on_the_loaded_library(self):
+        lib = headroom.load_library()
+        for name, (restype, argtypes) in _lib._PROTOTYPES.items():
+            fn = getattr(lib, name)
+            self.assertEqual(fn.restype, restype, name)
+            self.assertEqual(fn.argtypes, argtypes, name)
+
+    def test_found_in_the_build_tree(self):
+        headroom.load_library()
+        if os.environ.get("HEADROOM_LIB"):
+            self.skipTest("$HEADROOM_LIB chose the library")
+        self.assertEqual(os.path.realpath(os.path.dirname(
+            headroom.library_path())), os.path.realpath(hrtest.LIBDIR))
+
+    def test_search_order(self):
+        # An explicit path wins over $HEADROOM_LIB, which wins over the tree.
+        c = _lib._candidates("/x/lib.so", "HEADROOM_LIB", "libheadroom.so",
+                             "libheadroom.so.0")
+        self.assertEqual(c, [("/x/lib.so", "argument")])
+        old = os.environ.get("HEADROOM_LIB")
+        os.environ["HEADROOM_LIB"] = "/y/libheadroom.so.0"
+        try:
+            c = _lib._candidates(None, "HEADROOM_LIB", "libheadroom.so",
+                                 "libheadroom.so.0")
+            self.assertEqual(c, [("/y/libheadroom.so.0", "$HEADROOM_LIB")])
+            del os.environ["HEADROOM_LIB"]
+            c = _lib._candidates(None, "HEADROOM_LIB", "libheadroom.so",
+                                 "libheadroom.so.0")
+            self.assertEqual(c[-1], ("libheadroom.so.0", "system loader"))
+            if os.path.exists(os.path.join(hrtest.LIBDIR, "libheadroom.so.0")):
+                self.assertEqual(c[0][1], "build tree")
+        finally:
+            if old is None:
+                os.environ.pop("HEADROOM_LIB", None)
+            else:
+                os.environ["HEADROOM_LIB"] = old
+
+    def test_explicit_path_that_does_not_load(self):
+        env = hrtest.clean_env(HEADROOM_LIB="/nonexistent/libheadroom.so.0")
+        p = subprocess.run(
+            [sys.executable, "-c", "import headroom; headroom.Client()"],
+            env=env, capture_output=True, text=True, timeout=30)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("/nonexistent/libheadroom.so.0", p.stderr)
+        self.assertIn("$HEADROOM_LIB", p.stderr)
+
+    def test_import_does_not_load_torch(self):
+        out, _ = hrtest.run_child("""
+            import json, sys
+            import headroom
+            headroom.load_library()
+            print(json.dumps({"torch": "torch" in sys.modules}))
+        """, hrtest.clean_env())
+        self.assertFalse(out["torch"])
+
+
+LAYOUT_C = r"""
+#include <stddef.h>
+#include <stdio.h>
+#include "headroom.h"
+#ifdef WITH_MOE
+#include "headroom_moe.h"
+#endif
+#define S(t) printf("%s size %zu\n", #t, sizeof(t))
+#define F(t, f) printf("%s.%s %zu\n", #t, #f, offsetof(t, f))
+int main(void)
+{
+  S(hr_budget); S(hr_incident_detail); S(hr_client_options); S(hr_mode);
+  F(hr_budget, gpu); F(hr_budget, epoch); F(hr_budget, mode);
+  F(hr_budget, sms); F(hr_budget, cluster); F(hr_budget, headroom);
+  F(hr_budget, grid); F(hr_budget, nccl_min_ctas); F(hr_budget, nccl_max_ctas);
+  F(hr_budget, nccl_cga_cluster_size); F(hr_budget, nccl_nvls_enable);
+  F(hr_budget, degraded);
+  F(hr_incident_detail, barrier); F(hr_incident_detail, arrived);
+  F(hr_incident_detail, expected); F(hr_incident_detail, sm);
+  F(hr_incident_detail, grid); F(hr_incident_detail, timeout_ms);
+  F(hr_incident_detail, cuda_error);
+  F(hr_client_options, name); F(hr_client_options, request_timeout_ms);
+  F(hr_client_options, reconnect_ms); F(hr_client_options, quiet);
+#ifdef WITH_MOE
+  S(hr_moe_shape); S(hr_moe_args); S(hr_moe_failure);
+  F(hr_moe_shape, experts); F(hr_moe_shape, hidden); F(hr_moe_shape, inter);
+  F(hr_moe_shape, topk); F(hr_moe_shape, max_tokens);
+  F(hr_moe_args, tokens); F(hr_moe_args, experts); F(hr_moe_args, hidden);
+  F(hr_moe_args, inter); F(hr_moe_args, topk); F(hr_moe_args, x);
+  F(hr_moe_args, topk_ids); F(hr_moe_args, topk_weights); F(hr_moe_args, w1);
+  F(hr_moe_args, w2); F(hr_moe_args, y); F(hr_moe_args, timeout_ms);
+  F(hr_moe_failure, code); F(hr_moe_failure, detail); F(hr_moe_failure, cta);
+  F(hr_moe_failure, reported);
+#endif
+  return 0;
+}
+"""
+
+STRUCTS = {
+    "hr_budget": _lib.Budget_t,
+    "hr_incident_detail": _lib.IncidentDetail_t,
+    "hr_client_options": _lib.ClientOptions_t,
+    "hr_moe_shape": _lib.MoeShape_t,
+    "hr_moe_args": _lib.MoeArgs_t,
+    "hr_moe_failure": _lib.MoeFailure_t,
+}
+
+
+class TestLayout(unittest.TestCase):
+    """ctypes' idea of each struct against the C compiler's."""
+
+    def test_structs_match_the_headers(self):
+        cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+        if not cc:
+            self.skipTest("no C compiler")
+        with tempfile.TemporaryDirectory() as d:
+            src = os.path.join(d, "layout.c")
+            exe = os.path.join(d, "layout")
+            with open(src, "w") as f:
+                f.write(LAYOUT_C)
+            subprocess.run([cc, "-std=c11", "-DWITH_MOE", "-I",
+                            os.path.join(hrtest.ROOT, "client"), "-I",
+                            os.path.join(hrtest.ROOT, "kernels"), "-o", exe,
+                            src], check=True)
+            out = subprocess.run([exe], check=True, capture_output=True,
+                                 text=True).stdout
+        seen = 0
+        for line in out.splitlines():
+            key, value = line.rsplit(" ", 1)
+            value = int(value)
+            if key.endswith(" size"):
+                name = key[:-5]
+                if name == "hr_mode":
+                    self.assertEqual(value, ctypes.sizeof(ctypes.c_int))
+                else:
+                    self.assertEqual(value, ctypes.sizeof(STRUCTS[name]), name)
+            else:
+                name, field = key.split(".")
+                self.assertEqual(value, getattr(STRUCTS[name], field).offset,
+                                 key)
+            seen += 1
+        self.assertGreater(seen, 40)
+        # Every ctypes field was looked at.
+        for name, cls in STRUCTS.items():
+            for fname, _ in cls._fields_:
+                self.assertIn("%s.%s " % (name, fname), out)
+
+
+class TestErrors(unittest.TestCase):
+    def test_every_code_has_a_class_and_a_text(self):
+        texts = set()
+        for code, name in _lib.CODES.items():
+            self.assertEqual(getattr(_lib, name), code)
+            text = headroom.strerror(code)
+            self.assertTrue(text and "unknown" not in text.lower(),
+                            "%s: %r" % (name, text))
+            texts.add(text)
+            if code == 0:
+                continue
+            cls = headroom.error_class(code)
+            self.assertTrue(issubclass(cls, headroom.HeadroomError))
+            self.assertIsNot(cls, headroom.HeadroomError, name)
+            e = cls(code, "ctx")
+            self.assertEqual(e.code, code)
+            self.assertEqual(e.code_name, name)
+            self.assertEqual(e.strerror, text)
+            self.assertEqual(str(e), "ctx: %s (%s)" % (text, name))
+        self.assertEqual(len(texts), len(_lib.CODES))
+
+    def test_specific_classes(self):
+        self.assertIs(headroom.error_class(-22), headroom.BarrierTimeout)
+        self.assertIs(headroom.error_class(-1), headroom.InvalidArgument)
+        self.assertIs(headroom.error_class(-7), headroom.NotFound)
+        self.assertIs(headroom.error_class(-11), headroom.Degraded)
+        self.assertIs(headroom.error_class(-20), headroom.NoGPU)
+        self.assertIs(headroom.error_class(-999), headroom.HeadroomError)
+
+    def test_check(self):
+        from headroom.errors import check
+        self.assertEqual(check(0), 0)
+        self.assertEqual(check(130), 130)
+        with self.assertRaises(headroom.BarrierTimeout) as cm:
+            check(-22, "sync")
+        self.assertIsNone(cm.exception.failure)
+        self.assertEqual(cm.exception.code, _lib.HR_EBARRIER_TIMEOUT)
+
+    def test_barrier_timeout_carries_the_failure(self):
+        f = headroom.MoeFailure(code=-22, barrier=2, arrived=120, expected=132,
+                                sm=5, grid=132, timeout_ms=500, cuda_error=-1,
+                                cta=7, reported=1)
+        e = headroom.BarrierTimeout(-22, "hr_moe_sync", f)
+        self.assertIs(e.failure, f)
+        self.assertIn("120 of 132", str(e))
+        self.assertIn("barrier 2", str(e))
+
+    def test_pickles(self):
+        import pickle
+        e = pickle.loads(pickle.dumps(headroom.NotFound(-7, "x")))
+        self.assertIsInstance(e, headroom.NotFound)
+        self.assertEqual(e.code, -7)
+
+    def test_enum_names(self):
+        lib = headroom.load_library()
+        for m in headroom.Mode:
+            self.assertEqual(lib.hr_mode_name(int(m)).decode(), m.name.lower())
+            self.assertIs(headroom.Mode.of(m.name.lower()), m)
+        for k in headroom.IncidentKind:
+            self.assertEqual(lib.hr_incident_kind_name(int(k)).decode(),
+                             k.name.lower())
+        self.assertIsNone(lib.hr_mode_name(7))
+
+
+class TestDegraded(unittest.TestCase):
+    """No daemon: the lease comes from the environment. Each case runs in a
+    child with an environment built from scratch."""
+    CHILD = """
+        import json, headroom
+        c = headroom.Client(%r)
+        lease = c.lease(0, cluster=2)
+        b = lease.budget()
+        try:
+            c.report("barrier_timeout", lease)
+            report = "ok"
+        except headroom.HeadroomError as e:
+            report = [type(e).__name__, e.code]
+        print(json.dumps({"connected": c.connected, "gpus": c.gpu_count,
+                          "grid": lease.grid, "headroom": lease.headroom,
+                          "degraded": lease.degraded, "epoch": lease.epoch,
+                          "sms": b.sms, "b_grid": b.grid,
+                          "nccl": lease.nccl_config(), "report": report}))
+        c.close()
+    """
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="hr-pytest-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.sock = os.path.join(self.dir, "nobody-listens.sock")
+
+    def run_degraded(self, **env):
+        return hrtest.run_child(self.CHILD % self.sock, hrtest.clean_env(**env))
+
+    def test_grid_from_dg_mega_moe_sm_headroom(self):
+        out, err = self.run_degraded(DG_MEGA_MOE_SM_HEADROOM="10")
+        self.assertFalse(out["connected"])
+        self.assertEqual(out["gpus"], 0)
+        self.assertTrue(out["degraded"])
+        self.assertEqual(out["epoch"], 0)
+        self.assertEqual(out["headroom"], 10)
+        # 132 SMs unless a CUDA driver here says otherwise.
+        self.assertEqual(out["grid"], out["sms"] - 10)
+        self.assertEqual(out["b_grid"], out["grid"])
+        if not os.path.exists("/dev/nvidiactl"):
+            self.assertEqual(out["sms"], 132)
+            self.assertEqual(out["grid"], 122)
+        self.assertEqual(out["nccl"], {})
+        self.assertEqual(out["report"], ["Degraded", -11])
+        # The one-time notice names the socket and the fallback.
+        self.assertIn(self.sock, err)
+        self.assertIn("DG_MEGA_MOE_SM_HEADROOM=10", err)
+
+    def test_unset_means_the_full_grid(self):
+        out, _ = self.run_degraded()
+        self.assertTrue(out["degraded"])
+        self.assertEqual(out["headroom"], 0)
+        self.assertEqual(out["grid"], out["sms"])
+
+    def test_nccl_fields_from_the_environment(self):
+        out, _ = self.run_degraded(DG_MEGA_MOE_SM_HEADROOM="4",
+                                   NCCL_MAX_CTAS="8", NCCL_CGA_CLUSTER_SIZE="1")
+        self.assertEqual(out["headroom"], 4)
+        self.assertEqual(out["nccl"], {"max_ctas": 8, "cga_cluster_size": 1})
+
+
+class TestMoeWithoutTorch(unittest.TestCase):
+    """The kernel library's binding, where it was built (nvcc present)."""
+
+    def setUp(self):
+        if not os.path.exists(os.path.join(hrtest.LIBDIR,
+                                           "libheadroom_moe.so")):
+            self.skipTest("libheadroom_moe.so not built here (no nvcc)")
+        headroom.load_moe_library()
+
+    def test_declared(self):
+        lib = headroom.load_moe_library()
+        for name, (restype, argtypes) in _lib._MOE_PROTOTYPES.items():
+            self.assertEqual(getattr(lib, name).argtypes, argtypes, name)
+
+    def test_bad_shape_is_refused_before_the_gpu(self):
+        with self.assertRaises(headroom.InvalidArgument):
+            headroom.Moe(experts=8, hidden=100, inter=512, topk=2,
+                         max_tokens=16, device=0)
+        with self.assertRaises(headroom.InvalidArgument):
+            headroom.Moe(experts=0, hidden=256, inter=512, topk=2,
+                         max_tokens=16, device=0)
+
+    def test_create_on_this_machine(self):
+        try:
+            m = headroom.Moe(experts=8, hidden=256, inter=512, topk=2,
+                             max_tokens=16, device=0)
+        except (headroom.NoGPU, headroom.Unsupported) as e:
+            # Without a GPU (CI): a clean error, not a crash.
+            self.assertIn(e.code, (-20, -14))
+            return
+        with m:
+            self.assertGreater(m.sms, 0)
+            self.assertGreater(m.workspace_bytes, 0)
+            self.assertIsNone(m.last_failure())
+            m.sync()                        # nothing launched: no error
+        with self.assertRaises(headroom.InvalidArgument):
+            m.sms
+
+
+if __name__ == "__main__":
+    unittest.main()
