@@ -41,7 +41,7 @@ LDLIBS_CMOCKA := -lcmocka
 
 # Debian packages the build and the tests need, by the header they provide.
 DEB_DEPS := libuv1-dev:uv.h libcjson-dev:cjson/cJSON.h libcmocka-dev:cmocka.h \
-            pkg-config:
+            pkg-config: python3-jsonschema:
 
 BINDIR := $(BUILD)/bin
 LIBDIR := $(BUILD)/lib

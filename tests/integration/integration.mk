@@ -20,3 +20,6 @@ $(TESTBIN)/test_systemd: $(OBJDIR)/tests/integration/test_systemd.o \
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o %.a,$^) \
 	  $(LDLIBS_CJSON) $(LDLIBS_CMOCKA) -ldl
+
+# The systemd units: systemd-analyze verify and the exposure goal.
+INTEG_TESTS += tests/integration/test_units.sh

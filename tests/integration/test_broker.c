@@ -421,6 +421,28 @@ static void test_policy_set_reaches_leases(void **state)
   hr_client_close(a);
 }
 
+/* headroomctl status, checked against proto/status.schema.json. */
+static void check_status_schema(void)
+{
+  char ctl[512], out[400];
+  char *argv[6];
+
+  snprintf(ctl, sizeof(ctl), "%s/bin/headroomctl", th_build_dir());
+  snprintf(out, sizeof(out), "%s/status.json", daemon_.dir);
+  argv[0] = ctl;
+  argv[1] = "--socket";
+  argv[2] = daemon_.socket;
+  argv[3] = "status";
+  argv[4] = NULL;
+  assert_int_equal(th_run(argv, out, 5000), 0);
+  argv[0] = "/usr/bin/python3";
+  argv[1] = "tests/integration/validate_json.py";
+  argv[2] = "proto/status.schema.json";
+  argv[3] = out;
+  argv[4] = NULL;
+  assert_int_equal(th_run(argv, NULL, 20000), 0);
+}
+
 static void test_incident_raises_and_persists(void **state)
 {
   hr_client *a = open_client("victim"), *b = open_client("bystander");
@@ -451,6 +473,8 @@ static void test_incident_raises_and_persists(void **state)
   assert_string_equal(st.gpus[1].incidents[0].message, "barrier 2 timed out");
   assert_int_equal(st.gpus[0].raised, 0);
   hr_status_free(&st);
+  /* The status headroomctl prints, incidents and all, obeys the schema. */
+  check_status_schema();
 
   /* Learned state survives a restart of the daemon. */
   assert_int_equal(th_daemon_stop(&daemon_), 0);
