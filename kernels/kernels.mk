@@ -62,16 +62,17 @@ $(MOE_LIB_A): $(MOE_CU_OBJS)
 	ar rcs $@ $^
 
 # Build-time variants of the tile shapes, for tuning on a GPU
-# (`make bench-variants`): tiny-BM-BK-STAGES or big-BM-BN-WM-STAGES, see
-# moe_gemm.cuh.
-MOE_VARIANTS ?= big-256-128-4-3 big-128-256-2-3 big-128-128-4-5
+# (`make bench-variants`): tiny-BM-BK-STAGES or big-BM-BN-WM-STAGES-HINT
+# (HINT 1: weight loads evict-first in L2), see moe_gemm.cuh.
+MOE_VARIANTS ?= big-128-128-2-5-0 big-256-128-4-3-1
 MOE_VARIANT_LIBS := $(foreach v,$(MOE_VARIANTS),$(LIBDIR)/variants/libheadroom_moe-$(v).so)
 moe_vw = $(word $(2),$(subst -, ,$(1)))
 moe_variant_flags = $(if $(filter tiny,$(call moe_vw,$(1),1)), \
   -DHR_MOE_TINY_BM=$(call moe_vw,$(1),2) -DHR_MOE_TINY_BK=$(call moe_vw,$(1),3) \
   -DHR_MOE_TINY_STAGES=$(call moe_vw,$(1),4), \
   -DHR_MOE_BIG_BM=$(call moe_vw,$(1),2) -DHR_MOE_BIG_BN=$(call moe_vw,$(1),3) \
-  -DHR_MOE_BIG_WM=$(call moe_vw,$(1),4) -DHR_MOE_BIG_STAGES=$(call moe_vw,$(1),5))
+  -DHR_MOE_BIG_WM=$(call moe_vw,$(1),4) -DHR_MOE_BIG_STAGES=$(call moe_vw,$(1),5) \
+  -DHR_MOE_BIG_A_STREAM=$(call moe_vw,$(1),6))
 
 $(OBJDIR)/kernels/variants/moe_kernel-%.cu.o: kernels/moe_kernel.cu kernels/*.h kernels/*.cuh client/headroom.h
 	@mkdir -p $(dir $@)
