@@ -72,6 +72,54 @@ def _torch():
     return torch
 
 
+class _CurrentContext:
+    """Keeps the calling thread's current CUDA context across a call into
+    libheadroom_moe. That library carries its own CUDA runtime (linked
+    statically) and switches devices around its calls; the context torch
+    made current must be the one current afterwards, whatever the two
+    runtimes think the current device is. Through the driver API
+    (cuCtxGetCurrent/cuCtxSetCurrent), which both runtimes sit on; a no-op
+    where libcuda cannot be loaded (then nothing can run on a GPU anyway)."""
+
+    def __init__(self):
+        self._get = self._set = None
+        try:
+            cu = ctypes.CDLL("libcuda.so.1")
+            self._get = cu.cuCtxGetCurrent
+            self._get.restype = ctypes.c_int
+            self._get.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+            self._set = cu.cuCtxSetCurrent
+            self._set.restype = ctypes.c_int
+            self._set.argtypes = [ctypes.c_void_p]
+        except (OSError, AttributeError):
+            self._get = self._set = None
+
+    def get(self):
+        if self._get is None:
+            return None
+        c = ctypes.c_void_p()
+        if self._get(ctypes.byref(c)) != 0:
+            return None
+        return (c.value,)                  # (None,) when none is current
+
+    def restore(self, before):
+        if before is None:
+            return
+        now = self.get()
+        if now is not None and now != before:
+            self._set(before[0])
+
+
+_ctx = None
+
+
+def _context():
+    global _ctx
+    if _ctx is None:
+        _ctx = _CurrentContext()
+    return _ctx
+
+
 def check_moe_tensors(shape: MoeShape, device: int, x, ids, weights, w1, w2,
                       y) -> int:
     """Check the tensors of one forward against `shape` and CUDA device
@@ -174,9 +222,14 @@ class Moe:
                               ("experts", "hidden", "inter", "topk",
                                "max_tokens")))
         out = ctypes.c_void_p()
-        check(self._lib.hr_moe_create(ctypes.byref(out), self.device,
-                                      ctypes.byref(s)),
-              "hr_moe_create(device %d)" % self.device)
+        ctx = _context()
+        before = ctx.get()
+        try:
+            rc = self._lib.hr_moe_create(ctypes.byref(out), self.device,
+                                         ctypes.byref(s))
+        finally:
+            ctx.restore(before)
+        check(rc, "hr_moe_create(device %d)" % self.device)
         self._ptr = out.value
 
     # ---- life cycle -------------------------------------------------------
@@ -185,7 +238,12 @@ class Moe:
         """Wait for the last launch and free the context. Idempotent."""
         ptr, self._ptr = self._ptr, None
         if ptr is not None:
-            self._lib.hr_moe_destroy(ptr)
+            ctx = _context()
+            before = ctx.get()
+            try:
+                self._lib.hr_moe_destroy(ptr)
+            finally:
+                ctx.restore(before)
         self._keep = None
 
     def __enter__(self) -> "Moe":
@@ -256,9 +314,14 @@ class Moe:
             raise TypeError("lease must be a headroom.Lease")
         a = self._args(x, ids, weights, w1, w2, y, timeout_ms)
         st = self._stream(stream)
-        check(self._lib.hr_moe_forward(self._handle(), lease._handle(),
-                                       ctypes.byref(a), st),
-              "hr_moe_forward")
+        ctx = _context()
+        before = ctx.get()
+        try:
+            rc = self._lib.hr_moe_forward(self._handle(), lease._handle(),
+                                          ctypes.byref(a), st)
+        finally:
+            ctx.restore(before)
+        check(rc, "hr_moe_forward")
         self._keep = (lease, x, ids, weights, w1, w2, y)
 
     def forward_grid(self, grid: int, x, ids, weights, w1, w2, y,
@@ -271,9 +334,15 @@ class Moe:
         a = self._args(x, ids, weights, w1, w2, y, timeout_ms)
         m = Mode.of(mode)
         st = self._stream(stream)
-        check(self._lib.hr_moe_forward_grid(self._handle(), int(grid), int(m),
-                                            int(cluster), ctypes.byref(a), st),
-              "hr_moe_forward_grid(grid %d, %s, cluster %d)"
+        ctx = _context()
+        before = ctx.get()
+        try:
+            rc = self._lib.hr_moe_forward_grid(self._handle(), int(grid),
+                                               int(m), int(cluster),
+                                               ctypes.byref(a), st)
+        finally:
+            ctx.restore(before)
+        check(rc, "hr_moe_forward_grid(grid %d, %s, cluster %d)"
               % (grid, m.name.lower(), cluster))
         self._keep = (x, ids, weights, w1, w2, y)
 
@@ -282,9 +351,13 @@ class Moe:
         (with .failure) when a grid barrier timed out; the kernel has left
         and the next launch works. A timeout under a lease was already
         reported to the daemon, which raises the GPU's headroom."""
+        ptr = self._handle()
+        ctx = _context()
+        before = ctx.get()
         try:
-            rc = self._lib.hr_moe_sync(self._handle())
+            rc = self._lib.hr_moe_sync(ptr)
         finally:
+            ctx.restore(before)
             self._keep = None
         if rc == _lib.HR_EBARRIER_TIMEOUT:
             raise BarrierTimeout(rc, "hr_moe_sync", self.last_failure())
