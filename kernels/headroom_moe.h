@@ -46,7 +46,8 @@
  * Results do not depend on the grid size: the same inputs give bitwise
  * identical y for every grid.
  *
- * Constraints: hidden a multiple of 128, inter a multiple of 64,
+ * Constraints: hidden a multiple of 256, inter a multiple of 128 (the
+ * tiles: K walked 128 at a time, up to 256 weight rows per tile),
  * 1 <= experts <= HR_MOE_MAX_EXPERTS, 1 <= topk <= HR_MOE_MAX_TOPK,
  * 1 <= tokens <= max_tokens; x, W1, W2, y 16-byte aligned, ids and w
  * 4-byte aligned; all device (or managed) memory. The kernel is built for

@@ -64,7 +64,7 @@ $(MOE_LIB_A): $(MOE_CU_OBJS)
 # Build-time variants of the tile shapes, for tuning on a GPU
 # (`make bench-variants`): tiny-BM-BK-STAGES or big-BM-BN-WM-STAGES-HINT
 # (HINT 1: weight loads evict-first in L2), see moe_gemm.cuh.
-MOE_VARIANTS ?= big-128-128-2-5-0 big-256-128-4-3-1
+MOE_VARIANTS ?= big-128-128-2-5-0 big-128-128-2-5-1
 MOE_VARIANT_LIBS := $(foreach v,$(MOE_VARIANTS),$(LIBDIR)/variants/libheadroom_moe-$(v).so)
 moe_vw = $(word $(2),$(subst -, ,$(1)))
 moe_variant_flags = $(if $(filter tiny,$(call moe_vw,$(1),1)), \

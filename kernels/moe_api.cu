@@ -101,8 +101,8 @@ static void device_leave(int device, int prev)
 static int shape_valid(const hr_moe_shape *s)
 {
   return s && s->experts >= 1 && s->experts <= HR_MOE_MAX_EXPERTS &&
-         s->hidden >= 128 && s->hidden % 128 == 0 &&
-         s->inter >= 64 && s->inter % 64 == 0 &&
+         s->hidden >= 256 && s->hidden % 256 == 0 &&
+         s->inter >= 128 && s->inter % 128 == 0 &&
          s->topk >= 1 && s->topk <= HR_MOE_MAX_TOPK &&
          s->max_tokens >= 1 &&
          (long long)s->max_tokens * s->topk <= (1LL << 30);

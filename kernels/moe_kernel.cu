@@ -114,9 +114,7 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
   {
     const int pairs = rt.off[p.E];
     const int per_expert = s_nonempty > 0 ? pairs / s_nonempty : 0;
-    /* The streaming tiles walk K 128 at a time. */
-    const int stream_ok = p.H % 128 == 0 && p.I % 128 == 0;
-    tile = per_expert >= HR__MOE_BIG_MIN_PAIRS || !stream_ok ? MOE_TILE_BIG
+    tile = per_expert >= HR__MOE_BIG_MIN_PAIRS ? MOE_TILE_BIG
            : per_expert <= HR__MOE_TINY_MAX_PAIRS ? MOE_TILE_TINY
            : per_expert <= HR__MOE_NARROW_MAX_PAIRS ? MOE_TILE_NARROW
            : MOE_TILE_MID;

@@ -56,11 +56,11 @@ int main(void)
   s.max_tokens = 64;
   GT_EXPECT(hr_moe_create(NULL, 0, &s) == HR_EINVAL, "NULL out");
   GT_EXPECT(hr_moe_create(&m, 0, NULL) == HR_EINVAL, "NULL shape");
-  s.hidden = 200;
-  GT_EXPECT(hr_moe_create(&m, 0, &s) == HR_EINVAL, "hidden not a multiple of 128");
+  s.hidden = 384;
+  GT_EXPECT(hr_moe_create(&m, 0, &s) == HR_EINVAL, "hidden not a multiple of 256");
   s.hidden = 256;
-  s.inter = 96;
-  GT_EXPECT(hr_moe_create(&m, 0, &s) == HR_EINVAL, "inter not a multiple of 64");
+  s.inter = 192;
+  GT_EXPECT(hr_moe_create(&m, 0, &s) == HR_EINVAL, "inter not a multiple of 128");
   s.inter = 512;
   s.experts = HR_MOE_MAX_EXPERTS + 1;
   GT_EXPECT(hr_moe_create(&m, 0, &s) == HR_EINVAL, "too many experts");
