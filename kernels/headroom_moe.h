@@ -144,7 +144,7 @@ int hr_moe_forward_grid(hr_moe *m, int grid, hr_mode mode, int cluster,
  * launch is ordered after them); HR_ECUDA when CUDA reported an error.
  * HR_EABORTED also when the launch refused to run because an earlier
  * failed launch on this context was never waited for (its half-counted
- * barrier words cannot be trusted; they are cleared before the next). */
+ * barrier words cannot be trusted; they are cleared before the next).
  * A timeout of a launch made under a lease is reported to the daemon
  * (hr_report, HR_INCIDENT_BARRIER_TIMEOUT, with the detail). HR_OK when
  * nothing was launched. */
