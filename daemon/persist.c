@@ -438,65 +438,86 @@ static int write_all(int fd, const char *data, size_t len)
   return 0;
 }
 
-int hr__persist_save(hr__persist *p, const hr__state *s, long long now_ms)
+/* Write `text` to p->path atomically. Returns 0, or an errno value with
+ * the step that failed in `*step`; a failed attempt leaves no temporary
+ * file behind. */
+static int write_atomic(const hr__persist *p, const char *text,
+                        const char **step)
 {
   char tmp[sizeof(p->path) + 8];
-  char *text = NULL;
-  const char *step = "encode";
-  int fd = -1, dfd = -1, rc, e = 0, tmp_made = 0;
+  int fd = -1, dfd = -1, e = 0, tmp_made = 0;
 
-  if(!p || !s)
-    return HR_EINVAL;
-  if(!p->enabled)
-    return HR_OK;
   snprintf(tmp, sizeof(tmp), "%s.tmp", p->path);
-  rc = hr__persist_encode(s, now_ms, &text);
-  if(rc)
-    goto out;
-  rc = HR_EINTERNAL;
-  step = "create";
+  *step = "create";
   fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if(fd < 0)
-    goto fail;
+  if(fd < 0) {
+    e = errno;
+    goto out;
+  }
   tmp_made = 1;
-  step = "write";
-  if(write_all(fd, text, strlen(text)) || write_all(fd, "\n", 1))
-    goto fail;
-  step = "fsync";
-  if(fsync(fd))
-    goto fail;
-  step = "close";
-  e = close(fd);
+  *step = "write";
+  if(write_all(fd, text, strlen(text)) || write_all(fd, "\n", 1)) {
+    e = errno;
+    goto out;
+  }
+  *step = "fsync";
+  if(fsync(fd)) {
+    e = errno;
+    goto out;
+  }
+  *step = "close";
+  e = close(fd) ? errno : 0;
   fd = -1;
   if(e)
-    goto fail;
-  step = "rename";
-  if(rename(tmp, p->path))
-    goto fail;
+    goto out;
+  *step = "rename";
+  if(rename(tmp, p->path)) {
+    e = errno;
+    goto out;
+  }
   tmp_made = 0;
   /* The rename is durable only once the folder's entry is on disk. */
-  step = "fsync folder";
+  *step = "fsync folder";
   dfd = open(p->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if(dfd < 0 || fsync(dfd))
-    goto fail;
-  rc = HR_OK;
-  if(p->failing)
-    hr__notice("state: %s written again", p->path);
-  p->failing = 0;
-  goto out;
-fail:
-  e = errno;
-  if(!p->failing)
-    hr__warn("state: cannot save %s (%s: %s); will retry on the next change",
-             p->path, step, strerror(e));
-  p->failing = 1;
-  if(tmp_made)
-    unlink(tmp);
+    e = errno;
 out:
   if(fd >= 0)
     close(fd);
   if(dfd >= 0)
     close(dfd);
+  if(tmp_made)
+    unlink(tmp);
+  return e;
+}
+
+int hr__persist_save(hr__persist *p, const hr__state *s, long long now_ms)
+{
+  const char *step = "encode";
+  char *text = NULL;
+  int rc, e;
+
+  if(!p || !s)
+    return HR_EINVAL;
+  if(!p->enabled)
+    return HR_OK;
+  rc = hr__persist_encode(s, now_ms, &text);
+  if(rc)
+    goto out;
+  e = write_atomic(p, text, &step);
+  if(e) {
+    /* Once per run of failures: a full disk must not flood the log. */
+    if(!p->failing)
+      hr__warn("state: cannot save %s (%s: %s); will retry on the next "
+               "change", p->path, step, strerror(e));
+    p->failing = 1;
+    rc = HR_EINTERNAL;
+    goto out;
+  }
+  if(p->failing)
+    hr__notice("state: %s written again", p->path);
+  p->failing = 0;
+out:
   free(text);
   return rc;
 }

@@ -713,6 +713,30 @@ static void test_persist_unusable_dir(void **state)
   hr__state_free(&s);
 }
 
+static void test_persist_save_failure(void **state)
+{
+  hr__persist p;
+  hr__state s;
+  char sub[128], path[192];
+
+  (void)state;
+  /* The folder vanishes under a running daemon: the save fails (once
+   * logged), leaves no temporary file, and works again once it is back. */
+  snprintf(sub, sizeof(sub), "%s/gone", tmpdir);
+  assert_int_equal(hr__persist_open(&p, sub), HR_OK);
+  state_of(&s, 1);
+  assert_int_equal(rmdir(sub), 0);
+  assert_int_equal(hr__persist_save(&p, &s, 1), HR_EINTERNAL);
+  assert_int_equal(p.failing, 1);
+  assert_int_equal(mkdir(sub, 0755), 0);
+  assert_int_equal(hr__persist_save(&p, &s, 2), HR_OK);
+  assert_int_equal(p.failing, 0);
+  snprintf(path, sizeof(path), "%s/state.json", sub);
+  assert_int_equal(access(path, R_OK), 0);
+  assert_int_equal(count_entries(sub, "state.json.tmp"), 0);
+  hr__state_free(&s);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -732,6 +756,8 @@ int main(void)
     cmocka_unit_test_setup_teardown(test_persist_files, setup_dir,
                                     teardown_dir),
     cmocka_unit_test_setup_teardown(test_persist_unusable_dir, setup_dir,
+                                    teardown_dir),
+    cmocka_unit_test_setup_teardown(test_persist_save_failure, setup_dir,
                                     teardown_dir),
   };
 
