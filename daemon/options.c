@@ -57,8 +57,9 @@ int hr__options_parse(hr__options *opts, int argc, char **argv, char *err,
     case '?':
     default:
       if(err && n) {
-        const char *arg = argv[optind - 1 >= 0 ? optind - 1 : 0];
-        if(c == '?' && optopt)
+        /* Name the option as it was written: "--socket", not "-s". */
+        const char *arg = argv[optind > 1 ? optind - 1 : 1];
+        if(strncmp(arg, "--", 2) && optopt)
           snprintf(err, n, "unknown or incomplete option '-%c'", optopt);
         else
           snprintf(err, n, "unknown or incomplete option '%s'", arg);
@@ -100,7 +101,8 @@ void hr__options_usage(FILE *out)
 "  socket_mode = OCTAL       permissions of the socket file (0660)\n"
 "  operator_group = GROUP    members may set policy (root always may;\n"
 "                            default: root only)\n"
-"  state_dir = DIR           learned state; unusable: runs without (%s)\n"
+"  state_dir = DIR           learned state (%s);\n"
+"                            if unusable, the daemon runs without it\n"
 "  log_level = LEVEL         err|warning|notice|info|debug (info)\n"
 "  topology = MODE           auto|cuda|config|default (auto: CUDA if a\n"
 "                            device is found, else the config if 'gpus' is\n"

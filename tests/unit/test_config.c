@@ -503,6 +503,7 @@ static void test_options(void **state)
   assert_non_null(strstr(err, "--sokcet"));
   assert_int_equal(hr__options_parse(&o, 2, missing, err, sizeof(err)),
                    HR_EINVAL);
+  assert_string_equal(err, "unknown or incomplete option '--socket'");
   assert_int_equal(hr__options_parse(&o, 2, stray, err, sizeof(err)),
                    HR_EINVAL);
   assert_string_equal(err, "unexpected argument 'extra'");
