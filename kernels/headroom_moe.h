@@ -14,6 +14,9 @@
  * one CTA per SM (the kernel takes enough shared memory that two CTAs never
  * share an SM) and must fit in the SMs that are free. headroomd's lease says
  * how many that is; hr_moe_forward() launches with the lease's grid.
+ * A second kernel computes the same forward without any whole-grid barrier
+ * (hr_moe_forward_agnostic_grid, and hr_moe_forward under a lease in the
+ * agnostic mode): correct whatever number of its CTAs are resident.
  *
  * The barriers never trap. Each one waits at most the launch's timeout
  * (args.timeout_ms, measured with the GPU's global timer), and leaves early
@@ -124,8 +127,9 @@ uint64_t hr_moe_workspace_bytes(const hr_moe *m);
 
 /* Launch the forward on `stream` (a cudaStream_t; NULL: the legacy default
  * stream) with the grid the lease holds now (hr_lease_grid: no syscall),
- * in the lease's mode (ordinary, or the cooperative attribute) and with
- * clusters of the lease's cluster size (1 or 2). Checks `args` first:
+ * in the lease's mode (ordinary, or the cooperative attribute, or the
+ * agnostic kernel) and with clusters of the lease's cluster size (1 or 2;
+ * none for the agnostic kernel). Checks `args` first:
  * HR_EINVAL and nothing launched when a shape, pointer or alignment is
  * wrong. HR_ECOOP_TOO_LARGE when a cooperative grid cannot fit the device;
  * HR_ECUDA for any other launch error (then reported to the daemon as a
@@ -134,9 +138,34 @@ int hr_moe_forward(hr_moe *m, const hr_lease *lease, const hr_moe_args *args,
                    void *stream);
 
 /* The same without a lease, for tests and benchmarks: `grid` CTAs
- * (1..SMs in HR_MODE_HEADROOM; a multiple of `cluster`), `cluster` 1 or 2. */
+ * (1..SMs in HR_MODE_HEADROOM; a multiple of `cluster`), `cluster` 1 or 2.
+ * The lease mode HR_MODE_AGNOSTIC, where headroom.h has it, runs the
+ * residency-agnostic kernel (below; `cluster` is then ignored). */
 int hr_moe_forward_grid(hr_moe *m, int grid, hr_mode mode, int cluster,
                         const hr_moe_args *args, void *stream);
+
+/* The residency-agnostic variant of the same forward: the same y, bitwise,
+ * with no whole-grid barrier. Its work is a list of tasks (count, scatter,
+ * GEMM1 and GEMM2 tiles, combine) that the CTAs take in order from an
+ * atomic counter, and a task waits only for tasks taken before it, by CTAs
+ * that are therefore running. So it completes with any grid (1..SMs) and
+ * with any number of its CTAs unable to start because other kernels hold
+ * their SMs: those start later, find no work and leave. A lease in the
+ * agnostic mode can therefore be given headroom 0. The launch ends when
+ * its last CTA has left (after whatever held the SMs); y can be complete
+ * before that (hr_moe_outputs_ready). Waits still time out
+ * (args.timeout_ms, HR_EBARRIER_TIMEOUT, `barrier` 10..14 in the failure
+ * detail: which wait) and obey hr_moe_abort, so a bug or a dead context
+ * never hangs the host; such a timeout is not reported to the daemon
+ * (more headroom cannot help). Ordinary launch, no clusters. */
+int hr_moe_forward_agnostic_grid(hr_moe *m, int grid, const hr_moe_args *args,
+                                 void *stream);
+
+/* 1 once y of the last launch is complete, 0 while not (or when it
+ * failed), HR_EINVAL, HR_ECUDA. For the agnostic kernel this can come
+ * before the launch ends, while CTAs that waited for an SM have yet to
+ * start and leave; the stream still orders later work after the launch. */
+int hr_moe_outputs_ready(const hr_moe *m);
 
 /* Wait for the last launch. HR_OK; HR_EBARRIER_TIMEOUT or HR_EABORTED as
  * soon as the error word says so (the aborted kernel may still be draining:

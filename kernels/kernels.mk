@@ -14,7 +14,7 @@ HAVE_NVCC := $(shell test -x "$(NVCC)" && echo 1)
 
 ifeq ($(HAVE_NVCC),1)
 
-MOE_CU_SRCS := kernels/moe_kernel.cu kernels/moe_api.cu
+MOE_CU_SRCS := kernels/moe_kernel.cu kernels/moe_agnostic.cu kernels/moe_api.cu
 MOE_CU_OBJS := $(patsubst %.cu,$(OBJDIR)/%.cu.o,$(MOE_CU_SRCS))
 MOE_LIB_SO := $(LIBDIR)/libheadroom_moe.so
 MOE_LIB_A := $(LIBDIR)/libheadroom_moe.a
@@ -78,7 +78,12 @@ $(OBJDIR)/kernels/variants/moe_kernel-%.cu.o: kernels/moe_kernel.cu kernels/*.h 
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $(call moe_variant_flags,$*) -c -o $@ $<
 
+$(OBJDIR)/kernels/variants/moe_agnostic-%.cu.o: kernels/moe_agnostic.cu kernels/*.h kernels/*.cuh client/headroom.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $(call moe_variant_flags,$*) -c -o $@ $<
+
 $(LIBDIR)/variants/libheadroom_moe-%.so: $(OBJDIR)/kernels/variants/moe_kernel-%.cu.o \
+                                         $(OBJDIR)/kernels/variants/moe_agnostic-%.cu.o \
                                          $(OBJDIR)/kernels/moe_api.cu.o $(MOE_LIBHEADROOM)
 	@mkdir -p $(dir $@)
 	$(CC) -shared -o $@ $(filter %.o,$^) $(LDFLAGS) \
@@ -90,11 +95,11 @@ $(LIBDIR)/variants/libheadroom_moe-%.so: $(OBJDIR)/kernels/variants/moe_kernel-%
 .PHONY: kernels-variants kernels-sass
 kernels-variants: $(MOE_VARIANT_LIBS)
 
-# The kernel's registers, shared memory and spills, and its SASS, for
+# The kernels' registers, shared memory and spills, and their SASS, for
 # review without a GPU: build/kernels.sass
-kernels-sass: $(OBJDIR)/kernels/moe_kernel.cu.o
-	cuobjdump --dump-resource-usage $< | grep -i -E 'REG|SHARED|STACK'
-	cuobjdump --dump-sass $< > $(BUILD)/kernels.sass
+kernels-sass: $(OBJDIR)/kernels/moe_kernel.cu.o $(OBJDIR)/kernels/moe_agnostic.cu.o
+	cuobjdump --dump-resource-usage $^ | grep -i -E 'Function|REG|SHARED|STACK'
+	cuobjdump --dump-sass $^ > $(BUILD)/kernels.sass
 	@grep -c -E 'HMMA' $(BUILD)/kernels.sass | sed 's/^/HMMA instructions: /'
 
 else

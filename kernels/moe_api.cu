@@ -25,6 +25,26 @@
 #define SYNC_SPIN_NS 2000000LL
 #define SYNC_SLEEP_NS 50000L
 
+/* The lease mode "agnostic" (HR_MODE_AGNOSTIC in client/headroom.h) comes
+ * with the daemon's policy for it. Until headroom.h has the enumerator the
+ * launcher knows its number, the one after HR_MODE_COOPERATIVE; once it
+ * has, its value is taken from there (the first overload then matches). */
+#ifdef HR_MODE_AGNOSTIC
+#define MODE_AGNOSTIC ((int)HR_MODE_AGNOSTIC)
+#else
+template <class M>
+static constexpr auto mode_agnostic(int) -> decltype((int)M::HR_MODE_AGNOSTIC)
+{
+  return (int)M::HR_MODE_AGNOSTIC;
+}
+template <class M>
+static constexpr int mode_agnostic(long)
+{
+  return (int)HR_MODE_COOPERATIVE + 1;
+}
+#define MODE_AGNOSTIC (mode_agnostic<hr_mode>(0))
+#endif
+
 struct hr_moe {
   int device;
   int sms;
@@ -34,6 +54,10 @@ struct hr_moe {
   void *ws;
   size_t ws_bytes;
   hr__moe_sync *sync;
+  hr__moe_agn *agn;        /* the agnostic kernel's schedule */
+  unsigned *g1_done, *g2_done;
+  int32_t *agn_tables, *agn_counts;
+  size_t reset_bytes;      /* from ws: what a failed launch leaves dirty */
   int32_t *sorted_tok;
   int32_t *pos_of;
   uint16_t *h;
@@ -51,6 +75,7 @@ struct hr_moe {
 
   /* about the last launch, for the incident */
   const hr_lease *lease;
+  int agnostic;
   int grid;
   int timeout_ms;
 
@@ -121,7 +146,7 @@ int hr_moe_create(hr_moe **out, int device, const hr_moe_shape *shape)
   struct cudaDeviceProp prop;
   cudaError_t ce;
   int count = 0, prev = -1, entered = 0, err = HR_OK;
-  size_t pairs, off;
+  size_t pairs, tiles, off;
 
   if(!out || !shape_valid(shape))
     return HR_EINVAL;
@@ -155,12 +180,22 @@ int hr_moe_create(hr_moe **out, int device, const hr_moe_shape *shape)
     goto out;
   entered = 1;
   err = err_from_cuda(hr__moe_prepare());
+  if(!err)
+    err = err_from_cuda(hr__moe_agnostic_prepare());
   if(err)
     goto out;
 
+  /* The words every launch starts from zero (the barrier's, the agnostic
+   * schedule and its per-token-tile counters: at most pairs / 16 + E
+   * tiles, 16 being the narrowest tile), then the agnostic kernel's
+   * tables, then the pairs' buffers. */
   pairs = (size_t)shape->max_tokens * shape->topk;
-  m->ws_bytes = align_up(sizeof(hr__moe_sync)) + 2 * align_up(pairs * 4) +
-                align_up(pairs * shape->inter * 2) +
+  tiles = pairs / 16 + (size_t)shape->experts + 1;
+  m->reset_bytes = align_up(sizeof(hr__moe_sync)) + align_up(sizeof(hr__moe_agn)) +
+                   2 * align_up(tiles * 4);
+  m->ws_bytes = m->reset_bytes + align_up(3 * ((size_t)shape->experts + 1) * 4) +
+                align_up((size_t)HR__MOE_AGN_MAX_PIECES * shape->experts * 4) +
+                2 * align_up(pairs * 4) + align_up(pairs * shape->inter * 2) +
                 align_up(pairs * shape->hidden * 2);
   err = err_from_cuda(cudaMalloc(&m->ws, m->ws_bytes));
   if(err)
@@ -168,6 +203,16 @@ int hr_moe_create(hr_moe **out, int device, const hr_moe_shape *shape)
   off = 0;
   m->sync = (hr__moe_sync *)((char *)m->ws + off);
   off += align_up(sizeof(hr__moe_sync));
+  m->agn = (hr__moe_agn *)((char *)m->ws + off);
+  off += align_up(sizeof(hr__moe_agn));
+  m->g1_done = (unsigned *)((char *)m->ws + off);
+  off += align_up(tiles * 4);
+  m->g2_done = (unsigned *)((char *)m->ws + off);
+  off += align_up(tiles * 4);
+  m->agn_tables = (int32_t *)((char *)m->ws + off);
+  off += align_up(3 * ((size_t)shape->experts + 1) * 4);
+  m->agn_counts = (int32_t *)((char *)m->ws + off);
+  off += align_up((size_t)HR__MOE_AGN_MAX_PIECES * shape->experts * 4);
   m->sorted_tok = (int32_t *)((char *)m->ws + off);
   off += align_up(pairs * 4);
   m->pos_of = (int32_t *)((char *)m->ws + off);
@@ -175,7 +220,7 @@ int hr_moe_create(hr_moe **out, int device, const hr_moe_shape *shape)
   m->h = (uint16_t *)((char *)m->ws + off);
   off += align_up(pairs * shape->inter * 2);
   m->ypair = (uint16_t *)((char *)m->ws + off);
-  err = err_from_cuda(cudaMemset(m->sync, 0, sizeof(hr__moe_sync)));
+  err = err_from_cuda(cudaMemset(m->ws, 0, m->reset_bytes));
   if(err)
     goto out;
 
@@ -276,21 +321,27 @@ static int args_ok(const hr_moe *m, const hr_moe_args *a)
 
 static int failure_take(hr_moe *m);
 
-static int launch(hr_moe *m, const hr_lease *lease, int grid, hr_mode mode,
+/* mode HR_MODE_HEADROOM or HR_MODE_COOPERATIVE: the barrier kernel;
+ * MODE_AGNOSTIC: the residency-agnostic kernel, an ordinary launch of
+ * `grid` CTAs without clusters (it needs neither: any grid is correct). */
+static int launch(hr_moe *m, const hr_lease *lease, int grid, int mode,
                   int cluster, const hr_moe_args *a, cudaStream_t stream)
 {
   hr__moe_params p;
   cudaError_t ce;
   int prev, err, timeout_ms;
+  const int agnostic = mode == MODE_AGNOSTIC;
 
   if(!m || !args_ok(m, a))
     return HR_EINVAL;
-  if((mode != HR_MODE_HEADROOM && mode != HR_MODE_COOPERATIVE) ||
-     (cluster != 1 && cluster != 2) || grid < 1 || grid % cluster != 0)
+  if((mode != HR_MODE_HEADROOM && mode != HR_MODE_COOPERATIVE && !agnostic) ||
+     (cluster != 1 && cluster != 2) || grid < 1 || (!agnostic && grid % cluster != 0))
     return HR_EINVAL;
   /* An ordinary launch larger than the device could never pass its first
-   * barrier. A cooperative one is left to CUDA, which refuses it. */
-  if(mode == HR_MODE_HEADROOM && grid > m->sms)
+   * barrier. A cooperative one is left to CUDA, which refuses it. The
+   * agnostic kernel would be correct with more, but its CTAs beyond one
+   * per SM only queue to find no work. */
+  if(mode != HR_MODE_COOPERATIVE && grid > m->sms)
     return HR_EINVAL;
 
   err = device_enter(m->device, &prev);
@@ -313,8 +364,7 @@ static int launch(hr_moe *m, const hr_lease *lease, int grid, hr_mode mode,
   /* After a failure the barrier words are in an unknown state; clear them
    * once the failed launch has drained (stream order). */
   if(m->needs_reset) {
-    err = err_from_cuda(cudaMemsetAsync(m->sync, 0, sizeof(hr__moe_sync),
-                                        stream));
+    err = err_from_cuda(cudaMemsetAsync(m->ws, 0, m->reset_bytes, stream));
     if(err)
       goto out;
     m->needs_reset = 0;
@@ -337,6 +387,11 @@ static int launch(hr_moe *m, const hr_lease *lease, int grid, hr_mode mode,
   p.pos_of = m->pos_of;
   p.h = m->h;
   p.ypair = m->ypair;
+  p.agn = m->agn;
+  p.g1_done = m->g1_done;
+  p.g2_done = m->g2_done;
+  p.agn_tables = m->agn_tables;
+  p.agn_counts = m->agn_counts;
   p.sync = m->sync;
   p.host = m->host_dev;
   p.seq = m->seq + 1;
@@ -346,6 +401,8 @@ static int launch(hr_moe *m, const hr_lease *lease, int grid, hr_mode mode,
    * but with clusters its answer varies; say it the same way always. */
   if(mode == HR_MODE_COOPERATIVE && grid > m->sms)
     ce = cudaErrorCooperativeLaunchTooLarge;
+  else if(agnostic)
+    ce = hr__moe_agnostic_launch(&p, grid, stream);
   else
     ce = hr__moe_launch(&p, grid, mode == HR_MODE_COOPERATIVE, cluster, stream);
   if(ce != cudaSuccess) {
@@ -361,7 +418,8 @@ static int launch(hr_moe *m, const hr_lease *lease, int grid, hr_mode mode,
       d.timeout_ms = timeout_ms;
       d.cuda_error = (int)ce;
       snprintf(msg, sizeof(msg), "mega-MoE launch of %d CTAs (%s, cluster %d) failed: %s",
-               grid, hr_mode_name(mode), cluster, cudaGetErrorString(ce));
+               grid, agnostic ? "agnostic" : hr_mode_name((hr_mode)mode),
+               agnostic ? 1 : cluster, cudaGetErrorString(ce));
       hr_report(hr_lease_client(lease), lease, HR_INCIDENT_LAUNCH_FAILURE,
                 &d, msg);
     }
@@ -371,6 +429,7 @@ static int launch(hr_moe *m, const hr_lease *lease, int grid, hr_mode mode,
   m->stream = stream;
   m->in_flight = 1;
   m->lease = lease;
+  m->agnostic = agnostic;
   m->grid = grid;
   m->timeout_ms = timeout_ms;
   err = err_from_cuda(cudaEventRecord(m->done, stream));
@@ -385,7 +444,13 @@ out:
 int hr_moe_forward_grid(hr_moe *m, int grid, hr_mode mode, int cluster,
                         const hr_moe_args *args, void *stream)
 {
-  return launch(m, NULL, grid, mode, cluster, args, (cudaStream_t)stream);
+  return launch(m, NULL, grid, (int)mode, cluster, args, (cudaStream_t)stream);
+}
+
+int hr_moe_forward_agnostic_grid(hr_moe *m, int grid, const hr_moe_args *args,
+                                 void *stream)
+{
+  return launch(m, NULL, grid, MODE_AGNOSTIC, 1, args, (cudaStream_t)stream);
 }
 
 #ifdef HR_MOE_NO_LIBHEADROOM
@@ -429,8 +494,10 @@ int hr_moe_forward(hr_moe *m, const hr_lease *lease, const hr_moe_args *args,
   if(err)
     return err;
   /* The kernel's clusters are 1 or 2 CTAs; a grid budgeted for larger
-   * clusters is a multiple of 2 and safe with pairs. */
-  return launch(m, lease, grid, b.mode, b.cluster > 1 ? 2 : 1, args,
+   * clusters is a multiple of 2 and safe with pairs. A lease in the
+   * agnostic mode runs the residency-agnostic kernel (no clusters), which
+   * is correct with any grid, headroom 0 included. */
+  return launch(m, lease, grid, (int)b.mode, b.cluster > 1 ? 2 : 1, args,
                 (cudaStream_t)stream);
 }
 #endif
@@ -467,7 +534,10 @@ static int failure_take(hr_moe *m)
   f->reported = 1;
   m->has_failure = 1;
   m->needs_reset = 1;
-  if(f->code == HR_EBARRIER_TIMEOUT && m->lease) {
+  /* A wait of the agnostic kernel never depends on residency, so more
+   * headroom cannot help it: its timeout is a bug (or a dead context), not
+   * an incident for the daemon. */
+  if(f->code == HR_EBARRIER_TIMEOUT && m->lease && !m->agnostic) {
     char msg[200];
     snprintf(msg, sizeof(msg),
              "mega-MoE barrier %d timed out after %d ms: %d of %d CTAs "
@@ -519,6 +589,29 @@ int hr_moe_sync(hr_moe *m)
   m->in_flight = 0;
   device_leave(m->device, prev);
   return err;
+}
+
+int hr_moe_outputs_ready(const hr_moe *m)
+{
+  cudaError_t q;
+  int prev;
+
+  if(!m)
+    return HR_EINVAL;
+  if(m->seq == 0 || m->host->seq == m->seq)
+    return 0;                          /* nothing launched, or it failed */
+  if(m->host->done_seq == m->seq)
+    return 1;
+  if(device_enter(m->device, &prev) != HR_OK)
+    return HR_ECUDA;
+  q = cudaEventQuery(m->done);
+  device_leave(m->device, prev);
+  if(q == cudaSuccess)
+    return m->host->seq == m->seq ? 0 : 1;
+  if(q == cudaErrorNotReady)
+    return 0;
+  cudaGetLastError();
+  return HR_ECUDA;
 }
 
 int hr_moe_last_failure(const hr_moe *m, hr_moe_failure *out)

@@ -22,9 +22,11 @@
 #include "moe_kernel.h"
 #include "moe_ptx.cuh"
 
-/* Record a failure of this launch unless another CTA already did. */
-static __device__ __noinline__ void moe_fail(const hr__moe_params &p, int code,
-                                      int barrier, int arrived)
+/* Record a failure of this launch unless another CTA already did: where
+ * (a barrier, or for the agnostic kernel the kind of wait), how far the
+ * count had got and what it waited for. */
+static __device__ __noinline__ void moe_fail_at(const hr__moe_params &p, int code,
+                                         int barrier, int arrived, int expected)
 {
   if(atomicMax(&p.sync->fail, p.seq) >= p.seq)
     return;                                   /* someone was first */
@@ -32,12 +34,19 @@ static __device__ __noinline__ void moe_fail(const hr__moe_params &p, int code,
   w->code = code;
   w->barrier = barrier;
   w->arrived = arrived;
-  w->expected = (int)gridDim.x;
+  w->expected = expected;
   w->sm = sm_id();
   w->cta = (int)blockIdx.x;
   __threadfence_system();                     /* details before seq */
   w->seq = p.seq;
   __threadfence_system();
+}
+
+/* A barrier's failure: it waited for the whole grid. */
+static __device__ __forceinline__ void moe_fail(const hr__moe_params &p, int code,
+                                         int barrier, int arrived)
+{
+  moe_fail_at(p, code, barrier, arrived, (int)gridDim.x);
 }
 
 /* 1 when this launch has already failed somewhere. One thread asks. */

@@ -50,6 +50,10 @@
 /* Shared memory for the pipeline, the partial sums and the output staging
  * of any tile shape (the routing tables come after it). */
 #define HR__MOE_GEMM_SMEM (218 * 1024)
+/* Claimed units an agnostic run keeps in its ring (a power of 2, more than
+ * the units the loads can run ahead of the MMAs: STAGES - 1 <= 4, plus the
+ * look-ahead and the claim ahead of it). */
+#define HR__MOE_RING 8
 
 template <int BM_, int BN_, int BK_, int WM_, int WN_, int WK_, int STAGES_,
           int A_STREAM_ = 0>
@@ -140,6 +144,36 @@ typedef moe_tile<HR_MOE_BIG_BM, HR_MOE_BIG_BN, 64, HR_MOE_BIG_WM,
 #define HR__MOE_BIG_MIN_PAIRS 96
 enum { MOE_TILE_TINY = 0, MOE_TILE_NARROW, MOE_TILE_MID, MOE_TILE_BIG };
 
+/* The tile shape for `pairs` valid pairs over `nonempty` experts that have
+ * any: a function of the routing alone, so the same for every grid (and
+ * for both kernels). */
+static __device__ __forceinline__ int moe_pick_tile(int pairs, int nonempty)
+{
+  const int per_expert = nonempty > 0 ? pairs / nonempty : 0;
+  return per_expert >= HR__MOE_BIG_MIN_PAIRS ? MOE_TILE_BIG
+         : per_expert <= HR__MOE_TINY_MAX_PAIRS ? MOE_TILE_TINY
+         : per_expert <= HR__MOE_NARROW_MAX_PAIRS ? MOE_TILE_NARROW
+         : MOE_TILE_MID;
+}
+
+/* Weight rows per unit of each tile shape. */
+static __device__ __forceinline__ int moe_tile_bm(int tile)
+{
+  return tile == MOE_TILE_TINY     ? moe_tile_tiny::BM
+         : tile == MOE_TILE_NARROW ? moe_tile_narrow::BM
+         : tile == MOE_TILE_MID    ? moe_tile_mid::BM
+                                   : moe_tile_big::BM;
+}
+
+/* Tokens per unit of each tile shape. */
+static __device__ __forceinline__ int moe_tile_bn(int tile)
+{
+  return tile == MOE_TILE_TINY     ? moe_tile_tiny::BN
+         : tile == MOE_TILE_NARROW ? moe_tile_narrow::BN
+         : tile == MOE_TILE_MID    ? moe_tile_mid::BN
+                                   : moe_tile_big::BN;
+}
+
 /* silu(gate) * up, as moe_ref.c computes it (IEEE division, accurate
  * expf: no fast-math anywhere in the kernel). */
 static __device__ __forceinline__ float hr__swiglu(float gate, float up)
@@ -199,6 +233,10 @@ struct moe_loader {
   moe_unit next;                       /* the next unit, decoded */
   int unit;                            /* index among this CTA's units */
   int mine;                            /* this CTA's units */
+  /* NULL: unit i of this CTA is blockIdx.x + i * gridDim.x (the barrier
+   * kernel's round-robin deal). Else the agnostic kernel's ring of claimed
+   * units in shared memory: unit i is ring[i % 8], -1 where the run ends. */
+  const int *ring;
   int kt;                              /* next K step */
   int slot;                            /* next pipeline slot */
   uint64_t a_policy;                   /* L2 policy of weight loads */
@@ -206,14 +244,22 @@ struct moe_loader {
   /* Decode unit `i` of this CTA into `next` and, for GEMM1, start loading
    * its token indices: they are used a whole unit later, so the gather
    * never waits on them. */
+  __device__ int unit_index(int i) const
+  {
+    if(ring)
+      return ring[i & (HR__MOE_RING - 1)];
+    return i < mine ? (int)blockIdx.x + i * (int)gridDim.x : -1;
+  }
+
   __device__ void look_ahead(const hr__moe_params &p, const moe_route &rt,
                              int nf, int i)
   {
     const int r0 = threadIdx.x / C::CPR;
+    const int u = unit_index(i);
     int j;
-    if(i >= mine)
+    if(u < 0)
       return;
-    next = unit_decode(blockIdx.x + i * gridDim.x, rt, p.E, nf, C::BN);
+    next = unit_decode(u, rt, p.E, nf, C::BN);
     if(STAGE == 1) {
 #pragma unroll
       for(j = 0; j < C::B_PASSES; j++) {
@@ -224,12 +270,13 @@ struct moe_loader {
   }
 
   __device__ void init(const hr__moe_params &p, const moe_route &rt, int nf,
-                       int units_mine)
+                       int units_mine, const int *units_ring)
   {
     unit = 0;
     kt = 0;
     slot = 0;
     mine = units_mine;
+    ring = units_ring;
     a_policy = C::A_STREAM ? l2_policy_evict_first() : 0;
     look_ahead(p, rt, nf, 0);
   }
@@ -441,7 +488,7 @@ __device__ void moe_gemm_stage(const hr__moe_params &p, const moe_route &rt,
 
   if(steps == 0)
     return;
-  ld.init(p, rt, nf, mine);
+  ld.init(p, rt, nf, mine, NULL);
   for(i = 0; i < C::STAGES - 1; i++) {          /* fill the pipeline */
     if(i < steps)
       ld.issue(p, rt, pipe, nf, nk);

@@ -18,6 +18,7 @@
 #include "moe_kernel.h"
 
 #include "moe_barrier.cuh"
+#include "moe_combine.cuh"
 #include "moe_gemm.cuh"
 #include "moe_ptx.cuh"
 #include "moe_route.cuh"
@@ -33,8 +34,8 @@
 static_assert(SMEM_BYTES > 228 * 1024 / 2, "one CTA per SM");
 static_assert(SMEM_BYTES + 128 <= 227 * 1024, "fits an SM, with the static part");
 
-/* Stage 4: each thread makes 8 outputs (one 16-byte chunk) of one token,
- * adding the k expert rows in slot order in fp32, as moe_ref.c does. */
+/* Stage 4: each thread makes 8 outputs (one 16-byte chunk) of one token
+ * (moe_combine.cuh), chunks dealt over the whole grid. */
 static __device__ void moe_combine(const hr__moe_params &p)
 {
   const int chunks = p.H / 8;
@@ -43,31 +44,7 @@ static __device__ void moe_combine(const hr__moe_params &p)
   for(i = (long long)blockIdx.x * HR__MOE_THREADS + threadIdx.x; i < total;
       i += (long long)gridDim.x * HR__MOE_THREADS) {
     const int t = (int)(i / chunks), c = (int)(i - (long long)t * chunks);
-    float acc[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
-    uint4 o;
-    int j;
-    for(j = 0; j < p.k; j++) {
-      const int pos = __ldcg(p.pos_of + t * p.k + j);
-      float w;
-      uint4 v;
-      if(pos < 0)
-        continue;
-      w = __ldg(p.wts + t * p.k + j);
-      v = __ldcg((const uint4 *)(p.ypair + (size_t)pos * p.H + c * 8));
-      acc[0] = __fmaf_rn(w, bf16_lo(v.x), acc[0]);
-      acc[1] = __fmaf_rn(w, bf16_hi(v.x), acc[1]);
-      acc[2] = __fmaf_rn(w, bf16_lo(v.y), acc[2]);
-      acc[3] = __fmaf_rn(w, bf16_hi(v.y), acc[3]);
-      acc[4] = __fmaf_rn(w, bf16_lo(v.z), acc[4]);
-      acc[5] = __fmaf_rn(w, bf16_hi(v.z), acc[5]);
-      acc[6] = __fmaf_rn(w, bf16_lo(v.w), acc[6]);
-      acc[7] = __fmaf_rn(w, bf16_hi(v.w), acc[7]);
-    }
-    o.x = pack_bf16x2(acc[0], acc[1]);
-    o.y = pack_bf16x2(acc[2], acc[3]);
-    o.z = pack_bf16x2(acc[4], acc[5]);
-    o.w = pack_bf16x2(acc[6], acc[7]);
-    *(uint4 *)(p.y + (size_t)t * p.H + c * 8) = o;
+    moe_combine_chunk(p, t, c);
   }
 }
 
@@ -111,19 +88,8 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
     if(rt.cnt[i] > 0)
       atomicAdd(&s_nonempty, 1);
   __syncthreads();
-  {
-    const int pairs = rt.off[p.E];
-    const int per_expert = s_nonempty > 0 ? pairs / s_nonempty : 0;
-    tile = per_expert >= HR__MOE_BIG_MIN_PAIRS ? MOE_TILE_BIG
-           : per_expert <= HR__MOE_TINY_MAX_PAIRS ? MOE_TILE_TINY
-           : per_expert <= HR__MOE_NARROW_MAX_PAIRS ? MOE_TILE_NARROW
-           : MOE_TILE_MID;
-  }
-  moe_route_tiles(p, rt, tile == MOE_TILE_TINY     ? moe_tile_tiny::BN
-                         : tile == MOE_TILE_NARROW ? moe_tile_narrow::BN
-                         : tile == MOE_TILE_MID    ? moe_tile_mid::BN
-                                                   : moe_tile_big::BN,
-                  s_warp_sums);
+  tile = moe_pick_tile(rt.off[p.E], s_nonempty);
+  moe_route_tiles(p, rt, moe_tile_bn(tile), s_warp_sums);
   if(!grid_barrier(p, 0, &s_ok))
     return;
 

@@ -33,6 +33,11 @@ typedef struct hr__moe_host_words {
   volatile int32_t sm;
   volatile int32_t cta;
   volatile uint32_t abort_seq;
+  /* The agnostic kernel: the seq of the last launch whose y is complete,
+   * written by the CTA that finishes the last combine task (the launch
+   * itself ends later when CTAs that waited for an SM still have to start
+   * and leave). */
+  volatile uint32_t done_seq;
 } hr__moe_host_words;
 
 /* The grid barrier's state in device memory, one 128-byte line per word so
@@ -49,6 +54,44 @@ typedef struct hr__moe_sync {
   unsigned pad2[31];
 } hr__moe_sync;
 
+/* The agnostic kernel's schedule (moe_agnostic.cu), in device memory
+ * after hr__moe_sync. Every word is 0 between launches: the last CTA to
+ * leave a launch puts them back (and the per-tile counters after them),
+ * and the host clears the block after a failed launch, as it clears the
+ * barrier words. One 128-byte line per word: `ticket` takes an atomic per
+ * task from every CTA, the others are polled. */
+typedef struct hr__moe_agn {
+  unsigned ticket;        /* next task to hand out */
+  unsigned pad0[31];
+  unsigned count_done;    /* count tasks finished */
+  unsigned pad1[31];
+  unsigned scan_done;     /* 1 once the tables below are published */
+  unsigned pad2[31];
+  unsigned scatter_done;  /* scatter pieces finished */
+  unsigned pad3[31];
+  unsigned combine_done;  /* combine tasks finished */
+  unsigned pad4[31];
+  unsigned exited;        /* CTAs that have left */
+  unsigned pad5[31];
+  int tile;               /* the tile shape the scan chose */
+  unsigned pad6[31];
+} hr__moe_agn;
+
+/* Pairs per count / scatter piece of the agnostic kernel (at least), and
+ * the most pieces: a launch has min(ceil(pairs / PIECE), MAX_PIECES). */
+#define HR__MOE_AGN_PIECE 2048
+#define HR__MOE_AGN_MAX_PIECES 64
+
+/* Where a wait of the agnostic kernel failed: the `barrier` field of the
+ * failure record (0..2 are the barrier kernel's barriers). */
+enum {
+  HR__MOE_WAIT_SCAN = 10,     /* for the scan of the expert counts */
+  HR__MOE_WAIT_SCATTER = 11,  /* for every scatter piece */
+  HR__MOE_WAIT_GEMM1 = 12,    /* for the GEMM1 tiles of a token tile */
+  HR__MOE_WAIT_GEMM2 = 13,    /* for the GEMM2 tiles a combine task reads */
+  HR__MOE_WAIT_CLAIM = 14     /* noticed between tasks (an abort) */
+};
+
 /* Everything one launch needs, passed by value as a __grid_constant__. */
 typedef struct hr__moe_params {
   /* inputs and output (bf16 as raw 16-bit words) */
@@ -64,6 +107,14 @@ typedef struct hr__moe_params {
   int32_t *pos_of;      /* [T*k]: where pair (t, j) landed, -1 if skipped */
   uint16_t *h;          /* [pairs, I] bf16: SwiGLU output, expert order */
   uint16_t *ypair;      /* [pairs, H] bf16: GEMM2 output, expert order */
+  /* the agnostic kernel's schedule (unused by the barrier kernel) */
+  hr__moe_agn *agn;
+  unsigned *g1_done;    /* [token tiles]: GEMM1 units finished, per tile */
+  unsigned *g2_done;    /* [token tiles]: GEMM2 units finished, per tile */
+  int32_t *agn_tables;  /* published by the scan: cnt[E+1], off[E+1],
+                           tile_off[E+1] */
+  int32_t *agn_counts;  /* [MAX_PIECES][E]: pairs per piece and expert;
+                           the scan turns them into each piece's cursors */
   /* failure handling */
   hr__moe_sync *sync;
   hr__moe_host_words *host;  /* device pointer to the mapped words */
@@ -86,6 +137,13 @@ cudaError_t hr__moe_prepare(void);
  * `cluster` > 1 the cluster dimension. */
 cudaError_t hr__moe_launch(const hr__moe_params *p, int grid, int coop,
                            int cluster, cudaStream_t stream);
+
+/* The same for the residency-agnostic kernel (moe_agnostic.cu): no
+ * cluster, no cooperative attribute; any grid is correct. */
+size_t hr__moe_agnostic_smem_bytes(void);
+cudaError_t hr__moe_agnostic_prepare(void);
+cudaError_t hr__moe_agnostic_launch(const hr__moe_params *p, int grid,
+                                    cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -93,6 +93,23 @@ static __device__ __forceinline__ unsigned ld_relaxed_sys(const volatile unsigne
   return v;
 }
 
+/* Counters between CTAs (the agnostic kernel's completion counts). After
+ * a __syncthreads, one thread's release add publishes what the whole CTA
+ * wrote before it; one thread's acquire load (or acq_rel add) that sees
+ * the count, followed by a __syncthreads, makes it visible to the CTA. */
+static __device__ __forceinline__ void red_add_release_gpu(unsigned *p, unsigned v)
+{
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" :: "l"(p), "r"(v) : "memory");
+}
+
+static __device__ __forceinline__ unsigned atom_add_acq_rel_gpu(unsigned *p, unsigned v)
+{
+  unsigned old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;\n"
+               : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+
 /* Nanoseconds, the same clock on every SM (it ticks in steps of about a
  * microsecond, plenty for millisecond timeouts). */
 static __device__ __forceinline__ unsigned long long global_timer_ns(void)

@@ -65,11 +65,49 @@ static __device__ void block_exclusive_scan(const int *in, int n, int *out, int 
   __syncthreads();
 }
 
+/* Place pairs [lo, hi) in the stable expert order: cursor[e] is where the
+ * slice's first pair of expert e goes (off[e] plus the pairs of e before
+ * the slice), and moves on as pairs are placed. One warp walks the slice
+ * in order, 32 pairs at a time; lanes with the same expert rank themselves
+ * by lane, and the highest of them moves the expert's cursor on. Both
+ * kernels use it; the slices differ, the layout does not. Ends with
+ * __syncthreads. */
+static __device__ void moe_route_place(const hr__moe_params &p, int *cursor,
+                                       int lo, int hi)
+{
+  const int tid = threadIdx.x, lane = tid & 31, E = p.E;
+  if(tid < 32) {
+    int base;
+    for(base = lo; base < hi; base += 32) {
+      int pi = base + lane, e = -1;
+      unsigned peers;
+      if(pi < hi) {
+        e = __ldg(p.ids + pi);
+        if((unsigned)e >= (unsigned)E)
+          e = -1;
+      }
+      peers = __match_any_sync(0xffffffffu, e);
+      if(e >= 0) {
+        int pos = cursor[e] + __popc(peers & ((1u << lane) - 1u));
+        p.sorted_tok[pos] = pi / p.k;
+        p.pos_of[pi] = pos;
+      } else if(pi < hi) {
+        p.pos_of[pi] = -1;                  /* a bad id: contributes nothing */
+      }
+      __syncwarp();
+      if(e >= 0 && lane == 31 - __clz(peers))
+        cursor[e] += __popc(peers);
+      __syncwarp();
+    }
+  }
+  __syncthreads();
+}
+
 /* Count, scan and place this CTA's slice. Ends with __syncthreads. */
 static __device__ void moe_route_pairs(const hr__moe_params &p, const moe_route &rt,
                                 int *warp_sums)
 {
-  const int tid = threadIdx.x, lane = tid & 31;
+  const int tid = threadIdx.x;
   const int E = p.E, pairs = p.T * p.k;
   const int lo = (int)((long long)pairs * blockIdx.x / gridDim.x);
   const int hi = (int)((long long)pairs * (blockIdx.x + 1) / gridDim.x);
@@ -90,35 +128,10 @@ static __device__ void moe_route_pairs(const hr__moe_params &p, const moe_route 
   }
   __syncthreads();
   block_exclusive_scan(rt.cnt, E, rt.off, warp_sums);
-
-  /* One warp walks the slice in order, 32 pairs at a time; lanes with the
-   * same expert rank themselves by lane, and the highest of them moves the
-   * expert's cursor on. */
-  if(tid < 32) {
-    int base;
-    for(base = lo; base < hi; base += 32) {
-      int pi = base + lane, e = -1;
-      unsigned peers;
-      if(pi < hi) {
-        e = __ldg(p.ids + pi);
-        if((unsigned)e >= (unsigned)E)
-          e = -1;
-      }
-      peers = __match_any_sync(0xffffffffu, e);
-      if(e >= 0) {
-        int pos = rt.off[e] + rt.pre[e] + __popc(peers & ((1u << lane) - 1u));
-        p.sorted_tok[pos] = pi / p.k;
-        p.pos_of[pi] = pos;
-      } else if(pi < hi) {
-        p.pos_of[pi] = -1;                  /* a bad id: contributes nothing */
-      }
-      __syncwarp();
-      if(e >= 0 && lane == 31 - __clz(peers))
-        rt.pre[e] += __popc(peers);
-      __syncwarp();
-    }
-  }
+  for(i = tid; i < E; i += HR__MOE_THREADS)
+    rt.pre[i] += rt.off[i];                 /* the slice's cursor per expert */
   __syncthreads();
+  moe_route_place(p, rt.pre, lo, hi);
 }
 
 /* Token tiles of `bn` rows per expert, and their scan. */

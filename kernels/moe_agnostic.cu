@@ -1,0 +1,669 @@
+/*
+ * moe_agnostic.cu: the residency-agnostic mega-MoE forward. The same math
+ * as moe_kernel.cu, tile for tile, so y is bitwise the same; what differs
+ * is the schedule. There is no whole-grid barrier: the work is a list of
+ * tasks, handed out in order from one atomic counter (the ticket):
+ *
+ *   tickets [0, P)          count   pairs per expert in piece c of the
+ *                                   routing table; the last count to
+ *                                   finish scans (offsets, the tile shape,
+ *                                   token tiles, each piece's cursors)
+ *           [.., +S)        scatter place piece c in expert order
+ *                                   (S = P, or 0 when P = 1: the single
+ *                                   count task places its piece itself)
+ *           [.., +U1)       GEMM1   unit u of moe_gemm.cuh, same decode
+ *           [.., +U2)       GEMM2   unit u
+ *           [.., +C)        combine a few tokens of y
+ *           beyond          none:   the CTA leaves
+ *
+ * A task only ever waits for tasks with smaller tickets:
+ *
+ *   scatter, route tables   the scan          (count_done, scan_done)
+ *   GEMM1, combine          every scatter     (scatter_done == P)
+ *   GEMM2 unit (e, f, tt)   every GEMM1 unit of expert e, token tile tt
+ *                                             (g1_done[tile] == nf1)
+ *   combine of tokens t     the GEMM2 units of the token tiles that hold
+ *                           t's pairs         (g2_done[tile] == nf2)
+ *
+ * and a CTA takes its tickets in increasing order and finishes each
+ * before it waits for anything. So the smallest unfinished ticket belongs
+ * to a CTA that is running (it took the ticket) and is working on it, and
+ * everything it waits for has a smaller ticket, so is finished: the launch
+ * always progresses, whatever number of its CTAs are resident. A CTA that
+ * cannot start until some other kernel leaves its SM takes no ticket
+ * until then, and when it starts finds the tickets used up and leaves.
+ * Waits still time out (and honour the abort word) as the barrier does,
+ * into the same error word: a bug or a dead peer must never hang the host.
+ *
+ * GEMM units of one stage run back to back through the cp.async pipeline
+ * as in moe_kernel.cu: the CTA claims units ahead into a ring in shared
+ * memory (moe_loader reads it), at most two beyond the one being loaded.
+ * Holding a ticket ahead is safe because nothing waits inside a run: a
+ * GEMM2 unit joins the run only if its GEMM1 tiles are already finished
+ * (one poll), else the run drains and the CTA waits for it afterwards.
+ *
+ * The counters are all 0 between launches: the last CTA to leave puts
+ * them back, so a launch needs no host round trip before the next.
+ */
+#include <limits.h>
+
+#include "moe_kernel.h"
+
+#include "moe_barrier.cuh"
+#include "moe_combine.cuh"
+#include "moe_gemm.cuh"
+#include "moe_ptx.cuh"
+#include "moe_route.cuh"
+
+#include "headroom_moe.h"
+
+/* Shared memory as in moe_kernel.cu: the GEMM pipeline, then the routing
+ * tables (E + 1 ints each, padded). One CTA per SM. */
+#define ROUTE_INTS (HR_MOE_MAX_EXPERTS + 4)
+#define SMEM_ROUTE HR__MOE_GEMM_SMEM
+#define SMEM_BYTES (SMEM_ROUTE + 4 * ROUTE_INTS * 4)
+
+static_assert(SMEM_BYTES > 228 * 1024 / 2, "one CTA per SM");
+static_assert(SMEM_BYTES + 256 <= 227 * 1024, "fits an SM, with the static part");
+
+/* Outputs per combine task: COMBINE_ELEMS / H tokens, at least one (64
+ * tokens of the small shape, 8 of Qwen3, 2 of DeepSeek-V3). */
+#define COMBINE_ELEMS 16384
+
+/* The ticket ranges of this launch (the GEMM and combine ones once the
+ * scan is known), kept in shared memory: every thread reads them, and
+ * registers are short inside the GEMM runs. */
+struct agn_plan {
+  int P, S;          /* count pieces, scatter pieces */
+  int tpc;           /* tokens per combine task */
+  int tile, bn;      /* the tile shape the scan chose, its tokens per unit */
+  int nf1, nf2;      /* row tiles per expert: GEMM1, GEMM2 */
+  int g1, g2, cb;    /* first ticket of GEMM1, GEMM2, combine */
+  int end;           /* tickets in all */
+};
+
+struct agn_shared {
+  int ring[HR__MOE_RING];  /* a GEMM run's claimed units, -1: run ends */
+  int pending;             /* the ticket that ended the last run; -1 leave */
+  int val;                 /* thread 0 -> CTA */
+  int nonempty;            /* the scan: experts with pairs */
+  int polls;               /* thread 0: stop checks */
+  /* thread 0's state in a GEMM run (in shared memory: registers are short
+   * there): claims go on; the ring position of the claim in flight; the
+   * token tile of the unit finished last step, to be counted */
+  int open, claim_pos, finished;
+  int warp_sums[HR__MOE_THREADS / 32];
+  agn_plan pl;
+};
+
+/* The CTA's shared state, at file scope so that no function holds a
+ * pointer to it in registers; the routing tables live in the dynamic
+ * shared memory after the GEMM pipeline (agn_rt). */
+static __shared__ agn_shared sh;
+
+static __device__ __forceinline__ uint8_t *agn_smem(void)
+{
+  extern __shared__ __align__(128) uint8_t smem[];
+  return smem;
+}
+
+static __device__ __forceinline__ moe_route agn_rt(void)
+{
+  int *ints = (int *)(agn_smem() + SMEM_ROUTE);
+  moe_route rt;
+  rt.cnt = ints;
+  rt.pre = ints + ROUTE_INTS;
+  rt.off = ints + 2 * ROUTE_INTS;
+  rt.tile_off = ints + 3 * ROUTE_INTS;
+  return rt;
+}
+
+/* Pairs [lo, hi) of piece c of P. */
+static __device__ __forceinline__ int piece_lo(int pairs, int c, int P)
+{
+  return (int)((long long)pairs * c / P);
+}
+
+/* ---- waiting and stopping (one thread) ----------------------------------- */
+
+/* Wait until *ctr >= target. 1 when it is; 0 when the launch failed: this
+ * wait timed out or saw the abort word (it records which wait, the count
+ * it saw and the target), or another CTA failed first. Polls as the
+ * barrier does: the timer and the failure word every 8th poll, the host's
+ * abort word every 128th. */
+static __device__ __noinline__ int agn_wait(const hr__moe_params &p, const unsigned *ctr,
+                                     unsigned target, int what)
+{
+  unsigned v, it;
+  unsigned long long t0;
+
+  if(ld_acquire_gpu(ctr) >= target)
+    return 1;
+  t0 = global_timer_ns();
+  for(it = 1;; it++) {
+    __nanosleep(32);
+    v = ld_acquire_gpu(ctr);
+    if(v >= target)
+      return 1;
+    if((it & 7) != 0)
+      continue;
+    if(moe_failed(p))
+      return 0;
+    if(global_timer_ns() - t0 > p.timeout_ns) {
+      moe_fail_at(p, HR__MOE_FAIL_TIMEOUT, what, (int)v, (int)target);
+      return 0;
+    }
+    if((it & 127) == 0 && ld_relaxed_sys(&p.host->abort_seq) >= p.seq) {
+      moe_fail_at(p, HR__MOE_FAIL_ABORT, what, (int)v, (int)target);
+      return 0;
+    }
+  }
+}
+
+/* Thread 0, between tasks: 1 when this CTA should leave because another
+ * CTA failed or the host asked to abort. Asked every 8th time (the abort
+ * word, in host memory, every 64th): a task is microseconds or more. */
+static __device__ int agn_stop(const hr__moe_params &p, int *polls)
+{
+  const int n = ++*polls;
+  if((n & 7) != 0)
+    return 0;
+  if(moe_failed(p))
+    return 1;
+  if((n & 63) == 0 && ld_relaxed_sys(&p.host->abort_seq) >= p.seq) {
+    moe_fail_at(p, HR__MOE_FAIL_ABORT, HR__MOE_WAIT_CLAIM, 0, 0);
+    return 1;
+  }
+  return 0;
+}
+
+/* The whole CTA waits on thread 0's wait; the same answer in every
+ * thread. Starts and ends with __syncthreads. */
+static __device__ int agn_wait_cta(const hr__moe_params &p,
+                                   const unsigned *ctr, unsigned target, int what)
+{
+  __syncthreads();
+  if(threadIdx.x == 0)
+    sh.val = agn_wait(p, ctr, target, what);
+  __syncthreads();
+  return sh.val;
+}
+
+/* The next ticket for this CTA, the same in every thread; -1: leave. */
+static __device__ int agn_claim(const hr__moe_params &p)
+{
+  __syncthreads();
+  if(threadIdx.x == 0) {
+    const int t = (int)atomicAdd(&p.agn->ticket, 1u);
+    sh.val = agn_stop(p, &sh.polls) ? -1 : t;
+  }
+  __syncthreads();
+  return sh.val;
+}
+
+/* Token tile (index into g1_done / g2_done) of a decoded unit. */
+static __device__ __forceinline__ int agn_tile_of(const moe_route &rt, const moe_unit &un,
+                                                  int bn)
+{
+  return rt.tile_off[un.e] + (un.pos0 - rt.off[un.e]) / bn;
+}
+
+/* ---- routing tasks -------------------------------------------------------- */
+
+/* The scan, by the CTA whose count finished last: totals per expert, the
+ * offsets, the tile shape (moe_pick_tile, as the barrier kernel), token
+ * tiles, and each piece's cursors in place of its counts; published with
+ * scan_done. Ends with every thread past __syncthreads. */
+static __device__ void agn_scan(const hr__moe_params &p, const moe_route &rt)
+{
+  const int tid = threadIdx.x, E = p.E, P = sh.pl.P;
+  int32_t *tab = p.agn_tables;
+  int i, c, tile;
+
+  if(tid == 0)
+    sh.nonempty = 0;
+  __syncthreads();
+  for(i = tid; i < E; i += HR__MOE_THREADS) {
+    int s = 0;
+    for(c = 0; c < P; c++)
+      s += __ldcg(p.agn_counts + c * E + i);
+    rt.cnt[i] = s;
+    if(s > 0)
+      atomicAdd(&sh.nonempty, 1);
+  }
+  __syncthreads();
+  block_exclusive_scan(rt.cnt, E, rt.off, sh.warp_sums);
+  tile = moe_pick_tile(rt.off[E], sh.nonempty);
+  moe_route_tiles(p, rt, moe_tile_bn(tile), sh.warp_sums);
+
+  /* Piece c's pairs of expert e go from off[e] + (pairs of e in pieces
+   * before c): the stable order, the same layout as the barrier kernel. */
+  for(i = tid; i < E; i += HR__MOE_THREADS) {
+    int run = rt.off[i];
+    for(c = 0; c < P; c++) {
+      const int v = __ldcg(p.agn_counts + c * E + i);
+      p.agn_counts[c * E + i] = run;
+      run += v;
+    }
+    tab[i] = rt.cnt[i];
+  }
+  for(i = tid; i <= E; i += HR__MOE_THREADS) {
+    tab[E + 1 + i] = rt.off[i];
+    tab[2 * (E + 1) + i] = rt.tile_off[i];
+  }
+  if(tid == 0) {
+    tab[E] = 0;
+    p.agn->tile = tile;
+  }
+  __syncthreads();
+  if(tid == 0)
+    red_add_release_gpu(&p.agn->scan_done, 1u);
+}
+
+/* Count task c: pairs per expert in piece c. The last to finish scans,
+ * and with a single piece also places it. */
+static __device__ void agn_count(const hr__moe_params &p, const moe_route &rt, int c)
+{
+  const int tid = threadIdx.x, E = p.E, pairs = p.T * p.k, P = sh.pl.P;
+  const int lo = piece_lo(pairs, c, P), hi = piece_lo(pairs, c + 1, P);
+  int i;
+
+  for(i = tid; i < E; i += HR__MOE_THREADS)
+    rt.cnt[i] = 0;
+  __syncthreads();
+  for(i = lo + tid; i < hi; i += HR__MOE_THREADS) {
+    const int e = __ldg(p.ids + i);
+    if((unsigned)e < (unsigned)E)
+      atomicAdd(&rt.cnt[e], 1);
+  }
+  __syncthreads();
+  for(i = tid; i < E; i += HR__MOE_THREADS)
+    p.agn_counts[c * E + i] = rt.cnt[i];
+  __syncthreads();
+  if(tid == 0)
+    sh.val = atom_add_acq_rel_gpu(&p.agn->count_done, 1u) == (unsigned)(P - 1);
+  __syncthreads();
+  if(!sh.val)
+    return;
+  agn_scan(p, rt);
+  if(sh.pl.S == 0) {
+    for(i = tid; i < E; i += HR__MOE_THREADS)
+      rt.pre[i] = rt.off[i];
+    __syncthreads();
+    moe_route_place(p, rt.pre, 0, pairs);
+    if(tid == 0)
+      red_add_release_gpu(&p.agn->scatter_done, 1u);
+  }
+}
+
+/* Scatter task c: place piece c from the cursors the scan left. */
+static __device__ int agn_scatter(const hr__moe_params &p, const moe_route &rt, int c)
+{
+  const int tid = threadIdx.x, E = p.E, pairs = p.T * p.k, P = sh.pl.P;
+  int i;
+
+  if(!agn_wait_cta(p, &p.agn->scan_done, 1u, HR__MOE_WAIT_SCAN))
+    return 0;
+  for(i = tid; i < E; i += HR__MOE_THREADS)
+    rt.pre[i] = __ldcg(p.agn_counts + c * E + i);
+  __syncthreads();
+  moe_route_place(p, rt.pre, piece_lo(pairs, c, P), piece_lo(pairs, c + 1, P));
+  if(tid == 0)
+    red_add_release_gpu(&p.agn->scatter_done, 1u);
+  return 1;
+}
+
+/* Once per CTA, before its first ticket past the scatters: the scan's
+ * tables into shared memory (for unit_decode) and the ticket ranges. */
+static __device__ int agn_load_route(const hr__moe_params &p, const moe_route &rt)
+{
+  const int tid = threadIdx.x, E = p.E;
+  const int32_t *tab = p.agn_tables;
+  int i;
+
+  if(!agn_wait_cta(p, &p.agn->scan_done, 1u, HR__MOE_WAIT_SCAN))
+    return 0;
+  for(i = tid; i <= E; i += HR__MOE_THREADS) {
+    rt.cnt[i] = __ldcg(tab + i);
+    rt.off[i] = __ldcg(tab + E + 1 + i);
+    rt.tile_off[i] = __ldcg(tab + 2 * (E + 1) + i);
+  }
+  if(tid == 0) {
+    agn_plan &pl = sh.pl;
+    const int tiles = __ldcg(tab + 2 * (E + 1) + E);
+    const int bm = moe_tile_bm(pl.tile = __ldcg(&p.agn->tile));
+    pl.bn = moe_tile_bn(pl.tile);
+    pl.nf1 = 2 * p.I / bm;
+    pl.nf2 = p.H / bm;
+    pl.g1 = pl.P + pl.S;
+    pl.g2 = pl.g1 + tiles * pl.nf1;
+    pl.cb = pl.g2 + tiles * pl.nf2;
+    pl.end = pl.cb + (p.T + pl.tpc - 1) / pl.tpc;
+  }
+  __syncthreads();
+  return 1;
+}
+
+/* ---- GEMM runs ------------------------------------------------------------ */
+
+/* Thread 0: ring position `pos` gets `ticket` if it continues this run (a
+ * unit of this stage, and for GEMM2 one whose GEMM1 tiles are finished);
+ * otherwise the run ends there and the ticket waits in sh.pending (-1 if
+ * the CTA is to leave). 1 while the run goes on. */
+template <int STAGE>
+static __device__ int agn_place(const hr__moe_params &p, const moe_route &rt, int pos, int ticket)
+{
+  const agn_plan &pl = sh.pl;
+  const int lo = STAGE == 1 ? pl.g1 : pl.g2, hi = STAGE == 1 ? pl.g2 : pl.cb;
+  int *slot = &sh.ring[pos & (HR__MOE_RING - 1)];
+
+  if(agn_stop(p, &sh.polls))
+    ticket = -1;
+  if(ticket >= lo && ticket < hi) {
+    const int u = ticket - lo;
+    if(STAGE == 1) {
+      *slot = u;
+      return 1;
+    }
+    {
+      const moe_unit un = unit_decode(u, rt, p.E, pl.nf2, pl.bn);
+      if(ld_acquire_gpu(p.g1_done + agn_tile_of(rt, un, pl.bn)) >= (unsigned)pl.nf1) {
+        *slot = u;
+        return 1;
+      }
+    }
+  }
+  *slot = -1;
+  sh.pending = ticket;
+  return 0;
+}
+
+/* Units of one GEMM stage, starting with `first` (its inputs ready), for
+ * as long as the tickets claimed ahead continue the run. The loop is
+ * moe_gemm_stage's, with the units from the ring; each finished unit is
+ * counted in its token tile's counter at the next step (after the
+ * __syncthreads that follows its stores). Returns the ticket that ended
+ * the run. Starts and ends with __syncthreads. */
+template <class C, int STAGE>
+static __device__ int agn_gemm_run(const hr__moe_params &p, const moe_route &rt, uint8_t *pipe, int first)
+{
+  const int tid = threadIdx.x, warp = tid >> 5;
+  const int wm = warp % C::WM, wn = (warp / C::WM) % C::WN;
+  const int wk = warp / (C::WM * C::WN);
+  const int K = STAGE == 1 ? p.H : p.I;
+  const int nk = K / C::BK;
+  const int nf = (STAGE == 1 ? 2 * p.I : p.H) / C::BM;
+  moe_loader<C, STAGE> ld;
+  moe_unit un;
+  float acc[C::MT][C::NT][4];
+  int kt = 0, slot = 0, u = 0, i, mt, j;
+  int claim = -1;                      /* thread 0: a ticket in flight */
+
+  __syncthreads();                     /* the last run's ring is read */
+  if(tid == 0) {
+    sh.ring[0] = first;
+    sh.finished = -1;
+    sh.open = agn_place<STAGE>(p, rt, 1, (int)atomicAdd(&p.agn->ticket, 1u));
+  }
+  __syncthreads();
+  ld.init(p, rt, nf, 0, sh.ring);
+  for(i = 0; i < C::STAGES - 1; i++) {          /* fill the pipeline */
+    const int lu = ld.unit, starts = ld.kt == 0;
+    if(!starts || sh.ring[lu & (HR__MOE_RING - 1)] >= 0) {
+      ld.issue(p, rt, pipe, nf, nk);
+      if(starts) {
+        /* unit lu started and looked at lu + 1: claim lu + 2 */
+        if(tid == 0 && sh.open)
+          sh.open = agn_place<STAGE>(p, rt, lu + 2, (int)atomicAdd(&p.agn->ticket, 1u));
+        __syncthreads();
+      }
+    }
+    cp_async_commit();
+  }
+  un = unit_decode(first, rt, p.E, nf, C::BN);
+  for(;;) {
+    cp_async_wait<C::STAGES - 2>();             /* this step has landed */
+    __syncthreads();                            /* and the last slot is free */
+    if(tid == 0 && sh.finished >= 0) {
+      red_add_release_gpu((STAGE == 1 ? p.g1_done : p.g2_done) + sh.finished, 1u);
+      sh.finished = -1;
+    }
+    {
+      const int lu = ld.unit, starts = ld.kt == 0;
+      if(!starts || sh.ring[lu & (HR__MOE_RING - 1)] >= 0) {
+        ld.issue(p, rt, pipe, nf, nk);
+        /* The claim's answer is not needed before this step's MMAs are
+         * issued: the atomic's latency hides behind them. */
+        if(starts && tid == 0 && sh.open) {
+          claim = (int)atomicAdd(&p.agn->ticket, 1u);
+          sh.claim_pos = lu + 2;
+        }
+      }
+    }
+    cp_async_commit();
+
+    if(kt == 0) {
+#pragma unroll
+      for(mt = 0; mt < C::MT; mt++)
+#pragma unroll
+        for(j = 0; j < C::NT; j++)
+          acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.0f;
+    }
+    {
+      const uint32_t a = smem_addr(pipe + slot * C::STAGE_BYTES);
+      tile_mma<C>(acc, a, a + C::A_BYTES, wm, wn, wk, un.nvalid);
+    }
+    if(++slot == C::STAGES)
+      slot = 0;
+    if(++kt == nk) {
+      tile_store<C, STAGE>(p, un, acc, pipe, wm, wn, wk);
+      if(tid == 0)
+        sh.finished = agn_tile_of(rt, un, C::BN);
+    }
+    if(tid == 0 && claim >= 0) {
+      sh.open = agn_place<STAGE>(p, rt, sh.claim_pos, claim);
+      claim = -1;
+    }
+    if(kt == nk) {
+      /* The next unit's ring entry was placed two unit starts ago, so a
+       * __syncthreads has published it. */
+      kt = 0;
+      u++;
+      if(sh.ring[u & (HR__MOE_RING - 1)] < 0)
+        break;
+      un = unit_decode(sh.ring[u & (HR__MOE_RING - 1)], rt, p.E, nf, C::BN);
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+  if(tid == 0 && sh.finished >= 0)
+    red_add_release_gpu((STAGE == 1 ? p.g1_done : p.g2_done) + sh.finished, 1u);
+  return sh.pending;
+}
+
+/* ---- combine -------------------------------------------------------------- */
+
+/* Combine task c: tokens [c * tpc, ...). Each thread waits for the token
+ * tiles of some of the pairs (most are long finished), then the CTA makes
+ * the outputs as the barrier kernel does. The task that finishes the last
+ * of them tells the host y is complete. */
+static __device__ int agn_combine(const hr__moe_params &p, const moe_route &rt, int c)
+{
+  const int tid = threadIdx.x, chunks = p.H / 8;
+  const int t0 = c * sh.pl.tpc, nt = min(p.T - t0, sh.pl.tpc);
+  const int bn = sh.pl.bn;
+  const unsigned nf2 = (unsigned)sh.pl.nf2;
+  int ok = 1, i;
+
+  /* pos_of is the scatters' */
+  if(!agn_wait_cta(p, &p.agn->scatter_done, (unsigned)sh.pl.P,
+                   HR__MOE_WAIT_SCATTER))
+    return 0;
+  for(i = tid; i < nt * p.k && ok; i += HR__MOE_THREADS) {
+    const int pi = t0 * p.k + i;
+    const int pos = __ldcg(p.pos_of + pi);
+    if(pos >= 0) {
+      const int e = __ldg(p.ids + pi);
+      const int tl = rt.tile_off[e] + (pos - rt.off[e]) / bn;
+      ok = agn_wait(p, p.g2_done + tl, nf2, HR__MOE_WAIT_GEMM2);
+    }
+  }
+  if(!__syncthreads_and(ok))
+    return 0;
+  for(i = tid; i < nt * chunks; i += HR__MOE_THREADS) {
+    const int t = i / chunks;
+    moe_combine_chunk(p, t0 + t, i - t * chunks);
+  }
+  __syncthreads();
+  if(tid == 0 && atom_add_acq_rel_gpu(&p.agn->combine_done, 1u) ==
+                     (unsigned)(sh.pl.end - sh.pl.cb - 1)) {
+    p.host->done_seq = p.seq;
+    __threadfence_system();
+  }
+  return 1;
+}
+
+/* The tasks past the scatters, in the launch's tile shape C: GEMM runs,
+ * combine tasks, until the tickets run out (1) or the launch failed (0).
+ * One copy per tile shape, so that what the compiler keeps in registers
+ * across the loop is one shape's. */
+template <class C>
+static __device__ __noinline__ int agn_tasks(const hr__moe_params &p, int ticket)
+{
+  const moe_route rt = agn_rt();
+  uint8_t *const pipe = agn_smem();
+  for(;;) {
+    if(ticket < 0)
+      return 0;
+    if(ticket < sh.pl.g2) {
+      if(!agn_wait_cta(p, &p.agn->scatter_done, (unsigned)sh.pl.P,
+                       HR__MOE_WAIT_SCATTER))
+        return 0;
+      ticket = agn_gemm_run<C, 1>(p, rt, pipe, ticket - sh.pl.g1);
+    } else if(ticket < sh.pl.cb) {
+      const moe_unit un = unit_decode(ticket - sh.pl.g2, rt, p.E, sh.pl.nf2, C::BN);
+      if(!agn_wait_cta(p, p.g1_done + agn_tile_of(rt, un, C::BN),
+                       (unsigned)sh.pl.nf1, HR__MOE_WAIT_GEMM1))
+        return 0;
+      ticket = agn_gemm_run<C, 2>(p, rt, pipe, ticket - sh.pl.g2);
+    } else if(ticket < sh.pl.end) {
+      if(!agn_combine(p, rt, ticket - sh.pl.cb))
+        return 0;
+      ticket = agn_claim(p);
+    } else {
+      return 1;
+    }
+  }
+}
+
+/* ---- the kernel ----------------------------------------------------------- */
+
+/* The start of a launch: the checks, then count and scatter tasks while
+ * the tickets are theirs, then the scan's tables. Returns the first
+ * ticket past them, or -1: leave (this launch failed, or was aborted). */
+static __device__ __noinline__ int agn_begin(const hr__moe_params &p)
+{
+  const moe_route rt = agn_rt();
+  int ticket;
+
+  /* As the barrier kernel: leave at once when this launch already failed
+   * or an earlier failed launch's words were never cleared. */
+  if(threadIdx.x == 0) {
+    const unsigned fail = ld_relaxed_gpu(&p.sync->fail);
+    const int pairs = p.T * p.k;
+    sh.val = fail == 0;
+    if(fail != 0 && fail != p.seq)
+      moe_fail(p, HR__MOE_FAIL_STALE, -1, 0);
+    sh.polls = 0;
+    sh.pl.P = min((pairs + HR__MOE_AGN_PIECE - 1) / HR__MOE_AGN_PIECE,
+                  HR__MOE_AGN_MAX_PIECES);
+    sh.pl.S = sh.pl.P > 1 ? sh.pl.P : 0;
+    sh.pl.tpc = max(1, COMBINE_ELEMS / p.H);
+    sh.pl.end = INT_MAX;                /* known after the scan */
+  }
+  __syncthreads();
+  if(!sh.val)
+    return -1;
+  ticket = agn_claim(p);
+  while(ticket >= 0 && ticket < sh.pl.P + sh.pl.S) {
+    if(ticket < sh.pl.P)
+      agn_count(p, rt, ticket);
+    else if(!agn_scatter(p, rt, ticket - sh.pl.P))
+      return -1;
+    ticket = agn_claim(p);
+  }
+  if(ticket < 0 || !agn_load_route(p, rt))
+    return -1;
+  return ticket;
+}
+
+/* No tickets left. The last CTA to leave puts the schedule back to 0 for
+ * the next launch: every other CTA has made its last access to it before
+ * its own (release) count here. */
+static __device__ __noinline__ void agn_leave(const hr__moe_params &p)
+{
+  const moe_route rt = agn_rt();
+  int i;
+
+  __syncthreads();
+  if(threadIdx.x == 0)
+    sh.val = atom_add_acq_rel_gpu(&p.agn->exited, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if(!sh.val)
+    return;
+  for(i = threadIdx.x; i < rt.tile_off[p.E]; i += HR__MOE_THREADS) {
+    p.g1_done[i] = 0;
+    p.g2_done[i] = 0;
+  }
+  if(threadIdx.x == 0) {
+    p.agn->ticket = 0;
+    p.agn->count_done = 0;
+    p.agn->scan_done = 0;
+    p.agn->scatter_done = 0;
+    p.agn->combine_done = 0;
+    p.agn->exited = 0;
+  }
+}
+
+__global__ void __launch_bounds__(HR__MOE_THREADS, 1)
+hr__moe_agnostic_kernel(const __grid_constant__ hr__moe_params p)
+{
+  int ticket = agn_begin(p), ok;
+
+  if(ticket < 0)
+    return;
+  /* The tile shape is the scan's, the same in every CTA. */
+  if(sh.pl.tile == MOE_TILE_TINY)
+    ok = agn_tasks<moe_tile_tiny>(p, ticket);
+  else if(sh.pl.tile == MOE_TILE_NARROW)
+    ok = agn_tasks<moe_tile_narrow>(p, ticket);
+  else if(sh.pl.tile == MOE_TILE_MID)
+    ok = agn_tasks<moe_tile_mid>(p, ticket);
+  else
+    ok = agn_tasks<moe_tile_big>(p, ticket);
+  if(ok)
+    agn_leave(p);
+}
+
+extern "C" size_t hr__moe_agnostic_smem_bytes(void)
+{
+  return SMEM_BYTES;
+}
+
+extern "C" cudaError_t hr__moe_agnostic_prepare(void)
+{
+  return cudaFuncSetAttribute(hr__moe_agnostic_kernel,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              SMEM_BYTES);
+}
+
+extern "C" cudaError_t hr__moe_agnostic_launch(const hr__moe_params *p, int grid,
+                                               cudaStream_t stream)
+{
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)grid, 1, 1);
+  cfg.blockDim = dim3(HR__MOE_THREADS, 1, 1);
+  cfg.dynamicSmemBytes = SMEM_BYTES;
+  cfg.stream = stream;
+  return cudaLaunchKernelEx(&cfg, hr__moe_agnostic_kernel, *p);
+}
