@@ -161,8 +161,9 @@ static __device__ __noinline__ int agn_wait(const hr__moe_params &p, const unsig
 }
 
 /* Thread 0, between tasks: 1 when this CTA should leave because another
- * CTA failed or the host asked to abort. Asked every 8th time (the abort
- * word, in host memory, every 64th): a task is microseconds or more. */
+ * CTA failed or the host asked to abort. Asked every 8th task, the abort
+ * word (in host memory: a read crosses PCIe) every 32nd; a task is
+ * microseconds to a fraction of a millisecond. */
 static __device__ int agn_stop(const hr__moe_params &p, int *polls)
 {
   const int n = ++*polls;
@@ -170,7 +171,7 @@ static __device__ int agn_stop(const hr__moe_params &p, int *polls)
     return 0;
   if(moe_failed(p))
     return 1;
-  if((n & 63) == 0 && ld_relaxed_sys(&p.host->abort_seq) >= p.seq) {
+  if((n & 31) == 0 && ld_relaxed_sys(&p.host->abort_seq) >= p.seq) {
     moe_fail_at(p, HR__MOE_FAIL_ABORT, HR__MOE_WAIT_CLAIM, 0, 0);
     return 1;
   }

@@ -78,8 +78,10 @@ typedef struct hr__moe_agn {
 } hr__moe_agn;
 
 /* Pairs per count / scatter piece of the agnostic kernel (at least), and
- * the most pieces: a launch has min(ceil(pairs / PIECE), MAX_PIECES). */
-#define HR__MOE_AGN_PIECE 2048
+ * the most pieces: a launch has min(ceil(pairs / PIECE), MAX_PIECES). One
+ * warp places a piece, 32 pairs a step, so pieces stay small: up to 8
+ * steps below T*k = 16384, 32 at 65536. */
+#define HR__MOE_AGN_PIECE 256
 #define HR__MOE_AGN_MAX_PIECES 64
 
 /* Where a wait of the agnostic kernel failed: the `barrier` field of the
