@@ -88,6 +88,10 @@ const char *hr_strerror(int err);
 typedef enum hr_mode {
   HR_MODE_HEADROOM = 0,    /* ordinary launch of grid = SMs - headroom */
   HR_MODE_COOPERATIVE = 1, /* cooperative (all-or-nothing) launch, same grid */
+  HR_MODE_AGNOSTIC = 2,    /* a residency-agnostic kernel (no grid barrier):
+                            * it cannot deadlock on partial residency, so
+                            * its lease has headroom 0 and grid = SMs; its
+                            * communicators still keep to the NCCL fields */
   HR_MODE_COUNT
 } hr_mode;
 

@@ -34,6 +34,7 @@ static const char usage_text[] =
 "\n"
 "SYNOPSIS\n"
 "    headroomctl [--socket PATH] [--timeout MS] status [--pretty]\n"
+"    headroomctl [--socket PATH] [--timeout MS] metrics [--json]\n"
 "    headroomctl [--socket PATH] [--timeout MS] watch [--gpu N]\n"
 "    headroomctl [--socket PATH] [--timeout MS] policy get\n"
 "    headroomctl [--socket PATH] [--timeout MS] policy set KEY=VALUE...\n"
@@ -52,6 +53,16 @@ static const char usage_text[] =
 "                epoch, NCCL cap, comm CTAs in flight, headroom raised by\n"
 "                incidents and the counts; then the footprints, leases,\n"
 "                recent incidents and clients.\n"
+"    metrics     Print the daemon's counters and gauges in the Prometheus\n"
+"                text format (names headroom_*): uptime, clients, requests\n"
+"                by type, error replies by code, the request latency\n"
+"                histogram, time clients ran without a daemon, and per GPU\n"
+"                its budget, clients, footprints, leases by mode, headroom\n"
+"                raised and incidents by kind. For node_exporter's\n"
+"                textfile collector, write it to a temporary file and\n"
+"                rename that into place (see docs/operations.md).\n"
+"    metrics --json\n"
+"                The same as one JSON line (the protocol's metrics reply).\n"
 "    watch [--gpu N]\n"
 "                Subscribe to budget changes (of GPU N, or of every GPU)\n"
 "                and print each pushed event as one JSON line, flushed at\n"
@@ -88,6 +99,7 @@ static const char usage_text[] =
 "\n"
 "EXAMPLES\n"
 "    headroomctl status --pretty\n"
+"    headroomctl metrics > h.prom.$$ && mv h.prom.$$ h.prom\n"
 "    headroomctl watch --gpu 0\n"
 "    sudo headroomctl policy set max_headroom=24 incident_raise=no\n";
 
@@ -303,15 +315,205 @@ static void print_pretty(const hr_status *st)
     printf("(none)\n");
 }
 
+/* ---- metrics: the Prometheus text format --------------------------------
+ * One family at a time: a HELP and a TYPE line, then every sample of it
+ * (per GPU, per label value) together, as the format requires. Counters end
+ * in _total; times are in seconds, written as exact decimals from the
+ * daemon's integer milliseconds and microseconds, so nothing is lost to
+ * float printing. */
+
+/* `v` / 10^`decimals` as the shortest exact decimal: 10, 6 -> "0.00001". */
+static void fmt_fixed(char *buf, size_t n, int64_t v, int decimals)
+{
+  int64_t scale = 1;
+  size_t len;
+  int i;
+
+  for(i = 0; i < decimals; i++)
+    scale *= 10;
+  snprintf(buf, n, "%lld.%0*lld", (long long)(v / scale), decimals,
+           (long long)(v % scale));
+  len = strlen(buf);
+  while(len > 0 && buf[len - 1] == '0')
+    buf[--len] = '\0';
+  if(len > 0 && buf[len - 1] == '.')
+    buf[--len] = '\0';
+}
+
+/* A label value: backslash, double quote and newline escaped. */
+static void put_label_value(const char *v)
+{
+  for(; *v; v++) {
+    if(*v == '\\' || *v == '"')
+      printf("\\%c", *v);
+    else if(*v == '\n')
+      printf("\\n");
+    else
+      putchar(*v);
+  }
+}
+
+static void family(const char *name, const char *type, const char *help)
+{
+  printf("# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void sample_i64(const char *name, int64_t v)
+{
+  printf("%s %lld\n", name, (long long)v);
+}
+
+/* name{gpu="N"} v, or name{gpu="N",label="value"} v when label is set. */
+static void gpu_sample(const char *name, int gpu, const char *label,
+                       const char *value, int64_t v)
+{
+  printf("%s{gpu=\"%d\"", name, gpu);
+  if(label) {
+    printf(",%s=\"", label);
+    put_label_value(value);
+    putchar('"');
+  }
+  printf("} %lld\n", (long long)v);
+}
+
+/* The same gauge for every GPU: `field` picks it out of one GPU. */
+static void gpu_family(const hr_metrics *m, const char *name,
+                       const char *help, int (*field)(const hr_metrics_gpu *))
+{
+  int i;
+
+  family(name, "gauge", help);
+  for(i = 0; i < m->n_gpus; i++)
+    gpu_sample(name, m->gpus[i].index, NULL, NULL, field(&m->gpus[i]));
+}
+
+static int gpu_sms(const hr_metrics_gpu *g) { return g->sms; }
+static int gpu_headroom(const hr_metrics_gpu *g) { return g->headroom; }
+static int gpu_grid(const hr_metrics_gpu *g) { return g->grid; }
+static int gpu_nccl(const hr_metrics_gpu *g) { return g->nccl_max_ctas; }
+static int gpu_clients(const hr_metrics_gpu *g) { return g->clients; }
+static int gpu_comms(const hr_metrics_gpu *g) { return g->comms; }
+static int gpu_ctas(const hr_metrics_gpu *g) { return g->comm_ctas; }
+static int gpu_raised(const hr_metrics_gpu *g) { return g->raised; }
+
+static void print_daemon_metrics(const hr_metrics *m)
+{
+  char num[48];
+  int i;
+
+  family("headroom_info", "gauge", "The daemon that answered, as a label.");
+  printf("headroom_info{daemon=\"");
+  put_label_value(m->daemon);
+  printf("\"} 1\n");
+  family("headroom_uptime_seconds", "gauge", "Time since headroomd started.");
+  fmt_fixed(num, sizeof(num), m->uptime_ms, 3);
+  printf("headroom_uptime_seconds %s\n", num);
+  family("headroom_clients", "gauge", "Clients connected now.");
+  sample_i64("headroom_clients", m->clients);
+  family("headroom_clients_resumed_total", "counter",
+         "Clients that connected after running without a daemon, on their "
+         "fallback budget (hellos with degraded_ms).");
+  sample_i64("headroom_clients_resumed_total", m->clients_resumed);
+  family("headroom_client_degraded_seconds_total", "counter",
+         "Time those clients had run without a daemon, summed.");
+  fmt_fixed(num, sizeof(num), m->client_degraded_ms, 3);
+  printf("headroom_client_degraded_seconds_total %s\n", num);
+
+  family("headroom_requests_total", "counter",
+         "Request lines served, by the type they named; \"invalid\": "
+         "refused before a type was read.");
+  for(i = HR_MSG_HELLO; i <= HR_MSG_METRICS; i++)
+    printf("headroom_requests_total{type=\"%s\"} %lld\n",
+           hr_msg_type_name((hr_msg_type)i), (long long)m->requests[i]);
+  printf("headroom_requests_total{type=\"invalid\"} %lld\n",
+         (long long)m->requests[HR_MSG_NONE]);
+  family("headroom_errors_total", "counter",
+         "Error replies to requests, by wire code.");
+  for(i = 0; i < HR_WERR_COUNT; i++)
+    printf("headroom_errors_total{code=\"%s\"} %lld\n",
+           hr_wire_error_name((hr_wire_error)i), (long long)m->errors[i]);
+}
+
+static void print_latency(const hr_metrics *m)
+{
+  static const int64_t bounds[HR_METRICS_BUCKETS - 1] =
+    HR_METRICS_BUCKET_BOUNDS_US;
+  const char *name = "headroom_request_duration_seconds";
+  int64_t cumulative = 0;
+  char num[48];
+  int i;
+
+  family(name, "histogram",
+         "From a request line being framed to its reply being queued.");
+  for(i = 0; i < HR_METRICS_BUCKETS; i++) {
+    cumulative += m->latency[i];
+    if(i < HR_METRICS_BUCKETS - 1)
+      fmt_fixed(num, sizeof(num), bounds[i], 6);
+    else
+      snprintf(num, sizeof(num), "+Inf");
+    printf("%s_bucket{le=\"%s\"} %lld\n", name, num, (long long)cumulative);
+  }
+  fmt_fixed(num, sizeof(num), m->latency_sum_us, 6);
+  printf("%s_sum %s\n%s_count %lld\n", name, num, name,
+         (long long)m->latency_count);
+}
+
+static void print_gpu_metrics(const hr_metrics *m)
+{
+  int i, j;
+
+  gpu_family(m, "headroom_gpu_sms", "SMs on the GPU.", gpu_sms);
+  gpu_family(m, "headroom_gpu_headroom", "SMs left free for communication "
+             "kernels beside a headroom-mode lease.", gpu_headroom);
+  gpu_family(m, "headroom_gpu_grid", "CTAs a headroom-mode lease launches "
+             "the mega kernel with.", gpu_grid);
+  family("headroom_gpu_epoch", "gauge",
+         "Budget epoch: goes up with every change of the GPU's budget.");
+  for(i = 0; i < m->n_gpus; i++)
+    gpu_sample("headroom_gpu_epoch", m->gpus[i].index, NULL, NULL,
+               m->gpus[i].epoch);
+  gpu_family(m, "headroom_gpu_nccl_max_ctas", "NCCL CTA cap per "
+             "communicator (maxCTAs) in the budget.", gpu_nccl);
+  gpu_family(m, "headroom_gpu_clients", "Clients holding a footprint or a "
+             "lease on the GPU.", gpu_clients);
+  gpu_family(m, "headroom_gpu_footprints", "Communication footprints "
+             "registered on the GPU.", gpu_comms);
+  gpu_family(m, "headroom_gpu_footprint_ctas", "CTAs in flight over all "
+             "footprints: sum of CTAs x concurrent collectives.", gpu_ctas);
+  family("headroom_gpu_leases", "gauge", "Leases on the GPU, by mode.");
+  for(i = 0; i < m->n_gpus; i++)
+    for(j = 0; j < HR_MODE_COUNT; j++)
+      gpu_sample("headroom_gpu_leases", m->gpus[i].index, "mode",
+                 hr_mode_name((hr_mode)j), m->gpus[i].leases[j]);
+  gpu_family(m, "headroom_gpu_raised", "Headroom added by reported barrier "
+             "timeouts (kept across restarts).", gpu_raised);
+  family("headroom_gpu_incidents_total", "counter",
+         "Incidents reported since headroomd started, by kind.");
+  for(i = 0; i < m->n_gpus; i++)
+    for(j = 0; j < HR_INCIDENT_COUNT; j++)
+      gpu_sample("headroom_gpu_incidents_total", m->gpus[i].index, "kind",
+                 hr_incident_kind_name((hr_incident_kind)j),
+                 m->gpus[i].incidents[j]);
+}
+
+static void print_prometheus(const hr_metrics *m)
+{
+  print_daemon_metrics(m);
+  print_latency(m);
+  print_gpu_metrics(m);
+  fflush(stdout);
+}
+
 /* ---- commands ----------------------------------------------------------- */
 
 /* What the command line asked for, checked before connecting: a usage
  * error must not depend on whether a daemon is running. */
-typedef enum { CMD_STATUS, CMD_WATCH, CMD_POLICY } ctl_kind;
+typedef enum { CMD_STATUS, CMD_METRICS, CMD_WATCH, CMD_POLICY } ctl_kind;
 
 typedef struct ctl_cmd {
   ctl_kind kind;
   int pretty;           /* status --pretty */
+  int json;             /* metrics --json */
   int gpu;              /* watch --gpu, -1: every GPU */
   hr_request req;       /* policy get/set */
 } ctl_cmd;
@@ -346,6 +548,37 @@ static int cmd_status(hr__conn *c, const ctl_cmd *cmd)
   else {
     rc = print_json(&rep);
   }
+  hr_reply_free(&rep);
+  return rc;
+}
+
+static int metrics_parse(int argc, char **argv, ctl_cmd *cmd)
+{
+  int i;
+  for(i = 0; i < argc; i++) {
+    if(!strcmp(argv[i], "--json"))
+      cmd->json = 1;
+    else
+      return usage_error("metrics: unknown argument '%s'", argv[i]);
+  }
+  return EXIT_OK;
+}
+
+static int cmd_metrics(hr__conn *c, const ctl_cmd *cmd)
+{
+  hr_request req;
+  hr_reply rep;
+  int rc;
+
+  memset(&req, 0, sizeof(req));
+  req.type = HR_MSG_METRICS;
+  rc = request(c, &req, &rep, "metrics");
+  if(rc)
+    return rc;
+  if(cmd->json)
+    rc = print_json(&rep);
+  else
+    print_prometheus(&rep.u.metrics);
   hr_reply_free(&rep);
   return rc;
 }
@@ -549,13 +782,17 @@ int main(int argc, char **argv)
     }
   }
   if(optind >= argc)
-    return usage_error("%s", "no command (status, watch, policy)");
+    return usage_error("%s", "no command (status, metrics, watch, policy)");
   memset(&cmd, 0, sizeof(cmd));
   cmd.gpu = -1;
   name = argv[optind++];
   if(!strcmp(name, "status")) {
     cmd.kind = CMD_STATUS;
     rc = status_parse(argc - optind, argv + optind, &cmd);
+  }
+  else if(!strcmp(name, "metrics")) {
+    cmd.kind = CMD_METRICS;
+    rc = metrics_parse(argc - optind, argv + optind, &cmd);
   }
   else if(!strcmp(name, "watch")) {
     cmd.kind = CMD_WATCH;
@@ -581,6 +818,8 @@ int main(int argc, char **argv)
   if(!rc) {
     if(cmd.kind == CMD_STATUS)
       rc = cmd_status(&conn, &cmd);
+    else if(cmd.kind == CMD_METRICS)
+      rc = cmd_metrics(&conn, &cmd);
     else if(cmd.kind == CMD_WATCH)
       rc = cmd_watch(&conn, &cmd);
     else

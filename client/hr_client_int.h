@@ -106,6 +106,8 @@ struct hr_client {
   uint64_t gen;              /* bumped for every new connection */
   int64_t next_id;
   hr__pending *pending;
+  int64_t down_since_ms;     /* monotonic: when the client last went
+                              * without a daemon; 0 while it has one */
   int have_topology;         /* a daemon has described the node */
   hr_topology topology;      /* the last one a daemon reported */
   char daemon_name[HR_NAME_MAX];

@@ -109,6 +109,12 @@ static void mark_down(hr_client *c)
 
   c->state = HR__DOWN;
   atomic_store_explicit(&c->connected, 0, memory_order_release);
+  /* From the first failure on: a retry that fails again changes nothing. */
+  if(!c->down_since_ms) {
+    c->down_since_ms = hr__now_ms();
+    if(!c->down_since_ms)
+      c->down_since_ms = 1;   /* 0 means "has a daemon" */
+  }
   for(p = c->pending; p; p = p->next) {
     if(!p->done) {
       p->done = 1;
@@ -251,6 +257,14 @@ int hr__io_connect(hr_client *c, char *why, size_t why_len)
   /* One id sequence per client, whichever thread sends: the resync's
    * requests continue it, and requesters continue after them. */
   c->conn.next_id = c->next_id;
+  /* The daemon counts how long its clients ran on their fallback; a
+   * client that never lost one says nothing. At least 1 ms: 0 is "no". */
+  c->conn.degraded_ms = 0;
+  if(c->down_since_ms) {
+    c->conn.degraded_ms = hr__now_ms() - c->down_since_ms;
+    if(c->conn.degraded_ms < 1)
+      c->conn.degraded_ms = 1;
+  }
   pthread_mutex_unlock(&c->mu);
 
   err = hr__conn_hello(&c->conn, c->name, handshake_ms(c), &hello,
@@ -258,6 +272,7 @@ int hr__io_connect(hr_client *c, char *why, size_t why_len)
   if(err)
     goto fail;
   pthread_mutex_lock(&c->mu);
+  c->down_since_ms = 0;     /* reported: the next outage starts afresh */
   c->topology = hello.topology;
   c->have_topology = 1;
   memcpy(c->daemon_name, hello.daemon, sizeof(c->daemon_name));

@@ -34,13 +34,17 @@ static uint64_t word_load(const hr_lease *l)
 
 void hr__lease_set_budget(hr_lease *l, const hr_budget *b)
 {
+  hr_budget mine = *b;
+
+  /* Budgets pushed for the whole GPU are for headroom-mode leases; this
+   * lease's mode decides what it takes from them (an agnostic one keeps
+   * grid = SMs and headroom 0, with the NCCL fields and the epoch). */
+  mine.gpu = l->gpu;
+  hr_budget_for_mode(&mine, l->mode);
   pthread_mutex_lock(&l->mu);
-  l->budget = *b;
-  /* The daemon's per-GPU budget says nothing about this lease's mode. */
-  l->budget.gpu = l->gpu;
-  l->budget.mode = l->mode;
+  l->budget = mine;
   pthread_mutex_unlock(&l->mu);
-  atomic_store_explicit(&l->word, word_pack(b), memory_order_release);
+  atomic_store_explicit(&l->word, word_pack(&mine), memory_order_release);
 }
 
 void hr__lease_fallback_budget(hr_lease *l, hr_budget *out)

@@ -16,6 +16,7 @@
 
 #include "config.h"
 #include "hr_proto.h"
+#include "metrics.h"
 #include "persist.h"
 #include "state.h"
 
@@ -49,6 +50,7 @@ typedef struct hr__daemon {
   int n_clients;                    /* accepted, not closing */
   uint64_t start_ns;                /* uv_hrtime() at start */
   int64_t requests;                 /* lines served */
+  hr__metrics metrics;              /* counters for "metrics" (dispatch.c) */
   hr__gpu_mask pending;             /* budgets to push (dispatch.c) */
   int flushing;
   hr_buf out;                       /* encoder scratch, one message */

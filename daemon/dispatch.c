@@ -1,11 +1,13 @@
 /*
  * dispatch.c: requests to state changes, replies and events (dispatch.h).
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "dispatch.h"
 #include "log.h"
+#include "metrics.h"
 #include "policy.h"
 #include "status.h"
 
@@ -18,6 +20,23 @@ static void reply_init(hr_reply *rep, const hr_request *req)
   rep->id = req->id;
 }
 
+/* Every error reply to a request goes through here, to be counted. */
+static int send_error(hr__conn *c, int64_t id, hr_wire_error code,
+                      const char *fmt, ...) HR__PRINTF(4, 5);
+
+static int send_error(hr__conn *c, int64_t id, hr_wire_error code,
+                      const char *fmt, ...)
+{
+  char msg[HR_MESSAGE_MAX];
+  va_list ap;
+
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  hr__metrics_error(&c->d->metrics, code);
+  return hr__conn_send_error(c, id, code, "%s", msg);
+}
+
 static int send_reply(hr__conn *c, const hr_reply *rep)
 {
   hr_buf *out = &c->d->out;
@@ -26,14 +45,14 @@ static int send_reply(hr__conn *c, const hr_reply *rep)
   hr_buf_reset(out);
   rc = hr_proto_encode_reply(rep, out);
   if(rc == HR_ETOOLARGE)
-    return hr__conn_send_error(c, rep->id, HR_WERR_TOO_LARGE,
-                               "reply larger than %d bytes",
-                               HR_PROTO_MAX_LINE);
+    return send_error(c, rep->id, HR_WERR_TOO_LARGE,
+                      "reply larger than %d bytes",
+                      HR_PROTO_MAX_LINE);
   if(rc) {
     hr__err("client %lld: cannot encode a %s reply: %s", (long long)c->id,
             hr_msg_type_name(rep->type), hr_strerror(rc));
-    return hr__conn_send_error(c, rep->id, HR_WERR_INTERNAL,
-                               "cannot encode the reply");
+    return send_error(c, rep->id, HR_WERR_INTERNAL,
+                      "cannot encode the reply");
   }
   return hr__conn_send(c, out);
 }
@@ -49,9 +68,9 @@ static int send_ack(hr__conn *c, const hr_request *req)
 
 static int no_gpu(hr__conn *c, const hr_request *req, int gpu)
 {
-  return hr__conn_send_error(c, req->id, HR_WERR_NOT_FOUND,
-                             "no GPU %d (this node has %d)", gpu,
-                             c->d->state.n_gpus);
+  return send_error(c, req->id, HR_WERR_NOT_FOUND,
+                    "no GPU %d (this node has %d)", gpu,
+                    c->d->state.n_gpus);
 }
 
 static void pend(hr__daemon *d, hr__gpu_mask changed)
@@ -69,8 +88,8 @@ static void on_hello(hr__conn *c, const hr_request *req)
   int i, best = 0;
 
   if(c->hello) {
-    hr__conn_send_error(c, req->id, HR_WERR_BAD_REQUEST,
-                        "hello was already done on this connection");
+    send_error(c, req->id, HR_WERR_BAD_REQUEST,
+               "hello was already done on this connection");
     return;
   }
   for(i = 0; i < h->n_versions && i < HR_MAX_VERSIONS; i++) {
@@ -79,9 +98,9 @@ static void on_hello(hr__conn *c, const hr_request *req)
       best = v;
   }
   if(!best) {
-    hr__conn_send_error(c, req->id, HR_WERR_UNSUPPORTED_VERSION,
-                        "no protocol version in common: headroomd speaks "
-                        "%d..%d", HR_PROTO_VERSION_MIN, HR_PROTO_VERSION);
+    send_error(c, req->id, HR_WERR_UNSUPPORTED_VERSION,
+               "no protocol version in common: headroomd speaks "
+               "%d..%d", HR_PROTO_VERSION_MIN, HR_PROTO_VERSION);
     hr__conn_drain(c, "no protocol version in common");
     return;
   }
@@ -96,8 +115,17 @@ static void on_hello(hr__conn *c, const hr_request *req)
            HR_VERSION_STRING);
   rep.u.hello.client = c->id;
   rep.u.hello.topology = d->topo;
-  hr__info("client %lld is '%s' (protocol %d)", (long long)c->id, c->name,
-           best);
+  if(h->degraded_ms > 0) {
+    /* It ran on its fallback budget meanwhile: the time operators want
+     * to see, since nothing else could have told them. */
+    hr__metrics_resumed(&d->metrics, h->degraded_ms);
+    hr__info("client %lld is '%s' (protocol %d), back after %lld ms without "
+             "a daemon", (long long)c->id, c->name, best,
+             (long long)h->degraded_ms);
+  } else {
+    hr__info("client %lld is '%s' (protocol %d)", (long long)c->id, c->name,
+             best);
+  }
   send_reply(c, &rep);
 }
 
@@ -111,9 +139,9 @@ static void on_register_comm(hr__conn *c, const hr_request *req)
   int rc;
 
   if(c->n_comms >= d->cfg.max_comms_per_client) {
-    hr__conn_send_error(c, req->id, HR_WERR_LIMIT_EXCEEDED,
-                        "at most %d footprints per client "
-                        "(max_comms_per_client)", d->cfg.max_comms_per_client);
+    send_error(c, req->id, HR_WERR_LIMIT_EXCEEDED,
+               "at most %d footprints per client "
+               "(max_comms_per_client)", d->cfg.max_comms_per_client);
     return;
   }
   rc = hr__state_comm_add(&d->state, c->id, r, &id, &changed);
@@ -122,9 +150,9 @@ static void on_register_comm(hr__conn *c, const hr_request *req)
     return;
   }
   if(rc) {
-    hr__conn_send_error(c, req->id, rc == HR_ENOMEM ? HR_WERR_INTERNAL :
-                        HR_WERR_BAD_REQUEST, "cannot register: %s",
-                        hr_strerror(rc));
+    send_error(c, req->id, rc == HR_ENOMEM ? HR_WERR_INTERNAL :
+               HR_WERR_BAD_REQUEST, "cannot register: %s",
+               hr_strerror(rc));
     return;
   }
   c->n_comms++;
@@ -144,8 +172,8 @@ static void on_unregister_comm(hr__conn *c, const hr_request *req)
   int64_t id = req->u.unregister_comm.comm;
 
   if(hr__state_comm_remove(&d->state, c->id, id, &changed)) {
-    hr__conn_send_error(c, req->id, HR_WERR_NOT_FOUND,
-                        "no footprint %lld of this client", (long long)id);
+    send_error(c, req->id, HR_WERR_NOT_FOUND,
+               "no footprint %lld of this client", (long long)id);
     return;
   }
   c->n_comms--;
@@ -165,10 +193,10 @@ static void on_lease(hr__conn *c, const hr_request *req)
   int rc;
 
   if(c->n_leases >= d->cfg.max_leases_per_client) {
-    hr__conn_send_error(c, req->id, HR_WERR_LIMIT_EXCEEDED,
-                        "at most %d leases per client "
-                        "(max_leases_per_client)",
-                        d->cfg.max_leases_per_client);
+    send_error(c, req->id, HR_WERR_LIMIT_EXCEEDED,
+               "at most %d leases per client "
+               "(max_leases_per_client)",
+               d->cfg.max_leases_per_client);
     return;
   }
   reply_init(&rep, req);
@@ -181,14 +209,14 @@ static void on_lease(hr__conn *c, const hr_request *req)
     no_gpu(c, req, r->gpu);
     return;
   case HR_EUNSUPPORTED:
-    hr__conn_send_error(c, req->id, HR_WERR_UNSUPPORTED,
-                        "mode '%s' is not supported by this daemon",
-                        hr_mode_name(r->mode) ? hr_mode_name(r->mode) : "?");
+    send_error(c, req->id, HR_WERR_UNSUPPORTED,
+               "mode '%s' is not supported by this daemon",
+               hr_mode_name(r->mode) ? hr_mode_name(r->mode) : "?");
     return;
   default:
-    hr__conn_send_error(c, req->id, rc == HR_ENOMEM ? HR_WERR_INTERNAL :
-                        HR_WERR_BAD_REQUEST, "cannot lease: %s",
-                        hr_strerror(rc));
+    send_error(c, req->id, rc == HR_ENOMEM ? HR_WERR_INTERNAL :
+               HR_WERR_BAD_REQUEST, "cannot lease: %s",
+               hr_strerror(rc));
     return;
   }
   c->n_leases++;
@@ -208,8 +236,8 @@ static void on_release(hr__conn *c, const hr_request *req)
   int64_t id = req->u.release.lease;
 
   if(hr__state_lease_remove(&d->state, c->id, id, &changed)) {
-    hr__conn_send_error(c, req->id, HR_WERR_NOT_FOUND,
-                        "no lease %lld of this client", (long long)id);
+    send_error(c, req->id, HR_WERR_NOT_FOUND,
+               "no lease %lld of this client", (long long)id);
     return;
   }
   c->n_leases--;
@@ -258,11 +286,12 @@ static void on_report(hr__conn *c, const hr_request *req)
     return;
   }
   if(rc) {
-    hr__conn_send_error(c, req->id, HR_WERR_BAD_REQUEST, "cannot report: %s",
-                        hr_strerror(rc));
+    send_error(c, req->id, HR_WERR_BAD_REQUEST, "cannot report: %s",
+               hr_strerror(rc));
     return;
   }
   rep.u.report.incident = id;
+  hr__metrics_incident(&d->metrics, r->gpu, r->kind);
   log_incident(c, r, id, &rep.u.report.budget,
                hr__state_gpu(&d->state, r->gpu)->raised);
   send_reply(c, &rep);
@@ -277,12 +306,27 @@ static void on_status(hr__conn *c, const hr_request *req)
   reply_init(&rep, req);
   rc = hr__status_build(c->d, &rep.u.status);
   if(rc) {
-    hr__conn_send_error(c, req->id, HR_WERR_INTERNAL,
-                        "cannot build status: %s", hr_strerror(rc));
+    send_error(c, req->id, HR_WERR_INTERNAL,
+               "cannot build status: %s", hr_strerror(rc));
     return;
   }
   send_reply(c, &rep);
   hr_status_free(&rep.u.status);
+}
+
+static void on_metrics(hr__conn *c, const hr_request *req)
+{
+  hr_reply rep;
+  int rc;
+
+  reply_init(&rep, req);
+  rc = hr__metrics_build(c->d, &rep.u.metrics);
+  if(rc) {
+    send_error(c, req->id, HR_WERR_INTERNAL, "cannot build metrics: %s",
+               hr_strerror(rc));
+    return;
+  }
+  send_reply(c, &rep);
 }
 
 static void on_subscribe(hr__conn *c, const hr_request *req)
@@ -323,10 +367,10 @@ static void on_policy_set(hr__conn *c, const hr_request *req)
   if(!c->is_operator) {
     hr__notice("client %lld (pid %d, uid %d) may not set policy",
                (long long)c->id, c->peer.pid, c->peer.uid);
-    hr__conn_send_error(c, req->id, HR_WERR_PERMISSION_DENIED,
-                        "policy_set needs root or group '%s'",
-                        d->cfg.operator_group[0] ? d->cfg.operator_group :
-                        "(none configured)");
+    send_error(c, req->id, HR_WERR_PERMISSION_DENIED,
+               "policy_set needs root or group '%s'",
+               d->cfg.operator_group[0] ? d->cfg.operator_group :
+               "(none configured)");
     return;
   }
   if(r->fields & HR_POLICY_MIN_HEADROOM)
@@ -338,7 +382,7 @@ static void on_policy_set(hr__conn *c, const hr_request *req)
   if(r->fields & HR_POLICY_INCIDENT_RAISE)
     p.incident_raise = r->policy.incident_raise;
   if(hr__policy_validate(&p, why, sizeof(why))) {
-    hr__conn_send_error(c, req->id, HR_WERR_BAD_REQUEST, "%s", why);
+    send_error(c, req->id, HR_WERR_BAD_REQUEST, "%s", why);
     return;
   }
   hr__state_set_policy(&d->state, &p, &changed);
@@ -352,8 +396,46 @@ static void on_policy_set(hr__conn *c, const hr_request *req)
   pend(d, changed);
 }
 
+/* Serve a decoded request; every path queues exactly one reply. */
+static void serve(hr__conn *c, const hr_request *req)
+{
+  if(c->d->stopping) {
+    send_error(c, req->id, HR_WERR_SHUTTING_DOWN,
+               "headroomd is shutting down");
+    return;
+  }
+  if(!c->hello && req->type != HR_MSG_HELLO) {
+    send_error(c, req->id, HR_WERR_HELLO_REQUIRED, "send hello first");
+    return;
+  }
+  hr__debug("client %lld: %s (id %lld)", (long long)c->id,
+            hr_msg_type_name(req->type), (long long)req->id);
+  switch(req->type) {
+  case HR_MSG_HELLO: on_hello(c, req); break;
+  case HR_MSG_REGISTER_COMM: on_register_comm(c, req); break;
+  case HR_MSG_UNREGISTER_COMM: on_unregister_comm(c, req); break;
+  case HR_MSG_LEASE: on_lease(c, req); break;
+  case HR_MSG_RELEASE: on_release(c, req); break;
+  case HR_MSG_REPORT: on_report(c, req); break;
+  case HR_MSG_STATUS: on_status(c, req); break;
+  case HR_MSG_SUBSCRIBE: on_subscribe(c, req); break;
+  case HR_MSG_POLICY_GET: on_policy_get(c, req); break;
+  case HR_MSG_POLICY_SET: on_policy_set(c, req); break;
+  case HR_MSG_METRICS: on_metrics(c, req); break;
+  default:
+    /* Replies and events are the daemon's to send, not to receive. */
+    send_error(c, req->id, HR_WERR_UNKNOWN_TYPE, "'%s' is not a request",
+               hr_msg_type_name(req->type) ? hr_msg_type_name(req->type)
+                                           : "?");
+    break;
+  }
+}
+
 void hr__dispatch_line(hr__conn *c, const char *line, size_t len)
 {
+  /* The line was framed just now: from here to its reply being queued is
+   * the latency the metrics report. Events it causes are not included. */
+  uint64_t t0 = uv_hrtime();
   hr__daemon *d;
   hr_request req;
   hr_proto_error perr;
@@ -367,40 +449,13 @@ void hr__dispatch_line(hr__conn *c, const char *line, size_t len)
   if(hr_proto_decode_request(line, len, &req, &perr)) {
     hr__debug("client %lld: rejected a message: %s: %s", (long long)c->id,
               hr_wire_error_name(perr.code), perr.message);
-    hr__conn_send_error(c, req.id, perr.code, "%s", perr.message);
-    return;
+    hr__metrics_request(&d->metrics, HR_MSG_NONE);
+    send_error(c, req.id, perr.code, "%s", perr.message);
+  } else {
+    hr__metrics_request(&d->metrics, req.type);
+    serve(c, &req);
   }
-  if(d->stopping) {
-    hr__conn_send_error(c, req.id, HR_WERR_SHUTTING_DOWN,
-                        "headroomd is shutting down");
-    return;
-  }
-  if(!c->hello && req.type != HR_MSG_HELLO) {
-    hr__conn_send_error(c, req.id, HR_WERR_HELLO_REQUIRED,
-                        "send hello first");
-    return;
-  }
-  hr__debug("client %lld: %s (id %lld)", (long long)c->id,
-            hr_msg_type_name(req.type), (long long)req.id);
-  switch(req.type) {
-  case HR_MSG_HELLO: on_hello(c, &req); break;
-  case HR_MSG_REGISTER_COMM: on_register_comm(c, &req); break;
-  case HR_MSG_UNREGISTER_COMM: on_unregister_comm(c, &req); break;
-  case HR_MSG_LEASE: on_lease(c, &req); break;
-  case HR_MSG_RELEASE: on_release(c, &req); break;
-  case HR_MSG_REPORT: on_report(c, &req); break;
-  case HR_MSG_STATUS: on_status(c, &req); break;
-  case HR_MSG_SUBSCRIBE: on_subscribe(c, &req); break;
-  case HR_MSG_POLICY_GET: on_policy_get(c, &req); break;
-  case HR_MSG_POLICY_SET: on_policy_set(c, &req); break;
-  default:
-    /* Replies and events are the daemon's to send, not to receive. */
-    hr__conn_send_error(c, req.id, HR_WERR_UNKNOWN_TYPE,
-                        "'%s' is not a request",
-                        hr_msg_type_name(req.type) ?
-                        hr_msg_type_name(req.type) : "?");
-    break;
-  }
+  hr__metrics_latency(&d->metrics, uv_hrtime() - t0);
   hr__dispatch_flush(d);
 }
 

@@ -131,6 +131,18 @@ int hr__policy_budget(const hr_policy *p, const hr_policy_input *in,
   return HR_OK;
 }
 
+int hr__policy_lease_budget(const hr_budget *gpu, hr_mode mode,
+                            hr_budget *out)
+{
+  if(!gpu || !out || (int)mode < 0 || mode >= HR_MODE_COUNT)
+    return HR_EINVAL;
+  *out = *gpu;
+  /* One rule for both sides: libheadroom applies the same function to
+   * the budgets the daemon pushes for the whole GPU. */
+  hr_budget_for_mode(out, mode);
+  return HR_OK;
+}
+
 int hr__policy_raise(const hr_policy *p, const hr_policy_input *in)
 {
   hr_budget now;

@@ -24,6 +24,21 @@
  *
  * Footprints are counted as registered: they describe communicators that
  * already exist, whose CTA counts can no longer change.
+ *
+ * The budget a lease gets depends on its mode (hr__policy_lease_budget):
+ *
+ *   headroom     the GPU's budget above
+ *   cooperative  the same: a cooperative grid is never partly resident,
+ *                but while it waits for room it blocks every later launch
+ *                of its process, so it must fit beside the comm kernels
+ *                too (FINDINGS 1)
+ *   agnostic     headroom 0, grid = S: a residency-agnostic kernel has no
+ *                grid barrier, so CTAs that cannot start yet only delay
+ *                it, they cannot deadlock it. It keeps the NCCL fields and
+ *                the epoch: its communicators' footprints count for the
+ *                other leases on the GPU like any others, and their
+ *                headroom holds only while those keep to the cap. Nor does
+ *                its cluster size enter the GPU's input cluster.
  */
 #ifndef HR_POLICY_H
 #define HR_POLICY_H
@@ -55,6 +70,13 @@ int hr__policy_validate(const hr_policy *policy, char *why, size_t n);
  * epoch and mode, which belong to the caller. HR_EINVAL on bad input. */
 int hr__policy_budget(const hr_policy *policy, const hr_policy_input *in,
                       hr_budget *out);
+
+/* The budget of a lease in `mode` on a GPU whose budget (computed by
+ * hr__policy_budget, for headroom-mode leases) is `gpu`: a copy with the
+ * mode filled in and, for HR_MODE_AGNOSTIC, headroom 0 and grid = sms.
+ * HR_EINVAL for a mode that does not exist. */
+int hr__policy_lease_budget(const hr_budget *gpu, hr_mode mode,
+                            hr_budget *out);
 
 /* Comm CTAs in flight: sum of ctas x concurrent (saturating). */
 int hr__policy_comm_ctas(const hr_policy_input *in);

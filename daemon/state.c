@@ -28,8 +28,10 @@ static int lease_cluster(const hr__gpu *g)
 {
   int i, c = 0;
 
+  /* An agnostic kernel gets no headroom, so its clusters strand nothing
+   * the headroom must cover (policy.h). */
   for(i = 0; i < g->n_leases; i++)
-    if(g->leases[i].cluster > c)
+    if(g->leases[i].mode != HR_MODE_AGNOSTIC && g->leases[i].cluster > c)
       c = g->leases[i].cluster;
   return c ? c : HR__DEFAULT_CLUSTER;
 }
@@ -141,9 +143,7 @@ int hr__state_budget(const hr__state *s, int gpu, hr_mode mode,
 
   if(!g || !out)
     return HR_ENOTFOUND;
-  *out = g->budget;
-  out->mode = mode;
-  return HR_OK;
+  return hr__policy_lease_budget(&g->budget, mode, out);
 }
 
 /* ---- footprints -------------------------------------------------------- */
@@ -259,11 +259,9 @@ int hr__state_lease_add(hr__state *s, int64_t client, const hr_req_lease *req,
     return HR_ENOTFOUND;
   if(!valid_cluster(req->cluster))
     return HR_EINVAL;
-  /* Both modes get the same headroom: a cooperative grid is never partly
-   * resident, but while it waits for room it blocks every later launch
-   * of its process, so it must fit beside the comm kernels too
-   * (FINDINGS 1). Partition mode is not served by this daemon yet. */
-  if(req->mode != HR_MODE_HEADROOM && req->mode != HR_MODE_COOPERATIVE)
+  /* What each mode gets is the policy's (policy.h). Partition mode is
+   * not served by this daemon yet. */
+  if((int)req->mode < 0 || req->mode >= HR_MODE_COUNT)
     return HR_EUNSUPPORTED;
   if(g->n_leases == g->cap_leases) {
     int cap = g->cap_leases ? g->cap_leases * 2 : GROW_FIRST;

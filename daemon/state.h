@@ -8,8 +8,8 @@
  *
  * After any change to a GPU's inputs the budget is recomputed with the
  * policy (policy.h); when its numbers differ, the GPU's epoch goes up by
- * one. The input cluster is the largest among the GPU's leases, 2 when it
- * has none (the mega kernel's usual pairs).
+ * one. The input cluster is the largest among the GPU's leases (agnostic
+ * ones aside), 2 when it has none (the mega kernel's usual pairs).
  *
  * Ids (clients, footprints, leases, incidents) start at 1 and are never
  * reused for the life of the daemon; incident ids also stay above those of
@@ -78,7 +78,8 @@ int64_t hr__state_client_id(hr__state *s);
 /* The GPU, NULL when out of the topology. */
 const hr__gpu *hr__state_gpu(const hr__state *s, int gpu);
 
-/* The budget in force on `gpu`, with `mode` filled in. HR_ENOTFOUND. */
+/* The budget a lease in `mode` gets on `gpu` now (hr__policy_lease_budget):
+ * HR_MODE_HEADROOM for the GPU's own. HR_ENOTFOUND, HR_EINVAL (mode). */
 int hr__state_budget(const hr__state *s, int gpu, hr_mode mode,
                      hr_budget *out);
 

@@ -23,6 +23,7 @@
 int hr__msg_type_from_name(const char *name, hr_msg_type *out);
 
 const char *hr__mode_name_i(int i);
+const char *hr__wire_error_name_i(int i);
 const char *hr__incident_kind_name_i(int i);
 const char *hr__topology_source_name_i(int i);
 
@@ -66,5 +67,11 @@ void hr__status_encode(hr__enc *e, cJSON *parent, const char *name,
                        const hr_status *s);
 void hr__status_decode(hr__dec *d, const cJSON *parent, const char *name,
                        hr_status *s);
+
+/* The metrics reply's "metrics" member (hr_metrics.c). */
+void hr__metrics_encode(hr__enc *e, cJSON *parent, const char *name,
+                        const hr_metrics *m);
+void hr__metrics_decode(hr__dec *d, const cJSON *parent, const char *name,
+                        hr_metrics *m);
 
 #endif /* HR_INTERNAL_H */

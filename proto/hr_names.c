@@ -20,6 +20,7 @@ static const char *const msg_type_names[HR_MSG_COUNT] = {
   [HR_MSG_SUBSCRIBE] = "subscribe",
   [HR_MSG_POLICY_GET] = "policy_get",
   [HR_MSG_POLICY_SET] = "policy_set",
+  [HR_MSG_METRICS] = "metrics",
   [HR_MSG_BUDGET] = "budget",
   [HR_MSG_SHUTDOWN] = "shutdown",
   [HR_MSG_ERROR] = "error",
@@ -64,6 +65,7 @@ static const char *const topology_source_names[HR_TOPO_COUNT] = {
 static const char *const mode_names[HR_MODE_COUNT] = {
   [HR_MODE_HEADROOM] = "headroom",
   [HR_MODE_COOPERATIVE] = "cooperative",
+  [HR_MODE_AGNOSTIC] = "agnostic",
 };
 
 static const char *const incident_kind_names[HR_INCIDENT_COUNT] = {
@@ -169,6 +171,11 @@ int hr_incident_kind_from_name(const char *name, hr_incident_kind *out)
 /* int-indexed views for hr__dec_enum (a cast function pointer would be
  * undefined behaviour). */
 const char *hr__mode_name_i(int i) { return hr_mode_name((hr_mode)i); }
+
+const char *hr__wire_error_name_i(int i)
+{
+  return hr_wire_error_name((hr_wire_error)i);
+}
 
 const char *hr__incident_kind_name_i(int i)
 {

@@ -49,6 +49,7 @@ typedef enum hr_msg_type {
   HR_MSG_SUBSCRIBE,
   HR_MSG_POLICY_GET,
   HR_MSG_POLICY_SET,
+  HR_MSG_METRICS,
   /* daemon-to-client only */
   HR_MSG_BUDGET,                    /* event: a GPU's budget changed */
   HR_MSG_SHUTDOWN,                  /* event: the daemon is stopping */
@@ -117,6 +118,24 @@ typedef struct hr_policy {
   int incident_raise;               /* 1: a barrier timeout raises headroom */
 } hr_policy;
 
+/* The budget a lease in `mode` gets, from its GPU's budget `b` (the one
+ * computed for headroom-mode leases, which events and status carry).
+ * Headroom and cooperative leases take the numbers as they are. An
+ * agnostic lease runs a kernel with no grid barrier, which cannot deadlock
+ * on partial residency: it gets headroom 0 and grid = sms. It keeps the
+ * NCCL fields and the epoch, since the headroom of the GPU's other leases
+ * holds only while every communicator keeps to that cap. Both sides apply
+ * it: the daemon to the budget in a lease or report reply, the client
+ * library to every budget it stores into a lease. */
+static inline void hr_budget_for_mode(hr_budget *b, hr_mode mode)
+{
+  b->mode = mode;
+  if(mode == HR_MODE_AGNOSTIC) {
+    b->headroom = 0;
+    b->grid = b->sms;
+  }
+}
+
 /* Which fields of an hr_policy a policy_set carries. */
 enum {
   HR_POLICY_MIN_HEADROOM = 1 << 0,
@@ -131,6 +150,8 @@ typedef struct hr_req_hello {
   int n_versions;
   int versions[HR_MAX_VERSIONS];    /* protocol versions the client speaks */
   char client[HR_NAME_MAX];         /* free-form name for status ("" ok) */
+  int64_t degraded_ms;              /* ran this long without a daemon just
+                                     * before this connection; 0: did not */
 } hr_req_hello;
 
 typedef struct hr_req_register_comm {
@@ -184,7 +205,7 @@ typedef struct hr_request {
     hr_req_report report;
     hr_req_subscribe subscribe;
     hr_req_policy_set policy_set;
-    /* status and policy_get carry nothing */
+    /* status, policy_get and metrics carry nothing */
   } u;
 } hr_request;
 
@@ -246,6 +267,47 @@ typedef struct hr_status {
  * the daemon with malloc); the struct itself is the caller's. */
 void hr_status_free(hr_status *status);
 
+/* ---- Metrics (the reply to "metrics") ---------------------------------- *
+ * Counters since the daemon started and gauges now, with no per-client
+ * list: the reply stays a few KiB whatever the number of clients. */
+
+/* Request latency buckets: upper bounds in microseconds; a last bucket,
+ * without a bound (+Inf), holds the rest. */
+#define HR_METRICS_BUCKETS 12
+#define HR_METRICS_BUCKET_BOUNDS_US \
+  { 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000 }
+
+typedef struct hr_metrics_gpu {
+  int index, sms;
+  int headroom, grid;               /* of the headroom-mode budget */
+  uint32_t epoch;
+  int nccl_max_ctas;
+  int clients;                      /* clients holding state here */
+  int comms;                        /* footprints */
+  int comm_ctas;                    /* CTAs in flight over all footprints */
+  int leases[HR_MODE_COUNT];        /* leases by mode */
+  int raised;                       /* headroom added by incidents */
+  int64_t incidents[HR_INCIDENT_COUNT]; /* reported since the start, by kind */
+} hr_metrics_gpu;
+
+typedef struct hr_metrics {
+  char daemon[HR_NAME_MAX];         /* "headroomd 0.1.0" */
+  int64_t uptime_ms;
+  int clients;                      /* connected now */
+  int64_t clients_resumed;          /* hellos that had run degraded */
+  int64_t client_degraded_ms;       /* the degraded_ms of those, summed */
+  /* Lines served, by the request type they named; [HR_MSG_NONE] counts
+   * lines refused before a type was known ("invalid" on the wire). Only
+   * request types are used. */
+  int64_t requests[HR_MSG_COUNT];
+  int64_t errors[HR_WERR_COUNT];    /* error replies, by code */
+  int64_t latency[HR_METRICS_BUCKETS]; /* per bucket, not cumulative */
+  int64_t latency_count;            /* the sum of latency[] */
+  int64_t latency_sum_us;
+  int n_gpus;
+  hr_metrics_gpu gpus[HR_MAX_GPUS];
+} hr_metrics;
+
 /* ---- Replies and events (daemon -> client) ----------------------------- */
 
 typedef struct hr_rep_hello {
@@ -278,6 +340,7 @@ typedef struct hr_reply {
     hr_rep_lease lease;
     hr_rep_report report;
     hr_status status;               /* owns arrays: hr_status_free */
+    hr_metrics metrics;             /* metrics */
     hr_policy policy;               /* policy_get and policy_set */
     hr_budget budget;               /* HR_MSG_BUDGET event */
     hr_proto_error error;           /* HR_MSG_ERROR */

@@ -3,7 +3,8 @@
  *
  * A reply echoes its request's id and type; an error reply carries an
  * "error" object instead of a type; events (budget, shutdown) carry no id.
- * The status reply's body lives in hr_status.c.
+ * The bodies of the status and metrics replies live in hr_status.c and
+ * hr_metrics.c.
  */
 #include <stdio.h>
 #include <string.h>
@@ -63,6 +64,9 @@ static void encode_body(hr__enc *e, cJSON *o, const hr_reply *rep)
     break;
   case HR_MSG_STATUS:
     hr__status_encode(e, o, "status", &rep->u.status);
+    break;
+  case HR_MSG_METRICS:
+    hr__metrics_encode(e, o, "metrics", &rep->u.metrics);
     break;
   case HR_MSG_POLICY_GET:
   case HR_MSG_POLICY_SET:
@@ -171,6 +175,9 @@ static void decode_body(hr__dec *d, const cJSON *o, hr_reply *rep)
     break;
   case HR_MSG_STATUS:
     hr__status_decode(d, o, "status", &rep->u.status);
+    break;
+  case HR_MSG_METRICS:
+    hr__metrics_decode(d, o, "metrics", &rep->u.metrics);
     break;
   case HR_MSG_POLICY_GET:
   case HR_MSG_POLICY_SET:

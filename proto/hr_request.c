@@ -12,7 +12,7 @@
 
 static int is_request_type(hr_msg_type t)
 {
-  return t >= HR_MSG_HELLO && t <= HR_MSG_POLICY_SET;
+  return t >= HR_MSG_HELLO && t <= HR_MSG_METRICS;
 }
 
 /* ---- Encoding ---------------------------------------------------------- */
@@ -29,6 +29,8 @@ static void encode_hello(hr__enc *e, cJSON *o, const hr_req_hello *r)
     hr__enc_i64(e, versions, NULL, r->versions[i], 1, HR__VERSION_MAX);
   if(r->client[0])
     hr__enc_string(e, o, "client", r->client, sizeof(r->client));
+  if(r->degraded_ms)                /* 0: was not degraded, left out */
+    hr__enc_i64(e, o, "degraded_ms", r->degraded_ms, 1, HR__MAX_ID);
 }
 
 static void encode_register_comm(hr__enc *e, cJSON *o,
@@ -94,7 +96,7 @@ static void encode_body(hr__enc *e, cJSON *o, const hr_request *req)
     hr__policy_encode(e, o, "policy", &req->u.policy_set.policy,
                       req->u.policy_set.fields);
     break;
-  default:                          /* status, policy_get: nothing */
+  default:                          /* status, policy_get, metrics */
     break;
   }
 }
@@ -135,6 +137,9 @@ static void decode_hello(hr__dec *d, const cJSON *o, hr_req_hello *r)
   }
   r->n_versions = d->rc ? 0 : n;
   hr__dec_string(d, o, "client", HR__OPTIONAL, r->client, sizeof(r->client));
+  r->degraded_ms = 0;
+  hr__dec_i64(d, o, "degraded_ms", HR__OPTIONAL, 0, HR__MAX_ID,
+              &r->degraded_ms);
 }
 
 static void decode_register_comm(hr__dec *d, const cJSON *o,
@@ -217,7 +222,7 @@ static void decode_body(hr__dec *d, const cJSON *o, hr_request *req)
   case HR_MSG_POLICY_SET:
     decode_policy_set(d, o, &req->u.policy_set);
     break;
-  default:                          /* status, policy_get: nothing */
+  default:                          /* status, policy_get, metrics */
     break;
   }
 }

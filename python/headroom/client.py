@@ -45,6 +45,7 @@ class Mode(enum.IntEnum):
     """hr_mode: how the mega kernel is launched under a lease."""
     HEADROOM = _lib.HR_MODE_HEADROOM
     COOPERATIVE = _lib.HR_MODE_COOPERATIVE
+    AGNOSTIC = _lib.HR_MODE_AGNOSTIC
 
     @classmethod
     def of(cls, value) -> "Mode":

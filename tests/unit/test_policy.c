@@ -217,6 +217,64 @@ static void test_comm_ctas(void **state)
   assert_int_equal(hr__policy_comm_ctas(&in), 0);
 }
 
+/* The budget each lease mode gets: the GPU's for headroom and cooperative
+ * leases; headroom 0 and the whole GPU for an agnostic one, with the NCCL
+ * cap the footprints on the GPU were sized for. */
+static void test_lease_budget(void **state)
+{
+  /* FINDINGS 3's shape: 3 all-reduces of 8 CTAs beside the mega kernel. */
+  hr_footprint fp = {8, 1, 3};
+  hr_policy_input in = {132, 2, 0, 1, &fp};
+  hr_budget gpu, b;
+  hr_policy p;
+  int m;
+  (void)state;
+  hr__policy_default(&p);
+  assert_int_equal(hr__policy_budget(&p, &in, &gpu), HR_OK);
+  gpu.gpu = 3;
+  gpu.epoch = 7;
+  gpu.mode = HR_MODE_HEADROOM;
+  assert_int_equal(gpu.headroom, 32);
+  assert_int_equal(gpu.grid, 100);
+
+  for(m = 0; m < HR_MODE_COUNT; m++) {
+    memset(&b, 0xff, sizeof(b));
+    assert_int_equal(hr__policy_lease_budget(&gpu, (hr_mode)m, &b), HR_OK);
+    assert_int_equal(b.mode, m);
+    assert_int_equal(b.gpu, 3);
+    assert_int_equal(b.epoch, 7);
+    assert_int_equal(b.sms, 132);
+    assert_int_equal(b.cluster, gpu.cluster);
+    /* Whatever the mode, the communicators keep to the same cap: the
+     * headroom of the other leases on the GPU depends on it. */
+    assert_int_equal(b.nccl_min_ctas, gpu.nccl_min_ctas);
+    assert_int_equal(b.nccl_max_ctas, 4);
+    assert_int_equal(b.nccl_cga_cluster_size, 1);
+    assert_int_equal(b.nccl_nvls_enable, 0);
+    assert_int_equal(b.degraded, 0);
+    assert_int_equal(b.grid + b.headroom, 132);
+    if(m == HR_MODE_AGNOSTIC) {
+      assert_int_equal(b.headroom, 0);
+      assert_int_equal(b.grid, 132);
+    } else {
+      assert_int_equal(b.headroom, 32);
+      assert_int_equal(b.grid, 100);
+    }
+  }
+  /* The GPU's budget itself is left alone. */
+  assert_int_equal(gpu.mode, HR_MODE_HEADROOM);
+  assert_int_equal(gpu.grid, 100);
+
+  assert_int_equal(hr__policy_lease_budget(&gpu, HR_MODE_COUNT, &b),
+                   HR_EINVAL);
+  assert_int_equal(hr__policy_lease_budget(&gpu, (hr_mode)-1, &b),
+                   HR_EINVAL);
+  assert_int_equal(hr__policy_lease_budget(NULL, HR_MODE_AGNOSTIC, &b),
+                   HR_EINVAL);
+  assert_int_equal(hr__policy_lease_budget(&gpu, HR_MODE_AGNOSTIC, NULL),
+                   HR_EINVAL);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -226,6 +284,7 @@ int main(void)
     cmocka_unit_test(test_bad_input),
     cmocka_unit_test(test_raise),
     cmocka_unit_test(test_comm_ctas),
+    cmocka_unit_test(test_lease_budget),
   };
   return cmocka_run_group_tests_name("policy", tests, NULL, NULL);
 }

@@ -200,8 +200,8 @@ static void test_names(void **state)
   };
   static const char *const types[HR_MSG_COUNT] = {
     NULL, "hello", "register_comm", "unregister_comm", "lease", "release",
-    "report", "status", "subscribe", "policy_get", "policy_set", "budget",
-    "shutdown", "error",
+    "report", "status", "subscribe", "policy_get", "policy_set", "metrics",
+    "budget", "shutdown", "error",
   };
   hr_wire_error code;
   hr_incident_kind kind;
@@ -234,12 +234,15 @@ static void test_names(void **state)
 
   assert_string_equal(hr_mode_name(HR_MODE_HEADROOM), "headroom");
   assert_string_equal(hr_mode_name(HR_MODE_COOPERATIVE), "cooperative");
+  assert_string_equal(hr_mode_name(HR_MODE_AGNOSTIC), "agnostic");
   assert_null(hr_mode_name(HR_MODE_COUNT));
   assert_null(hr_mode_name((hr_mode)-1));
   assert_int_equal(hr_mode_from_name("cooperative", &mode), HR_OK);
   assert_int_equal(mode, HR_MODE_COOPERATIVE);
   assert_int_equal(hr_mode_from_name("headroom", &mode), HR_OK);
   assert_int_equal(mode, HR_MODE_HEADROOM);
+  assert_int_equal(hr_mode_from_name("agnostic", &mode), HR_OK);
+  assert_int_equal(mode, HR_MODE_AGNOSTIC);
   assert_int_equal(hr_mode_from_name("partition", &mode), HR_EINVAL);
   assert_int_equal(hr_mode_from_name("headroom", NULL), HR_EINVAL);
 
@@ -339,6 +342,7 @@ static void test_request_hello(void **state)
   assert_memory_equal(out.u.hello.versions, in.u.hello.versions,
                       sizeof(in.u.hello.versions));
   assert_string_equal(out.u.hello.client, in.u.hello.client);
+  assert_int_equal(out.u.hello.degraded_ms, 0);
 
   /* No client name: left out, read back as "". */
   in.u.hello.n_versions = 1;
@@ -348,6 +352,45 @@ static void test_request_hello(void **state)
   assert_int_equal(out.u.hello.n_versions, 1);
   assert_int_equal(out.u.hello.versions[0], 1000);
   assert_string_equal(out.u.hello.client, "");
+
+  /* A client back from running degraded says for how long; the largest
+   * value and the smallest both come back. */
+  in.u.hello.degraded_ms = HR_PROTO_MAX_ID;
+  roundtrip_request(&in, &out);
+  assert_int_equal(out.u.hello.degraded_ms, HR_PROTO_MAX_ID);
+  in.u.hello.degraded_ms = 1;
+  roundtrip_request(&in, &out);
+  assert_int_equal(out.u.hello.degraded_ms, 1);
+}
+
+/* 0 means "was not degraded": written as nothing, and a hello without the
+ * member reads back as 0. */
+static void test_request_hello_degraded(void **state)
+{
+  static const char plain[] = "{\"id\":1,\"type\":\"hello\",\"versions\":[1]}";
+  static const char zero[] =
+    "{\"id\":1,\"type\":\"hello\",\"versions\":[1],\"degraded_ms\":0}";
+  hr_proto_error err;
+  hr_request in, out;
+  hr_buf b;
+
+  (void)state;
+  memset(&in, 0, sizeof(in));
+  in.type = HR_MSG_HELLO;
+  in.id = 1;
+  in.u.hello.n_versions = 1;
+  in.u.hello.versions[0] = 1;
+  encoded_request(&in, &b);
+  assert_int_equal(b.len - 1, strlen(plain));
+  assert_memory_equal(b.data, plain, b.len - 1);
+  hr_buf_free(&b);
+  assert_int_equal(hr_proto_decode_request(zero, strlen(zero), &out, &err),
+                   HR_OK);
+  assert_int_equal(out.u.hello.degraded_ms, 0);
+  in.u.hello.degraded_ms = 5400;
+  encoded_request(&in, &b);
+  assert_non_null(strstr(b.data, ",\"degraded_ms\":5400}"));
+  hr_buf_free(&b);
 }
 
 static void test_request_comms(void **state)
@@ -402,7 +445,7 @@ static void test_request_leases(void **state)
     in.id = 6;
     in.u.lease.gpu = (int)i;
     in.u.lease.cluster = clusters[i];
-    in.u.lease.mode = i % 2 ? HR_MODE_COOPERATIVE : HR_MODE_HEADROOM;
+    in.u.lease.mode = (hr_mode)(i % HR_MODE_COUNT);
     roundtrip_request(&in, &out);
     assert_int_equal(out.u.lease.gpu, in.u.lease.gpu);
     assert_int_equal(out.u.lease.cluster, clusters[i]);
@@ -468,6 +511,9 @@ static void test_request_small(void **state)
   roundtrip_request(&in, &out);
 
   in.type = HR_MSG_POLICY_GET;
+  roundtrip_request(&in, &out);
+
+  in.type = HR_MSG_METRICS;
   roundtrip_request(&in, &out);
 
   in.type = HR_MSG_SUBSCRIBE;
@@ -817,6 +863,182 @@ static void test_reply_status(void **state)
   hr_reply_free(&out);
 }
 
+/* Metrics with every counter set and `n_gpus` GPUs; `big` puts every
+ * counter at its largest value. */
+static void sample_metrics(hr_metrics *m, int n_gpus, int big)
+{
+  int64_t top = big ? HR_PROTO_MAX_ID : 0;
+  int i, g, k;
+
+  memset(m, 0, sizeof(*m));
+  strcpy(m->daemon, "headroomd 0.1.0");
+  m->uptime_ms = big ? HR_PROTO_MAX_ID : 81234;
+  m->clients = big ? 2147483647 : 2;
+  m->clients_resumed = big ? top : 1;
+  m->client_degraded_ms = big ? top : 5400;
+  for(i = HR_MSG_HELLO; i <= HR_MSG_METRICS; i++)
+    m->requests[i] = big ? top : i * 3;
+  m->requests[HR_MSG_NONE] = big ? top : 1;
+  for(i = 0; i < HR_WERR_COUNT; i++)
+    m->errors[i] = big ? top : i;
+  for(i = 0; i < HR_METRICS_BUCKETS; i++) {
+    /* count = sum of buckets must fit 2^53 - 1 too */
+    m->latency[i] = big ? top / HR_METRICS_BUCKETS : i * 7;
+    m->latency_count += m->latency[i];
+  }
+  m->latency_sum_us = big ? top : 1234;
+  m->n_gpus = n_gpus;
+  for(g = 0; g < n_gpus; g++) {
+    hr_metrics_gpu *x = &m->gpus[g];
+    x->index = g;
+    x->sms = big ? 1024 : 132;
+    x->headroom = big ? 1024 : 16 + g;
+    x->grid = big ? 0 : 116 - g;
+    x->epoch = big ? 4294967295u : (uint32_t)g + 3;
+    x->nccl_max_ctas = big ? 64 : 8;
+    x->clients = big ? 2147483647 : g;
+    x->comms = big ? 2147483647 : g + 1;
+    x->comm_ctas = big ? 2147483647 : 8 * g;
+    for(k = 0; k < HR_MODE_COUNT; k++)
+      x->leases[k] = big ? 2147483647 : g + k;
+    x->raised = big ? 1024 : 2;
+    for(k = 0; k < HR_INCIDENT_COUNT; k++)
+      x->incidents[k] = big ? top : g * 2 + k;
+  }
+}
+
+static void assert_metrics_equal(const hr_metrics *a, const hr_metrics *b)
+{
+  int i, g;
+
+  assert_string_equal(a->daemon, b->daemon);
+  assert_int_equal(a->uptime_ms, b->uptime_ms);
+  assert_int_equal(a->clients, b->clients);
+  assert_int_equal(a->clients_resumed, b->clients_resumed);
+  assert_int_equal(a->client_degraded_ms, b->client_degraded_ms);
+  for(i = 0; i < HR_MSG_COUNT; i++)
+    assert_int_equal(a->requests[i], b->requests[i]);
+  for(i = 0; i < HR_WERR_COUNT; i++)
+    assert_int_equal(a->errors[i], b->errors[i]);
+  for(i = 0; i < HR_METRICS_BUCKETS; i++)
+    assert_int_equal(a->latency[i], b->latency[i]);
+  assert_int_equal(a->latency_count, b->latency_count);
+  assert_int_equal(a->latency_sum_us, b->latency_sum_us);
+  assert_int_equal(a->n_gpus, b->n_gpus);
+  for(g = 0; g < a->n_gpus; g++) {
+    const hr_metrics_gpu *x = &a->gpus[g], *y = &b->gpus[g];
+    assert_int_equal(x->index, y->index);
+    assert_int_equal(x->sms, y->sms);
+    assert_int_equal(x->headroom, y->headroom);
+    assert_int_equal(x->grid, y->grid);
+    assert_int_equal(x->epoch, y->epoch);
+    assert_int_equal(x->nccl_max_ctas, y->nccl_max_ctas);
+    assert_int_equal(x->clients, y->clients);
+    assert_int_equal(x->comms, y->comms);
+    assert_int_equal(x->comm_ctas, y->comm_ctas);
+    for(i = 0; i < HR_MODE_COUNT; i++)
+      assert_int_equal(x->leases[i], y->leases[i]);
+    assert_int_equal(x->raised, y->raised);
+    for(i = 0; i < HR_INCIDENT_COUNT; i++)
+      assert_int_equal(x->incidents[i], y->incidents[i]);
+  }
+}
+
+static void test_reply_metrics(void **state)
+{
+  static hr_reply in, out;          /* a few KiB each: off the stack */
+  hr_buf b;
+
+  (void)state;
+  memset(&in, 0, sizeof(in));
+  in.type = HR_MSG_METRICS;
+  in.id = 13;
+  sample_metrics(&in.u.metrics, 8, 0);
+  roundtrip_reply(&in, &out);
+  assert_metrics_equal(&out.u.metrics, &in.u.metrics);
+
+  /* Every counter at 2^53 - 1 on 64 GPUs: the largest metrics reply there
+   * can be still fits one line with room to spare, whatever the number of
+   * clients, which status cannot promise. */
+  sample_metrics(&in.u.metrics, HR_MAX_GPUS, 1);
+  roundtrip_reply(&in, &out);
+  assert_metrics_equal(&out.u.metrics, &in.u.metrics);
+  encoded_reply(&in, &b);
+  assert_true(b.len < HR_PROTO_MAX_LINE / 2);
+  hr_buf_free(&b);
+
+  /* A daemon with no GPU and nothing counted yet. */
+  sample_metrics(&in.u.metrics, 0, 0);
+  memset(in.u.metrics.latency, 0, sizeof(in.u.metrics.latency));
+  in.u.metrics.latency_count = 0;
+  roundtrip_reply(&in, &out);
+  assert_metrics_equal(&out.u.metrics, &in.u.metrics);
+}
+
+/* Counters named by a newer daemon are ignored, and names an older one
+ * lacks read as 0, so either side can add a request type or error code. */
+static void test_metrics_names_forward(void **state)
+{
+  static const char line[] =
+    "{\"id\":1,\"type\":\"metrics\",\"metrics\":{\"daemon\":\"d\","
+    "\"uptime_ms\":1,\"clients\":0,\"clients_resumed\":0,"
+    "\"client_degraded_ms\":0,\"requests\":{\"hello\":4,\"teleport\":9},"
+    "\"errors\":{\"rate_limited\":3},\"latency_us\":{\"buckets\":[1,0,0,0,"
+    "0,0,0,0,0,0,0,1],\"count\":2,\"sum\":30000},\"gpus\":[{\"index\":0,"
+    "\"sms\":132,\"headroom\":2,\"grid\":130,\"epoch\":1,"
+    "\"nccl_max_ctas\":16,\"clients\":0,\"comms\":0,\"comm_ctas\":0,"
+    "\"leases\":{\"partition\":1},\"raised\":0,\"incidents\":{}}]}}";
+  static hr_reply rep;
+  hr_proto_error err;
+  int i;
+
+  (void)state;
+  assert_int_equal(hr_proto_decode_reply(line, strlen(line), &rep, &err),
+                   HR_OK);
+  assert_int_equal(rep.type, HR_MSG_METRICS);
+  assert_int_equal(rep.u.metrics.requests[HR_MSG_HELLO], 4);
+  assert_int_equal(rep.u.metrics.requests[HR_MSG_LEASE], 0);
+  assert_int_equal(rep.u.metrics.requests[HR_MSG_NONE], 0);
+  for(i = 0; i < HR_WERR_COUNT; i++)
+    assert_int_equal(rep.u.metrics.errors[i], 0);
+  assert_int_equal(rep.u.metrics.latency[HR_METRICS_BUCKETS - 1], 1);
+  assert_int_equal(rep.u.metrics.n_gpus, 1);
+  for(i = 0; i < HR_MODE_COUNT; i++)
+    assert_int_equal(rep.u.metrics.gpus[0].leases[i], 0);
+}
+
+/* The budget each lease mode gets from its GPU's budget. */
+static void test_budget_for_mode(void **state)
+{
+  hr_budget gpu, b;
+
+  (void)state;
+  sample_budget(&gpu, 1);
+  gpu.mode = HR_MODE_HEADROOM;
+  b = gpu;
+  hr_budget_for_mode(&b, HR_MODE_COOPERATIVE);
+  assert_int_equal(b.mode, HR_MODE_COOPERATIVE);
+  assert_int_equal(b.headroom, 16);
+  assert_int_equal(b.grid, 116);
+  b = gpu;
+  hr_budget_for_mode(&b, HR_MODE_AGNOSTIC);
+  assert_int_equal(b.mode, HR_MODE_AGNOSTIC);
+  assert_int_equal(b.headroom, 0);
+  assert_int_equal(b.grid, 132);
+  /* What the other leases rely on stays. */
+  assert_int_equal(b.epoch, gpu.epoch);
+  assert_int_equal(b.cluster, gpu.cluster);
+  assert_int_equal(b.nccl_min_ctas, gpu.nccl_min_ctas);
+  assert_int_equal(b.nccl_max_ctas, gpu.nccl_max_ctas);
+  assert_int_equal(b.nccl_cga_cluster_size, gpu.nccl_cga_cluster_size);
+  assert_int_equal(b.nccl_nvls_enable, gpu.nccl_nvls_enable);
+  assert_int_equal(b.degraded, gpu.degraded);
+  /* Applied again it changes nothing more. */
+  hr_budget_for_mode(&b, HR_MODE_AGNOSTIC);
+  assert_int_equal(b.grid, 132);
+  assert_int_equal(b.headroom, 0);
+}
+
 /* ---- Bad input --------------------------------------------------------- */
 
 #define BAD HR_WERR_BAD_REQUEST
@@ -900,6 +1122,14 @@ static const bad_case bad_requests[] = {
     "versions[0]: must be an integer", 5 },
   { "{\"id\":5,\"type\":\"hello\",\"versions\":[1],\"client\":5}", BAD,
     "client: must be a string", 5 },
+  { "{\"id\":5,\"type\":\"hello\",\"versions\":[1],\"degraded_ms\":-1}",
+    BAD, "degraded_ms: must be an integer 0..9007199254740991", 5 },
+  { "{\"id\":5,\"type\":\"hello\",\"versions\":[1],\"degraded_ms\":1.5}",
+    BAD, "degraded_ms: must be an integer", 5 },
+  { "{\"id\":5,\"type\":\"hello\",\"versions\":[1],\"degraded_ms\":"
+    "9007199254740992}", BAD, "degraded_ms: must be an integer", 5 },
+  { "{\"id\":5,\"type\":\"hello\",\"versions\":[1],\"degraded_ms\":"
+    "\"5\"}", BAD, "degraded_ms: must be an integer", 5 },
   { "{\"id\":5,\"type\":\"hello\",\"versions\":[1],\"client\":\""
     "0123456789012345678901234567890123456789012345678901234567890123\"}",
     BAD, "client: must be a string of at most 63 bytes", 5 },
@@ -969,8 +1199,10 @@ static const bad_case bad_requests[] = {
   { "{\"id\":8,\"type\":\"lease\",\"gpu\":0,\"cluster\":2}", BAD,
     "mode: required", 8 },
   { "{\"id\":8,\"type\":\"lease\",\"gpu\":0,\"cluster\":2,\"mode\":"
-    "\"partition\"}", BAD, "mode: must be \"headroom\" or \"cooperative\"",
-    8 },
+    "\"partition\"}", BAD,
+    "mode: must be \"headroom\", \"cooperative\" or \"agnostic\"", 8 },
+  { "{\"id\":8,\"type\":\"lease\",\"gpu\":0,\"cluster\":2,\"mode\":"
+    "\"Agnostic\"}", BAD, "mode: must be", 8 },
   { "{\"id\":8,\"type\":\"lease\",\"gpu\":0,\"cluster\":2,\"mode\":0}", BAD,
     "mode: must be", 8 },
   /* report. */
@@ -1113,6 +1345,18 @@ static void test_bad_args(void **state)
   hr_buf_free(&b);
 }
 
+/* A metrics reply up to its counters, and a valid latency and GPU, for
+ * the bad-input rows below. */
+#define METRICS_HEAD \
+  "{\"id\":1,\"type\":\"metrics\",\"metrics\":{\"daemon\":\"d\"," \
+  "\"uptime_ms\":1,\"clients\":0,\"clients_resumed\":0," \
+  "\"client_degraded_ms\":0,"
+#define METRICS_LATENCY \
+  "\"latency_us\":{\"buckets\":[0,0,0,0,0,0,0,0,0,0,0,0],\"count\":0," \
+  "\"sum\":0}"
+#define METRICS_GPU_HEAD \
+  "{\"index\":0,\"sms\":132,\"headroom\":2,\"grid\":130,\"epoch\":1,"
+
 static void test_bad_replies(void **state)
 {
   static const char budget_ok[] =
@@ -1174,6 +1418,49 @@ static void test_bad_replies(void **state)
       "policy.incident_raise: required" },
     { "{\"type\":\"shutdown\"}", BAD, "reason: required" },
     { "{\"type\":\"budget\"}", BAD, "budget: required" },
+    { "{\"id\":1,\"type\":\"metrics\"}", BAD, "metrics: required" },
+    { "{\"id\":1,\"type\":\"metrics\",\"metrics\":[]}", BAD,
+      "metrics: must be an object" },
+    { "{\"id\":1,\"type\":\"metrics\",\"metrics\":{\"daemon\":\"d\","
+      "\"uptime_ms\":1,\"clients\":0,\"client_degraded_ms\":0}}", BAD,
+      "metrics.clients_resumed: required" },
+    { METRICS_HEAD "\"errors\":{}}}", BAD, "metrics.requests: required" },
+    { METRICS_HEAD "\"requests\":{\"hello\":-1}}}", BAD,
+      "metrics.requests.hello: must be an integer 0..9007199254740991" },
+    { METRICS_HEAD "\"requests\":{\"invalid\":1.5}}}", BAD,
+      "metrics.requests.invalid: must be an integer" },
+    { METRICS_HEAD "\"requests\":{},\"errors\":{\"internal\":\"1\"}}}",
+      BAD, "metrics.errors.internal: must be an integer" },
+    { METRICS_HEAD "\"requests\":{},\"errors\":{},\"latency_us\":{"
+      "\"buckets\":[0,0,0],\"count\":0,\"sum\":0}}}", BAD,
+      "metrics.latency_us.buckets: must have 12 items" },
+    { METRICS_HEAD "\"requests\":{},\"errors\":{},\"latency_us\":{"
+      "\"buckets\":[0,0,0,0,0,0,0,0,0,0,0,0,0],\"count\":0,\"sum\":0}}}",
+      BAD, "metrics.latency_us.buckets: must have at most 12 items" },
+    { METRICS_HEAD "\"requests\":{},\"errors\":{},\"latency_us\":{"
+      "\"buckets\":[0,0,0,0,0,0,-1,0,0,0,0,0],\"count\":0,\"sum\":0}}}",
+      BAD, "metrics.latency_us.buckets[6]: must be an integer 0.." },
+    { METRICS_HEAD "\"requests\":{},\"errors\":{},\"latency_us\":{"
+      "\"buckets\":[1,0,0,0,0,0,0,0,0,0,0,1],\"count\":3,\"sum\":0}}}",
+      BAD, "metrics.latency_us.count: must be the sum of the buckets (2)" },
+    { METRICS_HEAD "\"requests\":{},\"errors\":{}," METRICS_LATENCY "}}",
+      BAD, "metrics.gpus: required" },
+    { METRICS_HEAD "\"requests\":{},\"errors\":{}," METRICS_LATENCY
+      ",\"gpus\":[" METRICS_GPU_HEAD "\"clients\":0,\"comms\":0,"
+      "\"comm_ctas\":0,\"leases\":{},\"raised\":0,\"incidents\":{}}]}}",
+      BAD, "metrics.gpus[0].nccl_max_ctas: required" },
+    { METRICS_HEAD "\"requests\":{},\"errors\":{}," METRICS_LATENCY
+      ",\"gpus\":[" METRICS_GPU_HEAD "\"nccl_max_ctas\":16,\"clients\":0,"
+      "\"comms\":0,\"comm_ctas\":0,\"leases\":{\"agnostic\":-1},"
+      "\"raised\":0,\"incidents\":{}}]}}", BAD,
+      "metrics.gpus[0].leases.agnostic: must be an integer 0..2147483647" },
+    { METRICS_HEAD "\"requests\":{},\"errors\":{}," METRICS_LATENCY
+      ",\"gpus\":[" METRICS_GPU_HEAD "\"nccl_max_ctas\":16,\"clients\":0,"
+      "\"comms\":0,\"comm_ctas\":0,\"leases\":{},\"raised\":0,"
+      "\"incidents\":[]}]}}", BAD,
+      "metrics.gpus[0].incidents: must be an object" },
+    { METRICS_HEAD "\"requests\":{},\"errors\":{}," METRICS_LATENCY
+      ",\"gpus\":[7]}}", BAD, "metrics.gpus[0]: must be an object" },
     { "{\"id\":1,\"type\":\"status\",\"status\":{\"daemon\":\"d\","
       "\"uptime_ms\":1,\"requests\":1,\"topology_source\":\"cuda\","
       "\"policy\":{\"min_headroom\":2,\"max_headroom\":32,\"min_grid\":64,"
@@ -1187,6 +1474,20 @@ static void test_bad_replies(void **state)
   (void)state;
   for(i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
     expect_reply_error(cases[i].line, cases[i].code, cases[i].needle);
+
+  /* The metrics rows are built from these parts, which do make a valid
+   * reply once complete. */
+  {
+    static const char ok[] = METRICS_HEAD "\"requests\":{},\"errors\":{},"
+      METRICS_LATENCY ",\"gpus\":[" METRICS_GPU_HEAD "\"nccl_max_ctas\":16,"
+      "\"clients\":0,\"comms\":0,\"comm_ctas\":0,\"leases\":{},"
+      "\"raised\":0,\"incidents\":{}}]}}";
+    static hr_reply rep;
+    hr_proto_error err;
+    assert_int_equal(hr_proto_decode_reply(ok, strlen(ok), &rep, &err),
+                     HR_OK);
+    assert_int_equal(rep.u.metrics.gpus[0].grid, 130);
+  }
 
   /* A budget event whose budget is complete decodes, the same with one
    * field broken does not: the table above is not failing for another
@@ -1556,6 +1857,27 @@ static void test_encode_invalid(void **state)
                rep.u.status.n_clients = 2));         /* clients NULL */
   REP_INVALID((rep.type = HR_MSG_STATUS, rep.u.status.policy.min_grid = 1,
                rep.u.status.n_gpus = -1));
+  REP_INVALID((rep.type = HR_MSG_METRICS,
+               sample_metrics(&rep.u.metrics, 2, 0),
+               rep.u.metrics.n_gpus = HR_MAX_GPUS + 1));
+  REP_INVALID((rep.type = HR_MSG_METRICS,
+               sample_metrics(&rep.u.metrics, 2, 0),
+               rep.u.metrics.latency_count++));    /* not the buckets' sum */
+  REP_INVALID((rep.type = HR_MSG_METRICS,
+               sample_metrics(&rep.u.metrics, 2, 0),
+               rep.u.metrics.requests[HR_MSG_LEASE] = -1));
+  REP_INVALID((rep.type = HR_MSG_METRICS,
+               sample_metrics(&rep.u.metrics, 2, 0),
+               rep.u.metrics.errors[HR_WERR_INTERNAL] = HR_PROTO_MAX_ID + 1));
+  REP_INVALID((rep.type = HR_MSG_METRICS,
+               sample_metrics(&rep.u.metrics, 2, 0),
+               rep.u.metrics.gpus[1].leases[HR_MODE_AGNOSTIC] = -1));
+  REP_INVALID((rep.type = HR_MSG_METRICS,
+               sample_metrics(&rep.u.metrics, 2, 0),
+               rep.u.metrics.gpus[0].sms = 0));
+  REP_INVALID((rep.type = HR_MSG_METRICS,
+               sample_metrics(&rep.u.metrics, 2, 0),
+               rep.u.metrics.gpus[0].incidents[0] = -3));
 #undef REP_INVALID
   hr_buf_free(&b);
 }
@@ -1685,6 +2007,7 @@ int main(void)
     cmocka_unit_test(test_names),
     cmocka_unit_test(test_buf),
     cmocka_unit_test(test_request_hello),
+    cmocka_unit_test(test_request_hello_degraded),
     cmocka_unit_test(test_request_comms),
     cmocka_unit_test(test_request_leases),
     cmocka_unit_test(test_request_report),
@@ -1693,6 +2016,9 @@ int main(void)
     cmocka_unit_test(test_reply_others),
     cmocka_unit_test(test_reply_events_and_errors),
     cmocka_unit_test(test_reply_status),
+    cmocka_unit_test(test_reply_metrics),
+    cmocka_unit_test(test_metrics_names_forward),
+    cmocka_unit_test(test_budget_for_mode),
     cmocka_unit_test(test_bad_requests),
     cmocka_unit_test(test_lenient_requests),
     cmocka_unit_test(test_bad_args),
