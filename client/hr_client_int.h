@@ -155,6 +155,12 @@ void hr__client_send_async(hr_client *c, hr_request *req);
 
 void *hr__io_main(void *arg);
 
+/* Handle one decoded message from the daemon with the I/O thread's own
+ * dispatch (c->mu not held; the caller frees what is left in `rep`).
+ * Returns 1 when it was the shutdown event. For the client fuzz target
+ * (tests/fuzz), which has messages but no socket. */
+int hr__io_handle(hr_client *c, hr_reply *rep);
+
 /* Connect, hello, subscribe and resync. Called by hr_client_open before
  * the thread starts and by the thread itself; `why` says what failed. */
 int hr__io_connect(hr_client *c, char *why, size_t why_len);

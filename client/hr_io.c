@@ -99,6 +99,16 @@ static void dispatch(void *arg, hr_reply *rep)
   }
 }
 
+int hr__io_handle(hr_client *c, hr_reply *rep)
+{
+  io_state io;
+
+  memset(&io, 0, sizeof(io));
+  io.c = c;
+  dispatch(&io, rep);
+  return io.shutdown;
+}
+
 /* Every lease back to its fallback, every daemon id forgotten, every
  * waiting request failed (c->mu held). */
 static void mark_down(hr_client *c)

@@ -27,6 +27,8 @@ static const char *const key_names[HR_KEY_COUNT] = {
   [HR_KEY_MAX_COMMS_PER_CLIENT] = "max_comms_per_client",
   [HR_KEY_MAX_LEASES_PER_CLIENT] = "max_leases_per_client",
   [HR_KEY_WRITE_QUEUE_MAX] = "write_queue_max",
+  [HR_KEY_MAX_MESSAGES_PER_SECOND] = "max_messages_per_second",
+  [HR_KEY_MAX_MESSAGE_BURST] = "max_message_burst",
 };
 
 static const char *const topology_names[] = {
@@ -43,6 +45,7 @@ static const char *const topology_names[] = {
 #define WRITE_QUEUE_MIN HR_PROTO_MAX_LINE /* one full reply must fit */
 #define WRITE_QUEUE_LIMIT (1024L * 1024 * 1024)
 #define LINE_MAX_LEN 4096
+#define MSG_RATE_LIMIT 1000000
 
 const char *hr__config_key_name(hr__config_key key)
 {
@@ -74,6 +77,8 @@ void hr__config_default(hr__config *cfg)
   cfg->max_comms_per_client = HR__DEFAULT_MAX_COMMS;
   cfg->max_leases_per_client = HR__DEFAULT_MAX_LEASES;
   cfg->write_queue_max = HR__DEFAULT_WRITE_QUEUE_MAX;
+  cfg->max_messages_per_second = HR__DEFAULT_MSG_RATE;
+  cfg->max_message_burst = HR__DEFAULT_MSG_BURST;
 }
 
 static int fail(char *why, size_t n, const char *fmt, ...) HR__PRINTF(3, 4);
@@ -326,6 +331,18 @@ static int set_known(hr__config *cfg, hr__config_key k, const char *value,
       return fail(why, n, "bad write_queue_max '%s' "
                   "(bytes, K/M/G suffix allowed; 64K..1G)", value);
     cfg->write_queue_max = (size_t)v;
+    return HR_OK;
+  case HR_KEY_MAX_MESSAGES_PER_SECOND:
+    if(parse_int(value, 0, MSG_RATE_LIMIT, &v))
+      return fail(why, n, "bad max_messages_per_second '%s' (0..%d; 0: no "
+                  "limit)", value, MSG_RATE_LIMIT);
+    cfg->max_messages_per_second = (int)v;
+    return HR_OK;
+  case HR_KEY_MAX_MESSAGE_BURST:
+    if(parse_int(value, 1, MSG_RATE_LIMIT, &v))
+      return fail(why, n, "bad max_message_burst '%s' (1..%d)", value,
+                  MSG_RATE_LIMIT);
+    cfg->max_message_burst = (int)v;
     return HR_OK;
   case HR_KEY_COUNT:
     break;

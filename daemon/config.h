@@ -29,6 +29,8 @@
 #define HR__DEFAULT_MAX_COMMS 64
 #define HR__DEFAULT_MAX_LEASES 16
 #define HR__DEFAULT_WRITE_QUEUE_MAX (1024 * 1024)
+#define HR__DEFAULT_MSG_RATE 1000     /* messages a second, per client */
+#define HR__DEFAULT_MSG_BURST 500     /* ... and at once */
 
 /* A config file larger than this is refused: it cannot be a real one. */
 #define HR__CONFIG_FILE_MAX (1024 * 1024)
@@ -67,6 +69,8 @@ typedef enum hr__config_key {
   HR_KEY_MAX_COMMS_PER_CLIENT,
   HR_KEY_MAX_LEASES_PER_CLIENT,
   HR_KEY_WRITE_QUEUE_MAX,
+  HR_KEY_MAX_MESSAGES_PER_SECOND,
+  HR_KEY_MAX_MESSAGE_BURST,
   HR_KEY_COUNT
 } hr__config_key;
 
@@ -88,6 +92,8 @@ typedef struct hr__config {
   int max_comms_per_client;
   int max_leases_per_client;
   size_t write_queue_max;           /* bytes queued to one client */
+  int max_messages_per_second;      /* per client; 0 = no limit */
+  int max_message_burst;            /* per client, at once */
 
   /* Provenance, for error messages and for `topology = auto`. */
   char file[HR__CONFIG_PATH_MAX];   /* the file read, "" when none */

@@ -46,6 +46,8 @@ static void on_handle_closed(uv_handle_t *h)
 
 static void close_handles(hr__conn *c)
 {
+  if(c->sink)
+    return;   /* detached: no handles; its owner frees it */
   if(!uv_is_closing((uv_handle_t *)&c->pipe))
     uv_close((uv_handle_t *)&c->pipe, on_handle_closed);
   if(!uv_is_closing((uv_handle_t *)&c->linger))
@@ -94,11 +96,13 @@ static void on_linger(uv_timer_t *t)
   close_handles(c);
 }
 
-void hr__conn_drain(hr__conn *c, const char *why)
+static void drain_at(hr__conn *c, hr__log_level level, const char *why)
 {
   if(!c || c->closing)
     return;
-  begin_close(c, HR_LOG_INFO, why);
+  begin_close(c, level, why);
+  if(c->sink)
+    return;   /* detached: what was sent is already in the sink */
   uv_read_stop((uv_stream_t *)&c->pipe);
   /* uv_shutdown completes once every queued write is out. */
   if(uv_shutdown(&c->shutdown_req, (uv_stream_t *)&c->pipe, on_shutdown)) {
@@ -106,6 +110,11 @@ void hr__conn_drain(hr__conn *c, const char *why)
     return;
   }
   uv_timer_start(&c->linger, on_linger, LINGER_MS, 0);
+}
+
+void hr__conn_drain(hr__conn *c, const char *why)
+{
+  drain_at(c, HR_LOG_INFO, why);
 }
 
 int hr__conn_subscribed(const hr__conn *c, int gpu)
@@ -143,7 +152,7 @@ int hr__conn_send(hr__conn *c, const hr_buf *msg)
   if(c->closing)
     return HR_ECLOSED;
   s = (uv_stream_t *)&c->pipe;
-  queued = uv_stream_get_write_queue_size(s);
+  queued = c->sink ? c->sink->len : uv_stream_get_write_queue_size(s);
   if(queued + msg->len > c->d->cfg.write_queue_max) {
     char why[160];
     snprintf(why, sizeof(why), "not reading: %zu bytes queued, over "
@@ -152,6 +161,12 @@ int hr__conn_send(hr__conn *c, const hr_buf *msg)
     begin_close(c, HR_LOG_WARNING, why);
     close_handles(c);
     return HR_ELIMIT;
+  }
+  if(c->sink) {
+    rc = hr_buf_append(c->sink, msg->data, msg->len);
+    if(rc)
+      hr__conn_close(c, "detached: sink full");
+    return rc ? HR_ECLOSED : HR_OK;
   }
   w = malloc(sizeof(*w) + msg->len);
   if(!w) {
@@ -216,11 +231,54 @@ static int blank(const char *p, size_t len)
   return 1;
 }
 
+/* The loop's cached time: no clock read per message. A detached
+ * connection has no loop; its clock stands still, so only the burst
+ * applies to it. */
+static uint64_t now_ms(const hr__daemon *d)
+{
+  return d->loop ? uv_now(d->loop) : 0;
+}
+
+/* A line past the client's rate is answered, not served. It is decoded
+ * only for its id, so the client can match the error to its request. */
+static void refuse_line(hr__conn *c, const char *line, size_t len, int cut)
+{
+  const hr__config *cfg = &c->d->cfg;
+  hr_proto_error perr;
+  hr_request req;
+  char why[160];
+
+  memset(&req, 0, sizeof(req));
+  (void)hr_proto_decode_request(line, len, &req, &perr);
+  if(req.id < 0)
+    req.id = -1;
+  hr__conn_send_error(c, req.id, HR_WERR_LIMIT_EXCEEDED,
+                      "over %d messages a second, %d at once "
+                      "(max_messages_per_second, max_message_burst)%s",
+                      cfg->max_messages_per_second, cfg->max_message_burst,
+                      cut ? "; disconnecting" : "");
+  if(!cut)
+    return;
+  snprintf(why, sizeof(why), "flooding: %d messages in a row over "
+           "max_messages_per_second (%d)", cfg->max_message_burst + 1,
+           cfg->max_messages_per_second);
+  drain_at(c, HR_LOG_WARNING, why);
+}
+
 static void handle_line(hr__conn *c, const char *line, size_t len)
 {
+  const hr__config *cfg = &c->d->cfg;
+  hr__rate_verdict v;
+
   /* Blank lines (a stray "\r\n", a trailing newline) are not messages. */
   if(blank(line, len))
     return;
+  v = hr__rate_take(&c->rate, now_ms(c->d), cfg->max_messages_per_second,
+                    cfg->max_message_burst);
+  if(v != HR__RATE_SERVE) {
+    refuse_line(c, line, len, v == HR__RATE_CUT);
+    return;
+  }
   hr__dispatch_line(c, line, len);
 }
 
@@ -246,8 +304,10 @@ static int rbuf_reserve(hr__conn *c, size_t need)
 /* Split `n` bytes into lines. A line must fit HR_PROTO_MAX_LINE with its
  * '\n', so more than HR_PROTO_MAX_LINE - 1 bytes without one is already
  * too large; we answer at once rather than buffer without bound. */
-static void feed(hr__conn *c, const char *p, size_t n)
+void hr__conn_feed(hr__conn *c, const char *p, size_t n)
 {
+  if(!c || (!p && n))
+    return;
   while(n > 0 && !c->closing) {
     const char *nl = memchr(p, '\n', n);
     size_t take = nl ? (size_t)(nl - p) : n;
@@ -281,22 +341,29 @@ static void feed(hr__conn *c, const char *p, size_t n)
   }
 }
 
+void hr__conn_feed_eof(hr__conn *c)
+{
+  if(!c)
+    return;
+  /* A last message without its '\n' (echo -n ... | socat) is still
+   * answered: the peer may have shut down only its writing side. */
+  if(c->rlen && !c->closing) {
+    size_t len = c->rlen;
+    c->rlen = 0;
+    handle_line(c, c->rbuf, len);
+  }
+  hr__conn_drain(c, "closed by the client");
+}
+
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
   hr__conn *c = s->data;
   hr__daemon *d = c->d;
 
   if(nread > 0) {
-    feed(c, buf->base, (size_t)nread);
+    hr__conn_feed(c, buf->base, (size_t)nread);
   } else if(nread == UV_EOF) {
-    /* A last message without its '\n' (echo -n ... | socat) is still
-     * answered: the peer may have shut down only its writing side. */
-    if(c->rlen && !c->closing) {
-      size_t len = c->rlen;
-      c->rlen = 0;
-      handle_line(c, c->rbuf, len);
-    }
-    hr__conn_drain(c, "closed by the client");
+    hr__conn_feed_eof(c);
   } else if(nread < 0) {
     char why[96];
     snprintf(why, sizeof(why), "read failed: %s", uv_strerror((int)nread));
@@ -306,6 +373,35 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 }
 
 /* ---- accepting --------------------------------------------------------- */
+
+static void link_conn(hr__daemon *d, hr__conn *c)
+{
+  c->d = d;
+  c->next = d->conns;
+  if(d->conns)
+    d->conns->prev = c;
+  d->conns = c;
+}
+
+/* Count a new connection as a client, or refuse it (max_clients) with an
+ * error and a drain. Returns 0 when admitted. */
+static int admit(hr__daemon *d, hr__conn *c)
+{
+  if(d->n_clients >= d->cfg.max_clients) {
+    hr__warn("refusing pid %d uid %d: max_clients (%d) connected",
+             c->peer.pid, c->peer.uid, d->cfg.max_clients);
+    hr__conn_send_error(c, -1, HR_WERR_LIMIT_EXCEEDED,
+                        "too many clients (max_clients = %d)",
+                        d->cfg.max_clients);
+    hr__conn_drain(c, "max_clients reached");
+    return -1;
+  }
+  c->counted = 1;
+  d->n_clients++;
+  c->id = hr__state_client_id(&d->state);
+  c->is_operator = hr__peer_is_operator(&c->peer, d->cfg.operator_group);
+  return 0;
+}
 
 void hr__conn_accept(hr__daemon *d)
 {
@@ -318,16 +414,12 @@ void hr__conn_accept(hr__daemon *d)
     hr__err("accept: out of memory");
     return;
   }
-  c->d = d;
   uv_pipe_init(d->loop, &c->pipe, 0);
   uv_timer_init(d->loop, &c->linger);
   c->pipe.data = c;
   c->linger.data = c;
   c->handles = 2;
-  c->next = d->conns;
-  if(d->conns)
-    d->conns->prev = c;
-  d->conns = c;
+  link_conn(d, c);
 
   rc = uv_accept((uv_stream_t *)&d->listener, (uv_stream_t *)&c->pipe);
   if(rc) {
@@ -342,19 +434,8 @@ void hr__conn_accept(hr__daemon *d)
     close_handles(c);
     return;
   }
-  if(d->n_clients >= d->cfg.max_clients) {
-    hr__warn("refusing pid %d uid %d: max_clients (%d) connected",
-             c->peer.pid, c->peer.uid, d->cfg.max_clients);
-    hr__conn_send_error(c, -1, HR_WERR_LIMIT_EXCEEDED,
-                        "too many clients (max_clients = %d)",
-                        d->cfg.max_clients);
-    hr__conn_drain(c, "max_clients reached");
+  if(admit(d, c))
     return;
-  }
-  c->counted = 1;
-  d->n_clients++;
-  c->id = hr__state_client_id(&d->state);
-  c->is_operator = hr__peer_is_operator(&c->peer, d->cfg.operator_group);
   rc = uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read);
   if(rc) {
     hr__conn_close(c, uv_strerror(rc));
@@ -363,4 +444,46 @@ void hr__conn_accept(hr__daemon *d)
   hr__info("client %lld connected (pid %d, uid %d, gid %d%s)",
            (long long)c->id, c->peer.pid, c->peer.uid, c->peer.gid,
            c->is_operator ? ", operator" : "");
+}
+
+/* ---- detached ---------------------------------------------------------- */
+
+hr__conn *hr__conn_open_detached(hr__daemon *d, const hr__peer *peer,
+                                 hr_buf *sink)
+{
+  hr__conn *c;
+
+  if(!d || !peer || !sink)
+    return NULL;
+  c = calloc(1, sizeof(*c));
+  if(!c)
+    return NULL;
+  c->sink = sink;
+  c->peer = *peer;
+  link_conn(d, c);
+  if(!admit(d, c))
+    hr__debug("client %lld connected detached (pid %d, uid %d)",
+              (long long)c->id, c->peer.pid, c->peer.uid);
+  return c;
+}
+
+void hr__conn_free_detached(hr__conn *c)
+{
+  hr__daemon *d;
+
+  if(!c || !c->sink)
+    return;
+  d = c->d;
+  hr__conn_close(c, "detached connection freed");
+  if(c->prev)
+    c->prev->next = c->next;
+  else
+    d->conns = c->next;
+  if(c->next)
+    c->next->prev = c->prev;
+  free(c->rbuf);
+  free(c);
+  /* Its footprints and leases went: tell the others now, as the loop's
+   * check callback would after a socket closed. */
+  hr__dispatch_flush(d);
 }

@@ -10,8 +10,18 @@
  * fills its own queue; past write_queue_max it is disconnected, so it can
  * never hold up the loop or anyone else.
  *
+ * Each line is counted against the client's message rate (ratelimit.h)
+ * before it is served; past it the line is answered limit_exceeded, and a
+ * client that keeps flooding is disconnected.
+ *
  * A connection's footprints and leases are dropped the moment it starts
- * closing, for whatever reason (EOF, error, too_large, shutdown).
+ * closing, for whatever reason (EOF, error, too_large, flooding, shutdown).
+ *
+ * A connection can also live without a socket ("detached"): bytes are fed
+ * in by the caller and what the daemon would write is appended to a
+ * buffer. Everything between the bytes and the buffer (framing, the rate,
+ * decode, dispatch, state, the write cap) is the code a socket runs; the
+ * fuzz targets and tests use this to drive it in-process.
  */
 #ifndef HR_DAEMON_CONN_H
 #define HR_DAEMON_CONN_H
@@ -24,6 +34,7 @@
 #include "hr_proto.h"
 #include "log.h"
 #include "peer.h"
+#include "ratelimit.h"
 
 struct hr__conn {
   uv_pipe_t pipe;                   /* first: the handle's data is the conn */
@@ -45,6 +56,8 @@ struct hr__conn {
   int counted;                      /* counts toward max_clients */
   int closing;                      /* no more reads, replies or events */
   int handles;                      /* libuv handles not yet closed */
+  hr__rate rate;                    /* messages a second */
+  hr_buf *sink;                     /* detached: no socket, writes go here */
 };
 
 /* Accept one pending connection on the listener. */
@@ -67,5 +80,25 @@ void hr__conn_close(hr__conn *c, const char *why);
 
 /* Subscribed to `gpu`'s budget events. */
 int hr__conn_subscribed(const hr__conn *c, int gpu);
+
+/* Frame `len` received bytes into lines and serve each one. */
+void hr__conn_feed(hr__conn *c, const char *data, size_t len);
+
+/* The peer closed its side: serve a last line left without its '\n',
+ * then close once the replies are out. */
+void hr__conn_feed_eof(hr__conn *c);
+
+/* ---- detached connections (no socket) ---------------------------------- */
+
+/* A client of `d` with credentials `peer`, counted like an accepted one
+ * (max_clients included: past it the refusal lands in `sink` and the
+ * connection is closing). Everything it is sent is appended to `sink`;
+ * past sink's cap it is closed as a client that does not read would be.
+ * NULL when out of memory. Feed it with hr__conn_feed. */
+hr__conn *hr__conn_open_detached(hr__daemon *d, const hr__peer *peer,
+                                 hr_buf *sink);
+
+/* Close it if it is still open (dropping what it holds) and free it. */
+void hr__conn_free_detached(hr__conn *c);
 
 #endif /* HR_DAEMON_CONN_H */
