@@ -7,8 +7,10 @@ In one run on one GPU:
   2. for each shape and T: the PyTorch reference (routing given: sort the
      (token, expert) pairs by expert, torch._grouped_mm for both GEMMs,
      SwiGLU, weighted index_add_; captured once and replayed as a CUDA
-     graph) and libheadroom_moe's kernel (hr_moe_forward_grid, the whole
-     device, clusters of 2) through ctypes;
+     graph) and libheadroom_moe's two kernels through ctypes, on the whole
+     device: the barrier kernel (hr_moe_forward_grid, clusters of 2) and
+     the residency-agnostic one (hr_moe_forward_agnostic_grid), whose y
+     must be bitwise the barrier kernel's;
   3. a table: time (median of many reps, CUDA events around each rep),
      ratio, TFLOP/s, and the ratio of each time to the floor
      max(bytes of the experts touched / copy bandwidth, FLOPs / GEMM rate).
@@ -76,6 +78,9 @@ def load_lib(path):
                                         ctypes.c_void_p]
     lib.hr_moe_sync.argtypes = [ctypes.c_void_p]
     lib.hr_strerror.restype = ctypes.c_char_p
+    if hasattr(lib, "hr_moe_forward_agnostic_grid"):
+        lib.hr_moe_forward_agnostic_grid.argtypes = [
+            ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(Args), ctypes.c_void_p]
     return lib
 
 
@@ -200,12 +205,16 @@ def bench_shape(libs, name, tokens, reps, copy_bw, gemm, l2_bytes, rows,
                              w.data_ptr(), w1.data_ptr(), w2.data_ptr(),
                              y.data_ptr(), 10000))
 
-        def timed(vlib, vctx):
+        def timed(vlib, vctx, agnostic=False):
             def run(i):
-                rc = vlib.hr_moe_forward_grid(vctx, sms, HR_MODE_HEADROOM, 2,
-                                              ctypes.byref(args[i]), stream)
+                if agnostic:
+                    rc = vlib.hr_moe_forward_agnostic_grid(vctx, sms, ctypes.byref(args[i]),
+                                                           stream)
+                else:
+                    rc = vlib.hr_moe_forward_grid(vctx, sms, HR_MODE_HEADROOM, 2,
+                                                  ctypes.byref(args[i]), stream)
                 if rc:
-                    sys.exit(f"hr_moe_forward_grid: {vlib.hr_strerror(rc).decode()}")
+                    sys.exit(f"hr_moe_forward: {vlib.hr_strerror(rc).decode()}")
             ms = median_ms(run, reps, sets)
             rc = vlib.hr_moe_sync(vctx)
             if rc:
@@ -221,7 +230,18 @@ def bench_shape(libs, name, tokens, reps, copy_bw, gemm, l2_bytes, rows,
                                      ref=ref_ms, floor=floor_ms))
                 print(f"  variant {vname:20s} {vms:8.3f} ms  ({vms / floor_ms:4.2f}x floor)",
                       flush=True)
+        # The agnostic kernel, then the barrier kernel, which writes y last;
+        # every set's y must be the same bytes from both.
+        agn_ms, same = None, None
+        if hasattr(lib, "hr_moe_forward_agnostic_grid"):
+            agn_ms = timed(lib, ctx, agnostic=True)
+            agn_y = [d[5].clone() for d in data]
         our_ms = timed(lib, ctx)
+        if agn_ms is not None:
+            torch.cuda.synchronize()
+            same = all(torch.equal(a.view(torch.int16), d[5].view(torch.int16))
+                       for a, d in zip(agn_y, data))
+            del agn_y
 
         # Same answer as the reference? (bf16 both ways; the reference rounds
         # more often, so this is a sanity check, not the test.)
@@ -236,13 +256,17 @@ def bench_shape(libs, name, tokens, reps, copy_bw, gemm, l2_bytes, rows,
         rows.append(dict(shape=name, T=T, ref=ref_ms, ours=our_ms,
                          speedup=ref_ms / our_ms, tflops=flops / (our_ms * 1e-3) / 1e12,
                          ours_floor=our_ms / floor_ms, ref_floor=ref_ms / floor_ms,
-                         floor=floor_ms, touched=touched, err=err, nan=nan, pub=pub))
+                         floor=floor_ms, touched=touched, err=err, nan=nan, pub=pub,
+                         agn=agn_ms, same=same,
+                         agn_tflops=flops / (agn_ms * 1e-3) / 1e12 if agn_ms else None))
         r = rows[-1]
+        agn_txt = (f"  agnostic {agn_ms:8.3f} ms ({agn_ms / floor_ms:4.2f}x floor, "
+                   f"{'bitwise same' if same else 'DIFFERENT y'})") if agn_ms else ""
         print(f"{name:14s} T={T:<5d} ref {ref_ms:8.3f} ms  ours {our_ms:8.3f} ms  "
               f"x{r['speedup']:5.2f}  {r['tflops']:6.1f} TFLOP/s  "
               f"floor {floor_ms:7.3f} ms (ours {r['ours_floor']:4.2f}x, ref "
-              f"{r['ref_floor']:4.2f}x)  rel err vs ref {err:.1e}{'  NaN!' if nan else ''}",
-              flush=True)
+              f"{r['ref_floor']:4.2f}x){agn_txt}  rel err vs ref {err:.1e}"
+              f"{'  NaN!' if nan else ''}", flush=True)
         del graphs, ref_out, data, args
         torch.cuda.empty_cache()
     for (vname, vlib), vctx in zip(libs, ctxs):
@@ -302,20 +326,32 @@ def main():
         f"(read + write), bf16 GEMM 8192^3 {gemm / 1e12:.0f} TFLOP/s",
         "- floor = max(bytes of the experts touched / copy rate, FLOPs / GEMM "
         "rate); times are medians of per-rep CUDA events, inputs rotating",
-        "- ours: hr_moe_forward_grid, grid = all SMs, clusters of 2; reference: "
+        "- barrier: hr_moe_forward_grid, grid = all SMs, clusters of 2; "
+        "agnostic: hr_moe_forward_agnostic_grid, grid = all SMs; reference: "
         "sort + torch._grouped_mm x2 + SwiGLU + index_add_, CUDA graph",
+        "- agn = barrier: every input set's y bitwise the same from both kernels",
         "",
-        "| shape | T | reference ms | ours ms | speedup | ours TFLOP/s | floor ms "
-        "| ours / floor | ref / floor | ref in FINDINGS ms | rel err vs ref |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| shape | T | reference ms | barrier ms | agnostic ms | ref / barrier "
+        "| ref / agnostic | barrier TFLOP/s | agnostic TFLOP/s | floor ms "
+        "| barrier / floor | agnostic / floor | ref / floor | ref in FINDINGS ms "
+        "| rel err vs ref | agn = barrier |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        agn = r["agn"]
+        if agn:
+            agn_cells = (f"{agn:.3f}", f"{r['ref'] / agn:.2f}x", f"{r['agn_tflops']:.1f}",
+                         f"{agn / r['floor']:.2f}")
+        else:
+            agn_cells = ("-", "-", "-", "-")
+        same = "-" if r["same"] is None else "yes" if r["same"] else "NO"
         lines.append(
             f"| {r['shape']} | {r['T']} | {r['ref']:.3f} | {r['ours']:.3f} | "
-            f"{r['speedup']:.2f}x | {r['tflops']:.1f} | {r['floor']:.3f} | "
-            f"{r['ours_floor']:.2f} | {r['ref_floor']:.2f} | "
+            f"{agn_cells[0]} | {r['speedup']:.2f}x | {agn_cells[1]} | "
+            f"{r['tflops']:.1f} | {agn_cells[2]} | {r['floor']:.3f} | "
+            f"{r['ours_floor']:.2f} | {agn_cells[3]} | {r['ref_floor']:.2f} | "
             f"{r['pub'] if r['pub'] is not None else '-'} | "
-            f"{r['err']:.1e}{' NaN' if r['nan'] else ''} |")
+            f"{r['err']:.1e}{' NaN' if r['nan'] else ''} | {same} |")
     if variants:
         lines += ["", "Build-time variants of the kernel (same run, same inputs):", "",
                   "| shape | T | variant | ms | / floor | ref / variant |",

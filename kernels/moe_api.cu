@@ -25,25 +25,6 @@
 #define SYNC_SPIN_NS 2000000LL
 #define SYNC_SLEEP_NS 50000L
 
-/* The lease mode "agnostic" (HR_MODE_AGNOSTIC in client/headroom.h) comes
- * with the daemon's policy for it. Until headroom.h has the enumerator the
- * launcher knows its number, the one after HR_MODE_COOPERATIVE; once it
- * has, its value is taken from there (the first overload then matches). */
-#ifdef HR_MODE_AGNOSTIC
-#define MODE_AGNOSTIC ((int)HR_MODE_AGNOSTIC)
-#else
-template <class M>
-static constexpr auto mode_agnostic(int) -> decltype((int)M::HR_MODE_AGNOSTIC)
-{
-  return (int)M::HR_MODE_AGNOSTIC;
-}
-template <class M>
-static constexpr int mode_agnostic(long)
-{
-  return (int)HR_MODE_COOPERATIVE + 1;
-}
-#define MODE_AGNOSTIC (mode_agnostic<hr_mode>(0))
-#endif
 
 struct hr_moe {
   int device;
@@ -322,7 +303,7 @@ static int args_ok(const hr_moe *m, const hr_moe_args *a)
 static int failure_take(hr_moe *m);
 
 /* mode HR_MODE_HEADROOM or HR_MODE_COOPERATIVE: the barrier kernel;
- * MODE_AGNOSTIC: the residency-agnostic kernel, an ordinary launch of
+ * HR_MODE_AGNOSTIC: the residency-agnostic kernel, an ordinary launch of
  * `grid` CTAs without clusters (it needs neither: any grid is correct). */
 static int launch(hr_moe *m, const hr_lease *lease, int grid, int mode,
                   int cluster, const hr_moe_args *a, cudaStream_t stream)
@@ -330,7 +311,7 @@ static int launch(hr_moe *m, const hr_lease *lease, int grid, int mode,
   hr__moe_params p;
   cudaError_t ce;
   int prev, err, timeout_ms;
-  const int agnostic = mode == MODE_AGNOSTIC;
+  const int agnostic = mode == HR_MODE_AGNOSTIC;
 
   if(!m || !args_ok(m, a))
     return HR_EINVAL;
@@ -450,7 +431,7 @@ int hr_moe_forward_grid(hr_moe *m, int grid, hr_mode mode, int cluster,
 int hr_moe_forward_agnostic_grid(hr_moe *m, int grid, const hr_moe_args *args,
                                  void *stream)
 {
-  return launch(m, NULL, grid, MODE_AGNOSTIC, 1, args, (cudaStream_t)stream);
+  return launch(m, NULL, grid, HR_MODE_AGNOSTIC, 1, args, (cudaStream_t)stream);
 }
 
 #ifdef HR_MOE_NO_LIBHEADROOM

@@ -11,7 +11,10 @@
  *      HR_EBARRIER_TIMEOUT and reports the incident through hr_report
  *      (HR_OK to a daemon, HR_EDEGRADED without one); a daemon raises the
  *      headroom, the new grid reaches the lease without polling;
- *   3. the next forward under the lease (new grid) gives the same y.
+ *   3. the next forward under the lease (new grid) gives the same y;
+ *   4. a lease in the agnostic mode (a daemon gives it headroom 0, the
+ *      whole device): hr_moe_forward runs the residency-agnostic kernel,
+ *      which completes beside a hog holding 16 SMs, with the same y.
  */
 #include <errno.h>
 #include <signal.h>
@@ -79,7 +82,7 @@ int main(void)
   char dir[] = "/tmp/hr-moe-lease-XXXXXX", sock[600], cmd[700];
   const char *bin = getenv("HEADROOMD");
   hr_client *client = NULL;
-  hr_lease *lease = NULL;
+  hr_lease *lease = NULL, *alease = NULL;
   hr_client_options o;
   hr_moe_failure f;
   hr_moe_args a;
@@ -182,6 +185,35 @@ int main(void)
   GT_CUDA(cudaMemcpy(g.y_h, g.y, (size_t)g.T * g.s.H * 2, cudaMemcpyDeviceToHost));
   GT_EXPECT(memcmp(good, g.y_h, (size_t)g.T * g.s.H * 2) == 0,
             "y after the incident differs");
+
+  /* 4. the agnostic mode: headroom 0, and a hog cannot hang it */
+  rc = hr_lease_acquire(client, 0, 2, HR_MODE_AGNOSTIC, &alease);
+  GT_EXPECT(rc == HR_OK, "agnostic lease: %s", hr_strerror(rc));
+  if(rc == HR_OK) {
+    printf("  agnostic lease: grid %d, headroom %d\n", hr_lease_grid(alease),
+           hr_lease_headroom(alease));
+    if(with_daemon)
+      GT_EXPECT(hr_lease_grid(alease) == sms && hr_lease_headroom(alease) == 0,
+                "agnostic lease: grid %d headroom %d", hr_lease_grid(alease),
+                hr_lease_headroom(alease));
+    gt_hog_start(&hog, 16, 600);
+    a = gt_args(&g, TIMEOUT_MS);
+    GT_CUDA(cudaMemsetAsync(g.y, 0xff, (size_t)g.T * g.s.H * 2,
+                            (cudaStream_t)g.stream));
+    t0 = gt_now_ms();
+    rc = hr_moe_forward(g.m, alease, &a, g.stream);
+    GT_EXPECT(rc == HR_OK, "agnostic forward: %s", hr_strerror(rc));
+    rc = hr_moe_sync(g.m);
+    dt = gt_now_ms() - t0;
+    printf("  agnostic forward of %d beside a hog on 16 SMs: %s after %.1f ms\n",
+           hr_lease_grid(alease), hr_strerror(rc), dt);
+    GT_EXPECT(rc == HR_OK, "agnostic forward beside the hog: %s", hr_strerror(rc));
+    GT_CUDA(cudaMemcpy(g.y_h, g.y, (size_t)g.T * g.s.H * 2, cudaMemcpyDeviceToHost));
+    GT_EXPECT(memcmp(good, g.y_h, (size_t)g.T * g.s.H * 2) == 0,
+              "y of the agnostic forward differs");
+    gt_hog_free(&hog);
+    hr_lease_release(alease);
+  }
   free(good);
   gt_moe_free(&g);
 
