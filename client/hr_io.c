@@ -109,6 +109,17 @@ int hr__io_handle(hr_client *c, hr_reply *rep)
   return io.shutdown;
 }
 
+/* The client has no daemon from now on, unless it had none already
+ * (c->mu held): a retry that fails again changes nothing. */
+static void note_down(hr_client *c)
+{
+  if(c->down_since_ms)
+    return;
+  c->down_since_ms = hr__now_ms();
+  if(!c->down_since_ms)
+    c->down_since_ms = 1;       /* 0 means "has a daemon" */
+}
+
 /* Every lease back to its fallback, every daemon id forgotten, every
  * waiting request failed (c->mu held). */
 static void mark_down(hr_client *c)
@@ -119,12 +130,7 @@ static void mark_down(hr_client *c)
 
   c->state = HR__DOWN;
   atomic_store_explicit(&c->connected, 0, memory_order_release);
-  /* From the first failure on: a retry that fails again changes nothing. */
-  if(!c->down_since_ms) {
-    c->down_since_ms = hr__now_ms();
-    if(!c->down_since_ms)
-      c->down_since_ms = 1;   /* 0 means "has a daemon" */
-  }
+  note_down(c);
   for(p = c->pending; p; p = p->next) {
     if(!p->done) {
       p->done = 1;
@@ -258,8 +264,13 @@ int hr__io_connect(hr_client *c, char *why, size_t why_len)
   memset(&io, 0, sizeof(io));
   io.c = c;
   err = hr__conn_connect(&c->conn, c->path, handshake_ms(c), why, why_len);
-  if(err)
+  if(err) {
+    /* Also when there never was a daemon: hr_client_open's first try. */
+    pthread_mutex_lock(&c->mu);
+    note_down(c);
+    pthread_mutex_unlock(&c->mu);
     return err;
+  }
 
   pthread_mutex_lock(&c->mu);
   c->state = HR__SYNCING;

@@ -11,6 +11,18 @@ $(TESTBIN)/test_broker: $(OBJDIR)/tests/integration/test_broker.o \
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o %.a,$^) \
 	  $(LDLIBS_CJSON) $(LDLIBS_CMOCKA) -ldl
 
+# headroomctl metrics as Prometheus text, after real traffic; the
+# agnostic lease mode end to end.
+INTEG_TESTS += $(TESTBIN)/test_metrics
+
+$(TESTBIN)/test_metrics: $(OBJDIR)/tests/integration/test_metrics.o \
+                         $(OBJDIR)/tests/integration/harness.o \
+                         $(LIBDIR)/libheadroom.a \
+                         $(BINDIR)/headroomd $(BINDIR)/headroomctl
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o %.a,$^) \
+	  $(LDLIBS_CJSON) $(LDLIBS_CMOCKA) -ldl -lm
+
 # headroomd started as systemd would: socket activation and sd_notify.
 INTEG_TESTS += $(TESTBIN)/test_systemd
 
