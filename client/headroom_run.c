@@ -333,7 +333,8 @@ int main(int argc, char **argv)
     if(err == HR_EVERSION)
       fprintf(stderr, "headroom-run: the daemon at %s speaks no protocol "
               "version this build does\n", o.path);
-    return EXIT_FAILED;
+    rc = EXIT_FAILED;
+    goto out;
   }
   if(err) {
     /* No daemon: the same fallback the library uses. */
@@ -351,19 +352,24 @@ int main(int argc, char **argv)
   else if(hand_down(&conn)) {
     fprintf(stderr, "headroom-run: cannot pass the connection on: %s\n",
             strerror(errno));
-    return EXIT_FAILED;
+    rc = EXIT_FAILED;
+    goto out;
   }
 
   if(hr__budget_export_env(&b) || setenv(HR_ENV_SOCKET, o.path, 1) ||
      set_int_env("HEADROOM_GPU", o.gpu)) {
     fprintf(stderr, "headroom-run: cannot set the environment: %s\n",
             strerror(errno));
-    return EXIT_FAILED;
+    rc = EXIT_FAILED;
+    goto out;
   }
 
   execvp(o.cmd[0], o.cmd);
   rc = errno == ENOENT || errno == ENOTDIR ? EXIT_NOTFOUND : EXIT_NOEXEC;
   fprintf(stderr, "headroom-run: %s: %s\n", o.cmd[0],
           rc == EXIT_NOTFOUND ? "command not found" : strerror(errno));
+out:
+  /* Only when CMD never ran: closing the socket gives the lease back. */
+  hr__conn_free(&conn);
   return rc;
 }
