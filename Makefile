@@ -125,6 +125,8 @@ install: all
 	$(SUBST) systemd/headroom.pc.in > $(DESTDIR)$(I_LIB)/pkgconfig/headroom.pc
 	$(SUBST) systemd/headroomd.service > $(DESTDIR)$(I_UNIT)/headroomd.service
 	$(SUBST) systemd/headroomd.socket > $(DESTDIR)$(I_UNIT)/headroomd.socket
+	$(SUBST) systemd/headroom-metrics.service > $(DESTDIR)$(I_UNIT)/headroom-metrics.service
+	$(SUBST) systemd/headroom-metrics.timer > $(DESTDIR)$(I_UNIT)/headroom-metrics.timer
 	install -m 0644 systemd/headroom.sysusers $(DESTDIR)$(I_USERS)/headroom.conf
 	install -m 0644 README.md proto/PROTOCOL.md docs/*.md $(DESTDIR)$(I_DOC)/
 	if [ -e $(DESTDIR)$(SYSCONFDIR)/headroom/headroomd.conf ]; then \

@@ -22,7 +22,7 @@
 struct hr__daemon;
 
 typedef struct hr__metrics {
-  int64_t requests[HR_MSG_COUNT];   /* [HR_MSG_NONE]: refused undecoded */
+  int64_t requests[HR_MSG_COUNT];   /* [HR_MSG_NONE]: did not decode */
   int64_t errors[HR_WERR_COUNT];
   int64_t latency[HR_METRICS_BUCKETS];
   int64_t latency_count, latency_sum_us;

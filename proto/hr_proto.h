@@ -297,8 +297,8 @@ typedef struct hr_metrics {
   int64_t clients_resumed;          /* hellos that had run degraded */
   int64_t client_degraded_ms;       /* the degraded_ms of those, summed */
   /* Lines served, by the request type they named; [HR_MSG_NONE] counts
-   * lines refused before a type was known ("invalid" on the wire). Only
-   * request types are used. */
+   * the lines that did not decode ("invalid" on the wire). Only request
+   * types are used. */
   int64_t requests[HR_MSG_COUNT];
   int64_t errors[HR_WERR_COUNT];    /* error replies, by code */
   int64_t latency[HR_METRICS_BUCKETS]; /* per bucket, not cumulative */
