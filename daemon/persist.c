@@ -449,7 +449,15 @@ static int write_atomic(const hr__persist *p, const char *text,
 
   snprintf(tmp, sizeof(tmp), "%s.tmp", p->path);
   *step = "create";
-  fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  /* A new file, never one found there: whatever sits at the temporary
+   * name (a leftover, or a link planted toward a file of ours to
+   * clobber) is removed, and O_EXCL | O_NOFOLLOW refuse anything put
+   * back in between. */
+  if(unlink(tmp) && errno != ENOENT) {
+    e = errno;
+    goto out;
+  }
+  fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if(fd < 0) {
     e = errno;
     goto out;
