@@ -36,8 +36,9 @@ static const char usage_text[] =
 "\n"
 "SYNOPSIS\n"
 "    headroom-run --gpu N [--ctas C [--concurrent K] [--cga G]]\n"
-"                 [--cluster S] [--mode headroom|cooperative] [--name NAME]\n"
-"                 [--socket PATH] [--timeout MS] [--quiet] -- CMD [ARGS...]\n"
+"                 [--cluster S] [--mode headroom|cooperative|agnostic]\n"
+"                 [--name NAME] [--socket PATH] [--timeout MS] [--quiet]\n"
+"                 -- CMD [ARGS...]\n"
 "\n"
 "DESCRIPTION\n"
 "    Connects to headroomd, registers the comm footprint of CMD on GPU N\n"
@@ -60,7 +61,8 @@ static const char usage_text[] =
 "                         created with, 1..8 (default 1)\n"
 "    -C, --cluster S      cluster size of the mega kernel: 1, 2, 4 or 8\n"
 "                         (default 2)\n"
-"    -m, --mode MODE      headroom (default) or cooperative\n"
+"    -m, --mode MODE      headroom (default), cooperative, or agnostic (a\n"
+"                         kernel with no grid barrier: headroom 0)\n"
 "    -n, --name NAME      shown in headroomctl status (default: CMD's name)\n"
 "    -s, --socket PATH    the daemon's socket (default: $HEADROOM_SOCKET,\n"
 "                         else " HR_DEFAULT_SOCKET ")\n"
@@ -183,8 +185,8 @@ static int parse_args(int argc, char **argv, run_opts *o)
       break;
     case 'm':
       if(hr_mode_from_name(optarg, &o->mode))
-        rc = usage_error("--mode wants headroom or cooperative, not '%s'",
-                         optarg);
+        rc = usage_error("--mode wants headroom, cooperative or agnostic, "
+                         "not '%s'", optarg);
       break;
     case 'n':
       if(strlen(optarg) >= HR_NAME_MAX || !hr__text_valid(optarg))

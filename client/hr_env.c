@@ -83,6 +83,8 @@ void hr__fallback_budget(const hr__fallback *f, int gpu, int sms,
   out->nccl_cga_cluster_size = f->nccl_cga_cluster_size;
   out->nccl_nvls_enable = 0;
   out->degraded = 1;
+  /* Without a daemon too, an agnostic kernel needs no headroom. */
+  hr_budget_for_mode(out, mode);
 }
 
 void hr__fallback_notice(const hr__fallback *f, const char *path,

@@ -18,7 +18,8 @@ INTEG_TESTS += $(TESTBIN)/test_metrics
 $(TESTBIN)/test_metrics: $(OBJDIR)/tests/integration/test_metrics.o \
                          $(OBJDIR)/tests/integration/harness.o \
                          $(LIBDIR)/libheadroom.a \
-                         $(BINDIR)/headroomd $(BINDIR)/headroomctl
+                         $(BINDIR)/headroomd $(BINDIR)/headroomctl \
+                         $(BINDIR)/headroom-run
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o %.a,$^) \
 	  $(LDLIBS_CJSON) $(LDLIBS_CMOCKA) -ldl -lm

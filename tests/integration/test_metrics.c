@@ -776,6 +776,72 @@ static void test_agnostic_lease(void **state)
   hr_client_close(c);
 }
 
+/* Without a daemon an agnostic lease still gets the whole GPU, where a
+ * headroom lease falls back to the environment's headroom; after the
+ * daemon went away, the same. */
+static void test_agnostic_degraded(void **state)
+{
+  hr_client_options o;
+  hr_client *c;
+  hr_lease *lh, *la;
+  hr_budget b;
+  uint32_t epoch;
+  int sms;
+  (void)state;
+
+  setenv("DG_MEGA_MOE_SM_HEADROOM", "8", 1);
+  memset(&o, 0, sizeof(o));
+  o.quiet = 1;
+  o.reconnect_ms = 50;
+  assert_int_equal(hr_client_open(&c, "/nonexistent/headroom.sock", &o),
+                   HR_OK);
+  unsetenv("DG_MEGA_MOE_SM_HEADROOM");
+  assert_int_equal(hr_lease_acquire(c, 0, 2, HR_MODE_HEADROOM, &lh), HR_OK);
+  assert_int_equal(hr_lease_acquire(c, 0, 2, HR_MODE_AGNOSTIC, &la), HR_OK);
+  assert_int_equal(hr_lease_budget(la, &b), HR_OK);
+  sms = b.sms;
+  assert_true(sms > 8);
+  assert_int_equal(hr_lease_degraded(la), 1);
+  assert_int_equal(hr_lease_headroom(lh), 8);
+  assert_int_equal(hr_lease_grid(lh), sms - 8);
+  assert_int_equal(hr_lease_headroom(la), 0);
+  assert_int_equal(hr_lease_grid(la), sms);
+  assert_int_equal(b.mode, HR_MODE_AGNOSTIC);
+  hr_client_close(c);
+
+  /* headroom-run computes its own fallback: the same rule. */
+  {
+    char bin[512], out[400], text[64] = "";
+    char *argv[] = { bin, "--socket", "/nonexistent/headroom.sock", "--gpu",
+                     "0", "--mode", "agnostic", "--quiet", "--", "/bin/sh",
+                     "-c", "echo $DG_MEGA_MOE_SM_HEADROOM", NULL };
+    FILE *f;
+
+    snprintf(bin, sizeof(bin), "%s/bin/headroom-run", th_build_dir());
+    snprintf(out, sizeof(out), "%s/run.out", daemon_.dir);
+    setenv("DG_MEGA_MOE_SM_HEADROOM", "8", 1);
+    assert_int_equal(th_run(argv, out, 5000), 0);
+    unsetenv("DG_MEGA_MOE_SM_HEADROOM");
+    f = fopen(out, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(text, sizeof(text), f));
+    fclose(f);
+    assert_string_equal(text, "0\n");
+  }
+
+  /* Connected, then the daemon dies: the agnostic lease keeps the GPU. */
+  c = open_client("agnostic");
+  assert_int_equal(hr_lease_acquire(c, 1, 2, HR_MODE_AGNOSTIC, &la), HR_OK);
+  assert_int_equal(hr_lease_grid(la), 132);
+  epoch = hr_lease_epoch(la);       /* before: the change may come at once */
+  th_daemon_kill(&daemon_);
+  assert_int_equal(hr_lease_wait_change(la, epoch, 3000), HR_OK);
+  assert_int_equal(hr_lease_degraded(la), 1);
+  assert_int_equal(hr_lease_grid(la), 132);
+  assert_int_equal(hr_lease_headroom(la), 0);
+  hr_client_close(c);
+}
+
 /* Clients that ran without a daemon say for how long when they are back:
  * one that lost the daemon, one that never had it. */
 static void test_resumed_clients(void **state)
@@ -818,6 +884,8 @@ int main(void)
     cmocka_unit_test_setup_teardown(test_metrics_after_traffic, setup,
                                     teardown),
     cmocka_unit_test_setup_teardown(test_agnostic_lease, setup, teardown),
+    cmocka_unit_test_setup_teardown(test_agnostic_degraded, setup,
+                                    teardown),
     cmocka_unit_test_setup_teardown(test_resumed_clients, setup, teardown),
   };
 
