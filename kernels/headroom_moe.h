@@ -154,7 +154,7 @@ int hr_moe_forward_grid(hr_moe *m, int grid, hr_mode mode, int cluster,
  * agnostic mode can therefore be given headroom 0. The launch ends when
  * its last CTA has left (after whatever held the SMs); y can be complete
  * before that (hr_moe_outputs_ready). Waits still time out
- * (args.timeout_ms, HR_EBARRIER_TIMEOUT, `barrier` 10..14 in the failure
+ * (args.timeout_ms, HR_EBARRIER_TIMEOUT, `barrier` 11..14 in the failure
  * detail: which wait) and obey hr_moe_abort, so a bug or a dead context
  * never hangs the host; such a timeout is not reported to the daemon
  * (more headroom cannot help). Ordinary launch, no clusters. */

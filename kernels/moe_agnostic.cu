@@ -1,46 +1,44 @@
 /*
  * moe_agnostic.cu: the residency-agnostic mega-MoE forward. The same math
  * as moe_kernel.cu, tile for tile, so y is bitwise the same; what differs
- * is the schedule. There is no whole-grid barrier: the work is a list of
- * tasks, handed out in order from one atomic counter (the ticket):
+ * is the schedule. There is no whole-grid barrier: every CTA first makes
+ * the routing tables itself (counts and offsets over the whole table, the
+ * tile shape, token tiles: what the barrier kernel's stage 1 computes, with
+ * no wait), then takes tasks in order from one atomic counter (the ticket):
  *
- *   tickets [0, P)          count   pairs per expert in piece c of the
- *                                   routing table; the last count to
- *                                   finish scans (offsets, the tile shape,
- *                                   token tiles, each piece's cursors)
- *           [.., +S)        scatter place piece c in expert order
- *                                   (S = P, or 0 when P = 1: the single
- *                                   count task places its piece itself)
- *           [.., +U1)       GEMM1   unit u of moe_gemm.cuh, same decode
+ *   tickets [0, P)          scatter place piece c of the pairs in expert
+ *                                   order (sorted_tok, pos_of)
+ *           [P, +U1)        GEMM1   unit u of moe_gemm.cuh, same decode
  *           [.., +U2)       GEMM2   unit u
  *           [.., +C)        combine a few tokens of y
  *           beyond          none:   the CTA leaves
  *
  * A task only ever waits for tasks with smaller tickets:
  *
- *   scatter, route tables   the scan          (count_done, scan_done)
  *   GEMM1, combine          every scatter     (scatter_done == P)
  *   GEMM2 unit (e, f, tt)   every GEMM1 unit of expert e, token tile tt
- *                                             (g1_done[tile] == nf1)
+ *                           (g1_done[tile] == nf1, or all of GEMM1 done)
  *   combine of tokens t     the GEMM2 units of the token tiles that hold
  *                           t's pairs         (g2_done[tile] == nf2)
  *
  * and a CTA takes its tickets in increasing order and finishes each
- * before it waits for anything. So the smallest unfinished ticket belongs
- * to a CTA that is running (it took the ticket) and is working on it, and
- * everything it waits for has a smaller ticket, so is finished: the launch
- * always progresses, whatever number of its CTAs are resident. A CTA that
- * cannot start until some other kernel leaves its SM takes no ticket
- * until then, and when it starts finds the tickets used up and leaves.
- * Waits still time out (and honour the abort word) as the barrier does,
- * into the same error word: a bug or a dead peer must never hang the host.
+ * before it waits for anything with a larger ticket than its unfinished
+ * ones. So the smallest unfinished ticket belongs to a CTA that is running
+ * (it took the ticket) and is working on it, and everything it waits for
+ * has a smaller ticket, so is finished: the launch always progresses,
+ * whatever number of its CTAs are resident. A CTA that cannot start until
+ * some other kernel leaves its SM takes no ticket until then, and when it
+ * starts finds the tickets used up and leaves. Waits still time out (and
+ * honour the abort word) as the barrier does, into the same error word: a
+ * bug or a dead peer must never hang the host.
  *
  * GEMM units of one stage run back to back through the cp.async pipeline
  * as in moe_kernel.cu: the CTA claims units ahead into a ring in shared
  * memory (moe_loader reads it), at most two beyond the one being loaded.
  * Holding a ticket ahead is safe because nothing waits inside a run: a
  * GEMM2 unit joins the run only if its GEMM1 tiles are already finished
- * (one poll), else the run drains and the CTA waits for it afterwards.
+ * (one poll, none once all of GEMM1 is seen done), else the run drains and
+ * the CTA waits for it afterwards.
  *
  * The counters are all 0 between launches: the last CTA to leave puts
  * them back, so a launch needs no host round trip before the next.
@@ -70,13 +68,12 @@ static_assert(SMEM_BYTES + 256 <= 227 * 1024, "fits an SM, with the static part"
  * tokens of the small shape, 8 of Qwen3, 2 of DeepSeek-V3). */
 #define COMBINE_ELEMS 16384
 
-/* The ticket ranges of this launch (the GEMM and combine ones once the
- * scan is known), kept in shared memory: every thread reads them, and
- * registers are short inside the GEMM runs. */
+/* The ticket ranges of this launch, kept in shared memory: every thread
+ * reads them, and registers are short inside the GEMM runs. */
 struct agn_plan {
-  int P, S;          /* count pieces, scatter pieces */
+  int P;             /* scatter pieces */
   int tpc;           /* tokens per combine task */
-  int tile, bn;      /* the tile shape the scan chose, its tokens per unit */
+  int tile, bn;      /* the tile shape, its tokens per unit */
   int nf1, nf2;      /* row tiles per expert: GEMM1, GEMM2 */
   int g1, g2, cb;    /* first ticket of GEMM1, GEMM2, combine */
   int end;           /* tickets in all */
@@ -86,8 +83,9 @@ struct agn_shared {
   int ring[HR__MOE_RING];  /* a GEMM run's claimed units, -1: run ends */
   int pending;             /* the ticket that ended the last run; -1 leave */
   int val;                 /* thread 0 -> CTA */
-  int nonempty;            /* the scan: experts with pairs */
+  int nonempty;            /* experts with pairs */
   int polls;               /* thread 0: stop checks */
+  int all1;                /* thread 0 has seen every GEMM1 unit finished */
   /* thread 0's state in a GEMM run (in shared memory: registers are short
    * there): claims go on; the ring position of the claim in flight; the
    * token tile of the unit finished last step, to be counted */
@@ -134,16 +132,20 @@ static __device__ __forceinline__ int piece_lo(int pairs, int c, int P)
 static __device__ __noinline__ int agn_wait(const hr__moe_params &p, const unsigned *ctr,
                                      unsigned target, int what)
 {
-  unsigned v, it;
+  unsigned v, it, ns = 32;
   unsigned long long t0;
 
   if(ld_acquire_gpu(ctr) >= target)
     return 1;
   t0 = global_timer_ns();
   for(it = 1;; it++) {
-    __nanosleep(32);
-    v = ld_acquire_gpu(ctr);
-    if(v >= target)
+    /* Relaxed polls, backing off to 256 ns: many waiters on one counter
+     * must not crowd the L2 slice its producers add to. Then one acquire
+     * read, which the count only ever raises. */
+    __nanosleep(ns);
+    ns = ns < 256 ? 2 * ns : ns;
+    v = ld_relaxed_gpu(ctr);
+    if(v >= target && ld_acquire_gpu(ctr) >= target)
       return 1;
     if((it & 7) != 0)
       continue;
@@ -209,140 +211,48 @@ static __device__ __forceinline__ int agn_tile_of(const moe_route &rt, const moe
   return rt.tile_off[un.e] + (un.pos0 - rt.off[un.e]) / bn;
 }
 
-/* ---- routing tasks -------------------------------------------------------- */
+/* ---- routing ----------------------------------------------------------- */
 
-/* The scan, by the CTA whose count finished last: totals per expert, the
- * offsets, the tile shape (moe_pick_tile, as the barrier kernel), token
- * tiles, and each piece's cursors in place of its counts; published with
- * scan_done. Ends with every thread past __syncthreads. */
-static __device__ void agn_scan(const hr__moe_params &p, const moe_route &rt)
-{
-  const int tid = threadIdx.x, E = p.E, P = sh.pl.P;
-  int32_t *tab = p.agn_tables;
-  int i, c, tile;
-
-  if(tid == 0)
-    sh.nonempty = 0;
-  __syncthreads();
-  for(i = tid; i < E; i += HR__MOE_THREADS) {
-    int s = 0;
-    for(c = 0; c < P; c++)
-      s += __ldcg(p.agn_counts + c * E + i);
-    rt.cnt[i] = s;
-    if(s > 0)
-      atomicAdd(&sh.nonempty, 1);
-  }
-  __syncthreads();
-  block_exclusive_scan(rt.cnt, E, rt.off, sh.warp_sums);
-  tile = moe_pick_tile(rt.off[E], sh.nonempty);
-  moe_route_tiles(p, rt, moe_tile_bn(tile), sh.warp_sums);
-
-  /* Piece c's pairs of expert e go from off[e] + (pairs of e in pieces
-   * before c): the stable order, the same layout as the barrier kernel. */
-  for(i = tid; i < E; i += HR__MOE_THREADS) {
-    int run = rt.off[i];
-    for(c = 0; c < P; c++) {
-      const int v = __ldcg(p.agn_counts + c * E + i);
-      p.agn_counts[c * E + i] = run;
-      run += v;
-    }
-    tab[i] = rt.cnt[i];
-  }
-  for(i = tid; i <= E; i += HR__MOE_THREADS) {
-    tab[E + 1 + i] = rt.off[i];
-    tab[2 * (E + 1) + i] = rt.tile_off[i];
-  }
-  if(tid == 0) {
-    tab[E] = 0;
-    p.agn->tile = tile;
-  }
-  __syncthreads();
-  if(tid == 0)
-    red_add_release_gpu(&p.agn->scan_done, 1u);
-}
-
-/* Count task c: pairs per expert in piece c. The last to finish scans,
- * and with a single piece also places it. */
-static __device__ void agn_count(const hr__moe_params &p, const moe_route &rt, int c)
-{
-  const int tid = threadIdx.x, E = p.E, pairs = p.T * p.k, P = sh.pl.P;
-  const int lo = piece_lo(pairs, c, P), hi = piece_lo(pairs, c + 1, P);
-  int i;
-
-  for(i = tid; i < E; i += HR__MOE_THREADS)
-    rt.cnt[i] = 0;
-  __syncthreads();
-  for(i = lo + tid; i < hi; i += HR__MOE_THREADS) {
-    const int e = __ldg(p.ids + i);
-    if((unsigned)e < (unsigned)E)
-      atomicAdd(&rt.cnt[e], 1);
-  }
-  __syncthreads();
-  for(i = tid; i < E; i += HR__MOE_THREADS)
-    p.agn_counts[c * E + i] = rt.cnt[i];
-  __syncthreads();
-  if(tid == 0)
-    sh.val = atom_add_acq_rel_gpu(&p.agn->count_done, 1u) == (unsigned)(P - 1);
-  __syncthreads();
-  if(!sh.val)
-    return;
-  agn_scan(p, rt);
-  if(sh.pl.S == 0) {
-    for(i = tid; i < E; i += HR__MOE_THREADS)
-      rt.pre[i] = rt.off[i];
-    __syncthreads();
-    moe_route_place(p, rt.pre, 0, pairs);
-    if(tid == 0)
-      red_add_release_gpu(&p.agn->scatter_done, 1u);
-  }
-}
-
-/* Scatter task c: place piece c from the cursors the scan left. */
-static __device__ int agn_scatter(const hr__moe_params &p, const moe_route &rt, int c)
-{
-  const int tid = threadIdx.x, E = p.E, pairs = p.T * p.k, P = sh.pl.P;
-  int i;
-
-  if(!agn_wait_cta(p, &p.agn->scan_done, 1u, HR__MOE_WAIT_SCAN))
-    return 0;
-  for(i = tid; i < E; i += HR__MOE_THREADS)
-    rt.pre[i] = __ldcg(p.agn_counts + c * E + i);
-  __syncthreads();
-  moe_route_place(p, rt.pre, piece_lo(pairs, c, P), piece_lo(pairs, c + 1, P));
-  if(tid == 0)
-    red_add_release_gpu(&p.agn->scatter_done, 1u);
-  return 1;
-}
-
-/* Once per CTA, before its first ticket past the scatters: the scan's
- * tables into shared memory (for unit_decode) and the ticket ranges. */
-static __device__ int agn_load_route(const hr__moe_params &p, const moe_route &rt)
+/* The routing tables in this CTA's shared memory, as the barrier kernel
+ * makes them (every CTA reads the whole routing table: cheap beside the
+ * GEMMs, and nothing has to wait for it), and the ticket ranges. */
+static __device__ void agn_route(const hr__moe_params &p, const moe_route &rt)
 {
   const int tid = threadIdx.x, E = p.E;
-  const int32_t *tab = p.agn_tables;
   int i;
 
-  if(!agn_wait_cta(p, &p.agn->scan_done, 1u, HR__MOE_WAIT_SCAN))
-    return 0;
-  for(i = tid; i <= E; i += HR__MOE_THREADS) {
-    rt.cnt[i] = __ldcg(tab + i);
-    rt.off[i] = __ldcg(tab + E + 1 + i);
-    rt.tile_off[i] = __ldcg(tab + 2 * (E + 1) + i);
-  }
+  moe_route_pairs(p, rt, sh.warp_sums, 0, 0);
+  for(i = tid; i < E; i += HR__MOE_THREADS)
+    if(rt.cnt[i] > 0)
+      atomicAdd(&sh.nonempty, 1);
+  __syncthreads();
+  if(tid == 0)
+    sh.pl.tile = moe_pick_tile(rt.off[E], sh.nonempty);
+  __syncthreads();
+  moe_route_tiles(p, rt, moe_tile_bn(sh.pl.tile), sh.warp_sums);
   if(tid == 0) {
     agn_plan &pl = sh.pl;
-    const int tiles = __ldcg(tab + 2 * (E + 1) + E);
-    const int bm = moe_tile_bm(pl.tile = __ldcg(&p.agn->tile));
+    const int tiles = rt.tile_off[E], bm = moe_tile_bm(pl.tile);
     pl.bn = moe_tile_bn(pl.tile);
     pl.nf1 = 2 * p.I / bm;
     pl.nf2 = p.H / bm;
-    pl.g1 = pl.P + pl.S;
+    pl.g1 = pl.P;
     pl.g2 = pl.g1 + tiles * pl.nf1;
     pl.cb = pl.g2 + tiles * pl.nf2;
     pl.end = pl.cb + (p.T + pl.tpc - 1) / pl.tpc;
   }
   __syncthreads();
-  return 1;
+}
+
+/* Scatter task c: piece c of the pairs into expert order. moe_route_pairs
+ * counts again (cnt and off come out the same; tile_off is untouched) to
+ * find how many pairs of each expert precede the piece. */
+static __device__ void agn_scatter(const hr__moe_params &p, const moe_route &rt, int c)
+{
+  const int pairs = p.T * p.k, P = sh.pl.P;
+  moe_route_pairs(p, rt, sh.warp_sums, piece_lo(pairs, c, P), piece_lo(pairs, c + 1, P));
+  if(threadIdx.x == 0)
+    red_add_release_gpu(&p.agn->scatter_done, 1u);
 }
 
 /* ---- GEMM runs ------------------------------------------------------------ */
@@ -366,6 +276,14 @@ static __device__ int agn_place(const hr__moe_params &p, const moe_route &rt, in
       *slot = u;
       return 1;
     }
+    /* Once every GEMM1 unit is seen finished, every GEMM2 unit is ready
+     * and no more polls are needed. */
+    if(!sh.all1 && ld_acquire_gpu(&p.agn->g1_total) >= (unsigned)(pl.g2 - pl.g1))
+      sh.all1 = 1;
+    if(sh.all1) {
+      *slot = u;
+      return 1;
+    }
     {
       const moe_unit un = unit_decode(u, rt, p.E, pl.nf2, pl.bn);
       if(ld_acquire_gpu(p.g1_done + agn_tile_of(rt, un, pl.bn)) >= (unsigned)pl.nf1) {
@@ -377,6 +295,18 @@ static __device__ int agn_place(const hr__moe_params &p, const moe_route &rt, in
   *slot = -1;
   sh.pending = ticket;
   return 0;
+}
+
+/* Thread 0, after the __syncthreads that follows a unit's stores: count
+ * it in its token tile (and GEMM1 units in the total). One fence
+ * publishes the CTA's stores for both adds. */
+template <int STAGE>
+static __device__ __forceinline__ void agn_finished(const hr__moe_params &p, int tile)
+{
+  fence_acq_rel_gpu();
+  red_add_relaxed_gpu((STAGE == 1 ? p.g1_done : p.g2_done) + tile, 1u);
+  if(STAGE == 1)
+    red_add_relaxed_gpu(&p.agn->g1_total, 1u);
 }
 
 /* Units of one GEMM stage, starting with `first` (its inputs ready), for
@@ -426,7 +356,7 @@ static __device__ int agn_gemm_run(const hr__moe_params &p, const moe_route &rt,
     cp_async_wait<C::STAGES - 2>();             /* this step has landed */
     __syncthreads();                            /* and the last slot is free */
     if(tid == 0 && sh.finished >= 0) {
-      red_add_release_gpu((STAGE == 1 ? p.g1_done : p.g2_done) + sh.finished, 1u);
+      agn_finished<STAGE>(p, sh.finished);
       sh.finished = -1;
     }
     {
@@ -478,7 +408,7 @@ static __device__ int agn_gemm_run(const hr__moe_params &p, const moe_route &rt,
   cp_async_wait<0>();
   __syncthreads();
   if(tid == 0 && sh.finished >= 0)
-    red_add_release_gpu((STAGE == 1 ? p.g1_done : p.g2_done) + sh.finished, 1u);
+    agn_finished<STAGE>(p, sh.finished);
   return sh.pending;
 }
 
@@ -500,7 +430,9 @@ static __device__ int agn_combine(const hr__moe_params &p, const moe_route &rt, 
   if(!agn_wait_cta(p, &p.agn->scatter_done, (unsigned)sh.pl.P,
                    HR__MOE_WAIT_SCATTER))
     return 0;
-  for(i = tid; i < nt * p.k && ok; i += HR__MOE_THREADS) {
+  /* One warp polls (a few dozen pollers per CTA, not 256); the others
+   * wait at the barrier. */
+  for(i = tid; tid < 32 && i < nt * p.k && ok; i += 32) {
     const int pi = t0 * p.k + i;
     const int pos = __ldcg(p.pos_of + pi);
     if(pos >= 0) {
@@ -543,8 +475,8 @@ static __device__ __noinline__ int agn_tasks(const hr__moe_params &p, int ticket
       ticket = agn_gemm_run<C, 1>(p, rt, pipe, ticket - sh.pl.g1);
     } else if(ticket < sh.pl.cb) {
       const moe_unit un = unit_decode(ticket - sh.pl.g2, rt, p.E, sh.pl.nf2, C::BN);
-      if(!agn_wait_cta(p, p.g1_done + agn_tile_of(rt, un, C::BN),
-                       (unsigned)sh.pl.nf1, HR__MOE_WAIT_GEMM1))
+      if(!sh.all1 && !agn_wait_cta(p, p.g1_done + agn_tile_of(rt, un, C::BN),
+                                   (unsigned)sh.pl.nf1, HR__MOE_WAIT_GEMM1))
         return 0;
       ticket = agn_gemm_run<C, 2>(p, rt, pipe, ticket - sh.pl.g2);
     } else if(ticket < sh.pl.end) {
@@ -559,9 +491,9 @@ static __device__ __noinline__ int agn_tasks(const hr__moe_params &p, int ticket
 
 /* ---- the kernel ----------------------------------------------------------- */
 
-/* The start of a launch: the checks, then count and scatter tasks while
- * the tickets are theirs, then the scan's tables. Returns the first
- * ticket past them, or -1: leave (this launch failed, or was aborted). */
+/* The start of a launch: the checks, the routing tables, then scatter
+ * tasks while the tickets are theirs. Returns the first ticket past them,
+ * or -1: leave (this launch failed, or was aborted). */
 static __device__ __noinline__ int agn_begin(const hr__moe_params &p)
 {
   const moe_route rt = agn_rt();
@@ -576,25 +508,21 @@ static __device__ __noinline__ int agn_begin(const hr__moe_params &p)
     if(fail != 0 && fail != p.seq)
       moe_fail(p, HR__MOE_FAIL_STALE, -1, 0);
     sh.polls = 0;
+    sh.all1 = 0;
+    sh.nonempty = 0;
     sh.pl.P = min((pairs + HR__MOE_AGN_PIECE - 1) / HR__MOE_AGN_PIECE,
                   HR__MOE_AGN_MAX_PIECES);
-    sh.pl.S = sh.pl.P > 1 ? sh.pl.P : 0;
     sh.pl.tpc = max(1, COMBINE_ELEMS / p.H);
-    sh.pl.end = INT_MAX;                /* known after the scan */
   }
   __syncthreads();
   if(!sh.val)
     return -1;
+  agn_route(p, rt);
   ticket = agn_claim(p);
-  while(ticket >= 0 && ticket < sh.pl.P + sh.pl.S) {
-    if(ticket < sh.pl.P)
-      agn_count(p, rt, ticket);
-    else if(!agn_scatter(p, rt, ticket - sh.pl.P))
-      return -1;
+  while(ticket >= 0 && ticket < sh.pl.P) {
+    agn_scatter(p, rt, ticket);
     ticket = agn_claim(p);
   }
-  if(ticket < 0 || !agn_load_route(p, rt))
-    return -1;
   return ticket;
 }
 
@@ -618,9 +546,8 @@ static __device__ __noinline__ void agn_leave(const hr__moe_params &p)
   }
   if(threadIdx.x == 0) {
     p.agn->ticket = 0;
-    p.agn->count_done = 0;
-    p.agn->scan_done = 0;
     p.agn->scatter_done = 0;
+    p.agn->g1_total = 0;
     p.agn->combine_done = 0;
     p.agn->exited = 0;
   }
@@ -633,7 +560,7 @@ hr__moe_agnostic_kernel(const __grid_constant__ hr__moe_params p)
 
   if(ticket < 0)
     return;
-  /* The tile shape is the scan's, the same in every CTA. */
+  /* The tile shape follows the routing: the same in every CTA. */
   if(sh.pl.tile == MOE_TILE_TINY)
     ok = agn_tasks<moe_tile_tiny>(p, ticket);
   else if(sh.pl.tile == MOE_TILE_NARROW)

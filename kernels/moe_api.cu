@@ -37,7 +37,6 @@ struct hr_moe {
   hr__moe_sync *sync;
   hr__moe_agn *agn;        /* the agnostic kernel's schedule */
   unsigned *g1_done, *g2_done;
-  int32_t *agn_tables, *agn_counts;
   size_t reset_bytes;      /* from ws: what a failed launch leaves dirty */
   int32_t *sorted_tok;
   int32_t *pos_of;
@@ -168,15 +167,12 @@ int hr_moe_create(hr_moe **out, int device, const hr_moe_shape *shape)
 
   /* The words every launch starts from zero (the barrier's, the agnostic
    * schedule and its per-token-tile counters: at most pairs / 16 + E
-   * tiles, 16 being the narrowest tile), then the agnostic kernel's
-   * tables, then the pairs' buffers. */
+   * tiles, 16 being the narrowest tile), then the pairs' buffers. */
   pairs = (size_t)shape->max_tokens * shape->topk;
   tiles = pairs / 16 + (size_t)shape->experts + 1;
   m->reset_bytes = align_up(sizeof(hr__moe_sync)) + align_up(sizeof(hr__moe_agn)) +
                    2 * align_up(tiles * 4);
-  m->ws_bytes = m->reset_bytes + align_up(3 * ((size_t)shape->experts + 1) * 4) +
-                align_up((size_t)HR__MOE_AGN_MAX_PIECES * shape->experts * 4) +
-                2 * align_up(pairs * 4) + align_up(pairs * shape->inter * 2) +
+  m->ws_bytes = m->reset_bytes + 2 * align_up(pairs * 4) + align_up(pairs * shape->inter * 2) +
                 align_up(pairs * shape->hidden * 2);
   err = err_from_cuda(cudaMalloc(&m->ws, m->ws_bytes));
   if(err)
@@ -190,10 +186,6 @@ int hr_moe_create(hr_moe **out, int device, const hr_moe_shape *shape)
   off += align_up(tiles * 4);
   m->g2_done = (unsigned *)((char *)m->ws + off);
   off += align_up(tiles * 4);
-  m->agn_tables = (int32_t *)((char *)m->ws + off);
-  off += align_up(3 * ((size_t)shape->experts + 1) * 4);
-  m->agn_counts = (int32_t *)((char *)m->ws + off);
-  off += align_up((size_t)HR__MOE_AGN_MAX_PIECES * shape->experts * 4);
   m->sorted_tok = (int32_t *)((char *)m->ws + off);
   off += align_up(pairs * 4);
   m->pos_of = (int32_t *)((char *)m->ws + off);
@@ -371,8 +363,6 @@ static int launch(hr_moe *m, const hr_lease *lease, int grid, int mode,
   p.agn = m->agn;
   p.g1_done = m->g1_done;
   p.g2_done = m->g2_done;
-  p.agn_tables = m->agn_tables;
-  p.agn_counts = m->agn_counts;
   p.sync = m->sync;
   p.host = m->host_dev;
   p.seq = m->seq + 1;

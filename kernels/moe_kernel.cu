@@ -80,8 +80,10 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
   if(!s_ok)
     return;
 
-  /* 1. route */
-  moe_route_pairs(p, rt, s_warp_sums);
+  /* 1. route: this CTA's slice of the pairs */
+  moe_route_pairs(p, rt, s_warp_sums,
+                  (int)((long long)p.T * p.k * blockIdx.x / gridDim.x),
+                  (int)((long long)p.T * p.k * (blockIdx.x + 1) / gridDim.x));
   /* The tile shape follows the pairs per expert that has any: a function
    * of the routing alone, so the same for every grid. */
   for(i = threadIdx.x; i < p.E; i += HR__MOE_THREADS)

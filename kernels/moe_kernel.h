@@ -63,31 +63,26 @@ typedef struct hr__moe_sync {
 typedef struct hr__moe_agn {
   unsigned ticket;        /* next task to hand out */
   unsigned pad0[31];
-  unsigned count_done;    /* count tasks finished */
-  unsigned pad1[31];
-  unsigned scan_done;     /* 1 once the tables below are published */
-  unsigned pad2[31];
   unsigned scatter_done;  /* scatter pieces finished */
-  unsigned pad3[31];
+  unsigned pad1[31];
+  unsigned g1_total;      /* GEMM1 units finished, all tiles */
+  unsigned pad2[31];
   unsigned combine_done;  /* combine tasks finished */
-  unsigned pad4[31];
+  unsigned pad3[31];
   unsigned exited;        /* CTAs that have left */
-  unsigned pad5[31];
-  int tile;               /* the tile shape the scan chose */
-  unsigned pad6[31];
+  unsigned pad4[31];
 } hr__moe_agn;
 
-/* Pairs per count / scatter piece of the agnostic kernel (at least), and
- * the most pieces: a launch has min(ceil(pairs / PIECE), MAX_PIECES). One
- * warp places a piece, 32 pairs a step, so pieces stay small: up to 8
- * steps below T*k = 16384, 32 at 65536. */
+/* Pairs per scatter piece of the agnostic kernel (at least), and the most
+ * pieces: a launch has min(ceil(pairs / PIECE), MAX_PIECES). One warp
+ * places a piece, 32 pairs a step, so pieces stay small: up to 8 steps
+ * below T*k = 16384, 32 at 65536. */
 #define HR__MOE_AGN_PIECE 256
 #define HR__MOE_AGN_MAX_PIECES 64
 
 /* Where a wait of the agnostic kernel failed: the `barrier` field of the
  * failure record (0..2 are the barrier kernel's barriers). */
 enum {
-  HR__MOE_WAIT_SCAN = 10,     /* for the scan of the expert counts */
   HR__MOE_WAIT_SCATTER = 11,  /* for every scatter piece */
   HR__MOE_WAIT_GEMM1 = 12,    /* for the GEMM1 tiles of a token tile */
   HR__MOE_WAIT_GEMM2 = 13,    /* for the GEMM2 tiles a combine task reads */
@@ -113,10 +108,6 @@ typedef struct hr__moe_params {
   hr__moe_agn *agn;
   unsigned *g1_done;    /* [token tiles]: GEMM1 units finished, per tile */
   unsigned *g2_done;    /* [token tiles]: GEMM2 units finished, per tile */
-  int32_t *agn_tables;  /* published by the scan: cnt[E+1], off[E+1],
-                           tile_off[E+1] */
-  int32_t *agn_counts;  /* [MAX_PIECES][E]: pairs per piece and expert;
-                           the scan turns them into each piece's cursors */
   /* failure handling */
   hr__moe_sync *sync;
   hr__moe_host_words *host;  /* device pointer to the mapped words */

@@ -102,6 +102,17 @@ static __device__ __forceinline__ void red_add_release_gpu(unsigned *p, unsigned
   asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" :: "l"(p), "r"(v) : "memory");
 }
 
+/* A fence then relaxed adds: one fence publishes for several counters. */
+static __device__ __forceinline__ void fence_acq_rel_gpu(void)
+{
+  asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+}
+
+static __device__ __forceinline__ void red_add_relaxed_gpu(unsigned *p, unsigned v)
+{
+  asm volatile("red.relaxed.gpu.global.add.u32 [%0], %1;\n" :: "l"(p), "r"(v) : "memory");
+}
+
 static __device__ __forceinline__ unsigned atom_add_acq_rel_gpu(unsigned *p, unsigned v)
 {
   unsigned old;

@@ -103,14 +103,15 @@ static __device__ void moe_route_place(const hr__moe_params &p, int *cursor,
   __syncthreads();
 }
 
-/* Count, scan and place this CTA's slice. Ends with __syncthreads. */
+/* Count the whole table and scan (cnt, off), then place pairs [lo, hi):
+ * the barrier kernel's CTA its slice, the agnostic kernel a piece per
+ * task (or nothing, lo = hi, when it only wants the tables). Ends with
+ * __syncthreads. */
 static __device__ void moe_route_pairs(const hr__moe_params &p, const moe_route &rt,
-                                int *warp_sums)
+                                int *warp_sums, int lo, int hi)
 {
   const int tid = threadIdx.x;
   const int E = p.E, pairs = p.T * p.k;
-  const int lo = (int)((long long)pairs * blockIdx.x / gridDim.x);
-  const int hi = (int)((long long)pairs * (blockIdx.x + 1) / gridDim.x);
   int i;
 
   for(i = tid; i < E; i += HR__MOE_THREADS) {
