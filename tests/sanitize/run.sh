@@ -31,6 +31,7 @@ VG="valgrind -q --error-exitcode=99 --leak-check=full \
 case $mode in
 asan)
   export HEADROOM_BUILD=$build
+  export HEADROOM_TIME_SCALE=3     # time bounds in tests, for slow code
   export ASAN_OPTIONS="log_path=$reports/asan:detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1"
   export UBSAN_OPTIONS="log_path=$reports/ubsan:print_stacktrace=1:halt_on_error=1"
   cc=${CC:-cc}
@@ -52,6 +53,7 @@ EOW
     chmod 755 "$wrap/bin/$b"
   done
   export HEADROOM_BUILD=$wrap
+  export HEADROOM_TIME_SCALE=10
   ;;
 *)
   echo "run.sh: mode asan or valgrind"; exit 2 ;;
