@@ -1,6 +1,7 @@
-# bench/: benchmarks. `make bench-gpu` (an H200 with PyTorch): the mega-MoE
-# kernel against the PyTorch reference MoE, with the copy and GEMM ceilings
-# measured in the same run; the table goes to stdout and to BENCH_OUT.
+# bench/: benchmarks. `make bench-gpu` (an H200 with PyTorch): the two
+# mega-MoE kernels (barrier and residency-agnostic) against the PyTorch
+# reference MoE, with the copy and GEMM ceilings measured in the same run;
+# the table goes to stdout and to BENCH_OUT.
 BENCH_OUT ?= $(BUILD)/bench-moe.md
 comma := ,
 empty :=
