@@ -12,10 +12,11 @@
  * layout for every grid, so the GEMMs see the same tiles and the results
  * are bitwise identical whatever the grid. The agnostic kernel
  * (moe_agnostic.cu) makes the same tables in every CTA and places the
- * pairs in pieces, one per scatter task: the same layout again. What is scattered is the token
- * index of each pair (sorted_tok); GEMM1 gathers the x rows through it, so
- * the activations are never copied. pos_of[pair] tells the combine where
- * the pair's GEMM2 row is.
+ * pairs in pieces, one per scatter task: the same layout again.
+ *
+ * What is scattered is the token index of each pair (sorted_tok); GEMM1
+ * gathers the x rows through it, so the activations are never copied.
+ * pos_of[pair] tells the combine where the pair's GEMM2 row is.
  */
 #ifndef HR_MOE_ROUTE_CUH
 #define HR_MOE_ROUTE_CUH
