@@ -6,6 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __GLIBC__
+#include <malloc.h>             /* malloc_trim */
+#endif
 
 #include "conn.h"
 #include "dispatch.h"
@@ -16,6 +19,9 @@
  * it is cut off: a peer that stopped reading must not keep it forever. */
 #define LINGER_MS 2000
 #define RBUF_FIRST 4096
+/* Give freed heap back to the system once the clients have fallen below
+ * half of their high-water mark, when that mark was at least this. */
+#define TRIM_MIN_CLIENTS 64
 
 typedef struct write_req {
   uv_write_t req;
@@ -26,6 +32,29 @@ typedef struct write_req {
 /* One read buffer for every connection: the loop is single-threaded and
  * each read is consumed before the next is allocated. */
 static char read_buf[HR_PROTO_MAX_LINE];
+
+/* The most clients at once since the heap was last trimmed. One daemon
+ * per process, so this lives here rather than in hr__daemon. */
+static int clients_high;
+
+static void note_clients(const hr__daemon *d)
+{
+  if(d->n_clients > clients_high)
+    clients_high = d->n_clients;
+}
+
+/* glibc keeps freed memory for reuse: a daemon that once served a
+ * thousand clients would keep their footprint in RSS for good. Trimming
+ * walks the heap, so it is done only after a large fall. */
+static void trim_heap(const hr__daemon *d)
+{
+  if(clients_high < TRIM_MIN_CLIENTS || d->n_clients * 2 >= clients_high)
+    return;
+  clients_high = d->n_clients;
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
+}
 
 static void on_handle_closed(uv_handle_t *h)
 {
@@ -42,6 +71,7 @@ static void on_handle_closed(uv_handle_t *h)
     c->next->prev = c->prev;
   free(c->rbuf);
   free(c);
+  trim_heap(d);
 }
 
 static void close_handles(hr__conn *c)
@@ -398,6 +428,7 @@ static int admit(hr__daemon *d, hr__conn *c)
   }
   c->counted = 1;
   d->n_clients++;
+  note_clients(d);
   c->id = hr__state_client_id(&d->state);
   c->is_operator = hr__peer_is_operator(&c->peer, d->cfg.operator_group);
   return 0;
