@@ -28,7 +28,10 @@ the other. A collective can only finish when its peer runs, so:
      headroom.BarrierTimeout on a rank (the other is often freed when the
      first one's kernel leaves), every collective still completes, and
      one more step under the lease is correct again.
-  3. everything is torn down and the process exits 0.
+  3. the residency-agnostic kernel at the full grid (headroom 0) in the
+     same order: 200 steps, zero timeouts, output bitwise as under the
+     lease (it waits only on work already claimed by running CTAs).
+  4. everything is torn down and the process exits 0.
 
 Every wait is bounded: GPU events are polled with a deadline, and a
 faulthandler watchdog ends a rank that stops making progress, with its
@@ -45,6 +48,7 @@ import torch.distributed as dist
 import headroom
 
 STEPS = 200                 # with the lease
+AGNOSTIC_STEPS = 200        # the agnostic kernel at the full grid
 DEADLOCK_TRIES = 3          # without it, until a rank sees the timeout
 TIMEOUT_MS = 500            # barrier timeout of every launch
 SETTLE_S = 0.002            # lets a launched kernel become resident
@@ -314,7 +318,41 @@ def main():
             % rel_err())
     log("after the deadlock: a leased step is correct again")
 
-    # ---- 3. a clean exit -------------------------------------------------
+    # ---- 3. the residency-agnostic kernel at the full grid ---------------
+    # Same order, same collectives, headroom 0: its CTAs only ever wait on
+    # work that CTAs already running have claimed, so a partly resident
+    # grid still finishes. Every step must complete, bitwise as above.
+    dist.barrier()
+    watchdog(PHASE_LIMIT_S)
+
+    def agnostic_full_grid():
+        moe.forward_grid(sms, x, ids, wts, w1, w2, y,
+                         mode=headroom.Mode.AGNOSTIC, cluster=1,
+                         timeout_ms=TIMEOUT_MS)
+
+    timeouts = 0
+    differ = 0
+    t2 = time.monotonic()
+    for n in range(AGNOSTIC_STEPS):
+        y.fill_(float("nan"))
+        err = step(agnostic_full_grid, STEPS + tries + 1 + n)
+        if err is not None:
+            timeouts += 1
+            log("agnostic step %d at the full grid: %s" % (n, err))
+        elif not torch.equal(y, y0):
+            differ += 1
+    torch.cuda.synchronize()
+    dt = time.monotonic() - t2
+    check_comms("after the agnostic steps")
+    total = torch.tensor([timeouts, differ], dtype=torch.int64)
+    dist.all_reduce(total)
+    log("agnostic kernel, full grid %d (headroom 0): %d steps in %.1f s, "
+        "%d timeouts and %d wrong outputs on all ranks"
+        % (sms, AGNOSTIC_STEPS, dt, int(total[0]), int(total[1])))
+    if int(total[0]) or int(total[1]):
+        die("the agnostic kernel failed at the full grid")
+
+    # ---- 4. a clean exit -------------------------------------------------
     watchdog(60)
     dist.barrier()
     moe.close()
