@@ -485,6 +485,14 @@ static void print_gpu_metrics(const hr_metrics *m)
     for(j = 0; j < HR_MODE_COUNT; j++)
       gpu_sample("headroom_gpu_leases", m->gpus[i].index, "mode",
                  hr_mode_name((hr_mode)j), m->gpus[i].leases[j]);
+  family("headroom_gpu_budget_source", "gauge", "1 for the source of the "
+         "GPU's headroom: the policy's theory, or a safe headroom measured "
+         "on the node by headroom-calibrate.");
+  for(i = 0; i < m->n_gpus; i++)
+    for(j = 0; j < HR_SOURCE_COUNT; j++)
+      gpu_sample("headroom_gpu_budget_source", m->gpus[i].index, "source",
+                 hr_budget_source_name((hr_budget_source)j),
+                 m->gpus[i].budget_source == (hr_budget_source)j);
   gpu_family(m, "headroom_gpu_raised", "Headroom added by reported barrier "
              "timeouts (kept across restarts).", gpu_raised);
   family("headroom_gpu_incidents_total", "counter",

@@ -29,6 +29,7 @@ static const char *const key_names[HR_KEY_COUNT] = {
   [HR_KEY_WRITE_QUEUE_MAX] = "write_queue_max",
   [HR_KEY_MAX_MESSAGES_PER_SECOND] = "max_messages_per_second",
   [HR_KEY_MAX_MESSAGE_BURST] = "max_message_burst",
+  [HR_KEY_CALIBRATION] = "calibration",
 };
 
 static const char *const topology_names[] = {
@@ -251,6 +252,9 @@ static int set_known(hr__config *cfg, hr__config_key k, const char *value,
     return set_path(cfg->socket, sizeof(cfg->socket), value, why, n);
   case HR_KEY_STATE_DIR:
     return set_path(cfg->state_dir, sizeof(cfg->state_dir), value, why, n);
+  case HR_KEY_CALIBRATION:
+    return set_path(cfg->calibration, sizeof(cfg->calibration), value, why,
+                    n);
   case HR_KEY_SOCKET_MODE:
     if(parse_octal_mode(value, &cfg->socket_mode))
       return fail(why, n, "bad socket_mode '%s' (octal, 0000..0777)", value);

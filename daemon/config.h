@@ -71,6 +71,7 @@ typedef enum hr__config_key {
   HR_KEY_WRITE_QUEUE_MAX,
   HR_KEY_MAX_MESSAGES_PER_SECOND,
   HR_KEY_MAX_MESSAGE_BURST,
+  HR_KEY_CALIBRATION,
   HR_KEY_COUNT
 } hr__config_key;
 
@@ -94,6 +95,9 @@ typedef struct hr__config {
   size_t write_queue_max;           /* bytes queued to one client */
   int max_messages_per_second;      /* per client; 0 = no limit */
   int max_message_burst;            /* per client, at once */
+  /* The calibration file; "" = <state_dir>/calibration.json when it
+   * exists (docs/calibration.md). */
+  char calibration[HR__CONFIG_PATH_MAX];
 
   /* Provenance, for error messages and for `topology = auto`. */
   char file[HR__CONFIG_PATH_MAX];   /* the file read, "" when none */

@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "calibration.h"
 #include "conn.h"
 #include "daemon.h"
 #include "dispatch.h"
@@ -179,6 +180,47 @@ static void watch_signal(hr__daemon *d, uv_signal_t *h, int signum)
   uv_signal_start(h, on_signal, signum);
 }
 
+/* ---- calibration ------------------------------------------------------- */
+
+/* Read the calibration file the config names (or the default one) and put
+ * it in force; a file that is bad in any way is logged with the reason
+ * and the GPUs run on theory: half-trusted measurements are worse than
+ * none. */
+static void load_calibration(hr__daemon *d, const hr__config *cfg,
+                             hr__gpu_mask *changed)
+{
+  char path[HR__CONFIG_PATH_MAX + 32], why[256];
+  hr__calibration *c = NULL;
+  int rc, covered, explicit_ = cfg->calibration[0] != '\0';
+
+  if(explicit_)
+    snprintf(path, sizeof(path), "%s", cfg->calibration);
+  else
+    snprintf(path, sizeof(path), "%s/%s", cfg->state_dir,
+             HR__CALIBRATION_FILE);
+  c = malloc(sizeof(*c));
+  if(!c) {
+    hr__err("calibration: out of memory; using the policy's theory");
+    goto out;
+  }
+  rc = hr__calibration_load(c, path, why, sizeof(why));
+  if(rc == HR_ENOTFOUND && !explicit_) {
+    hr__debug("calibration: none at %s; using the policy's theory", path);
+  } else if(rc) {
+    hr__err("calibration %s: %s; ignored, using the policy's theory", path,
+            why);
+  }
+  covered = hr__state_set_calibration(&d->state, rc ? NULL : c, changed);
+  if(covered < 0)
+    hr__err("calibration: out of memory; using the policy's theory");
+  else if(!rc)
+    hr__notice("calibration %s: measured %s on %s (NCCL %s), %d budgets, "
+               "covers %d of %d GPUs", path, c->date, c->node,
+               c->nccl_version, c->n_budgets, covered, d->state.n_gpus);
+out:
+  free(c);
+}
+
 /* ---- start ------------------------------------------------------------- */
 
 int hr__daemon_start(hr__daemon *d, uv_loop_t *loop, const hr__config *cfg,
@@ -208,6 +250,9 @@ int hr__daemon_start(hr__daemon *d, uv_loop_t *loop, const hr__config *cfg,
     hr__err("cannot set up per-GPU state");
     return 1;
   }
+  /* Before the learned state, whose restore recomputes without bumping
+   * the epoch it restores. */
+  load_calibration(d, cfg, NULL);
   if(!hr__persist_open(&d->persist, cfg->state_dir) &&
      hr__persist_load(&d->persist, &d->state, hr__daemon_time_ms() / 1000)) {
     hr__err("state: out of memory loading %s", d->persist.path);
@@ -294,6 +339,9 @@ void hr__daemon_reload(hr__daemon *d)
                next.policy.max_headroom, next.policy.min_grid,
                next.policy.incident_raise ? "yes" : "no");
   }
+  /* Re-read even when the path is the same: calibrating a node rewrites
+   * the file in place, then signals the daemon. */
+  load_calibration(d, &next, &changed);
   check_operator_group(next.operator_group);
   if(strcmp(next.operator_group, d->cfg.operator_group)) {
     for(c = d->conns; c; c = c->next)

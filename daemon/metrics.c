@@ -93,6 +93,7 @@ static int fill_gpu(hr__daemon *d, int gi, hr_metrics_gpu *mg)
     if((int)g->leases[i].mode >= 0 && g->leases[i].mode < HR_MODE_COUNT)
       mg->leases[g->leases[i].mode]++;
   mg->raised = g->raised;
+  mg->budget_source = g->source;
   memcpy(mg->incidents, d->metrics.incidents[gi], sizeof(mg->incidents));
   return HR_OK;
 }

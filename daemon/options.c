@@ -124,8 +124,11 @@ void hr__options_usage(FILE *out)
 "                            (1000; 0: no limit)\n"
 "  max_message_burst = N     ... and at once; a client refused this many\n"
 "                            times in a row is disconnected (500)\n"
+"  calibration = PATH        safe headrooms measured by headroom-calibrate\n"
+"                            (STATE_DIR/calibration.json when present)\n"
 "\n"
-"Signals: SIGHUP reloads the config file (policy, log level, limits);\n"
+"Signals: SIGHUP reloads the config file (policy, log level, limits) and\n"
+"the calibration file;\n"
 "SIGTERM or SIGINT stops the daemon cleanly.\n"
 "See docs/config.md for the full reference.\n",
           HR__DEFAULT_CONFIG, HR_DEFAULT_SOCKET, HR__DEFAULT_STATE_DIR,

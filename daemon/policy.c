@@ -52,6 +52,8 @@ static int input_valid(const hr_policy_input *in)
     return 0;
   if(in->n_footprints < 0 || (in->n_footprints > 0 && !in->footprints))
     return 0;
+  if(in->n_calib < 0 || (in->n_calib > 0 && !in->calib))
+    return 0;
   return 1;
 }
 
@@ -94,9 +96,44 @@ static int ceiling_of(const hr_policy *p, const hr_policy_input *in)
   return round_down(ceiling, in->cluster);
 }
 
+const hr_calib_budget *hr__policy_calib_find(const hr_policy_input *in,
+                                             int max_ctas, int cga)
+{
+  int i;
+
+  if(!in || in->n_calib < 1 || !in->calib)
+    return NULL;
+  for(i = 0; i < in->n_calib; i++) {
+    const hr_calib_budget *b = &in->calib[i];
+    if(b->max_ctas == max_ctas && b->cga == cga && b->safe_headroom >= 0 &&
+       b->safe_headroom <= HR_MAX_SMS)
+      return b;
+  }
+  return NULL;
+}
+
+/* Every footprint inside the measured budget: no more CTAs than the cap,
+ * and a CGA size of 1 (0, NCCL's default, was measured to need more). */
+static int footprints_within(const hr_policy_input *in, int cap)
+{
+  int i;
+
+  for(i = 0; i < in->n_footprints; i++)
+    if(in->footprints[i].ctas > cap || in->footprints[i].cga != 1)
+      return 0;
+  return 1;
+}
+
 int hr__policy_budget(const hr_policy *p, const hr_policy_input *in,
                       hr_budget *out)
 {
+  return hr__policy_budget_src(p, in, out, NULL);
+}
+
+int hr__policy_budget_src(const hr_policy *p, const hr_policy_input *in,
+                          hr_budget *out, hr_budget_source *source)
+{
+  const hr_calib_budget *cal;
   int c, ceiling, need, floor_, headroom, per, cap;
   long comm;
 
@@ -105,19 +142,27 @@ int hr__policy_budget(const hr_policy *p, const hr_policy_input *in,
 
   c = in->cluster;
   ceiling = ceiling_of(p, in);
-  comm = hr__policy_comm_ctas(in);
-  need = comm * c > HR_MAX_SMS ? HR_MAX_SMS : (int)(comm * c);
-  floor_ = round_up(p->min_headroom + in->raised, c);
-
-  headroom = need > floor_ ? need : floor_;
-  if(headroom > ceiling)
-    headroom = ceiling;
 
   /* The NCCL cap: K collectives of p CTAs each, c SMs per CTA. */
   per = ceiling / c / collectives(in);
   cap = 1;
   while(cap * 2 <= per && cap * 2 <= HR_MAX_CTAS)
     cap *= 2;
+
+  cal = hr__policy_calib_find(in, cap, 1);
+  if(cal && !footprints_within(in, cap))
+    cal = NULL;
+  if(cal) {
+    need = round_up(cal->safe_headroom, c);
+  } else {
+    comm = hr__policy_comm_ctas(in);
+    need = comm * c > HR_MAX_SMS ? HR_MAX_SMS : (int)(comm * c);
+  }
+  floor_ = round_up(p->min_headroom + in->raised, c);
+
+  headroom = need > floor_ ? need : floor_;
+  if(headroom > ceiling)
+    headroom = ceiling;
 
   out->sms = in->sms;
   out->cluster = c;
@@ -128,6 +173,8 @@ int hr__policy_budget(const hr_policy *p, const hr_policy_input *in,
   out->nccl_cga_cluster_size = 1;
   out->nccl_nvls_enable = 0;
   out->degraded = 0;
+  if(source)
+    *source = cal ? HR_SOURCE_CALIBRATED : HR_SOURCE_THEORY;
   return HR_OK;
 }
 

@@ -22,6 +22,16 @@
  * cgaClusterSize is 1 (FINDINGS 3: NCCL's default CGA size, not its
  * channel count, set the headroom needed) and NVLS stays off.
  *
+ * Calibration: headroom-calibrate (docs/calibration.md) measures, on the
+ * node, the smallest headroom that kept its barrier probe out of deadlock
+ * against real NCCL collectives for a set of (maxCTAs, cgaClusterSize)
+ * budgets. When the budget handed out above (maxCTAs = cap, cga 1) has such
+ * an entry, the comm term `need` is that entry's safe headroom rounded up
+ * to c, not c * N: a measurement of this node beats the worst case. Floor,
+ * ceiling and min_grid apply as before. It is used only while every
+ * footprint keeps inside the measured budget (ctas <= cap, cga <= 1): a
+ * communicator created otherwise was never measured, so theory decides.
+ *
  * Footprints are counted as registered: they describe communicators that
  * already exist, whose CTA counts can no longer change.
  *
@@ -52,12 +62,25 @@ typedef struct hr_footprint {
   int concurrent;       /* collectives in flight at once */
 } hr_footprint;
 
+/* One budget measured by headroom-calibrate. */
+typedef struct hr_calib_budget {
+  int max_ctas;         /* ncclConfig_t.maxCTAs; 0: NCCL's own choice */
+  int cga;              /* ncclConfig_t.cgaClusterSize; 0: NCCL's own */
+  int safe_headroom;    /* smallest headroom with no deadlock; -1: none
+                           found up to the largest headroom tried */
+  double collective_ms; /* the collectives' time under this budget */
+  int trials;           /* trials per launch order and headroom */
+  int orders;           /* launch orders measured */
+} hr_calib_budget;
+
 typedef struct hr_policy_input {
   int sms;              /* SMs on the GPU */
   int cluster;          /* largest cluster size among the GPU's leases */
   int raised;           /* headroom added by incidents */
   int n_footprints;
   const hr_footprint *footprints;
+  int n_calib;          /* budgets calibrated for this GPU (0: none) */
+  const hr_calib_budget *calib;
 } hr_policy_input;
 
 /* The defaults: floor 2, ceiling 32, minimum grid 64, incidents raise. */
@@ -70,6 +93,16 @@ int hr__policy_validate(const hr_policy *policy, char *why, size_t n);
  * epoch and mode, which belong to the caller. HR_EINVAL on bad input. */
 int hr__policy_budget(const hr_policy *policy, const hr_policy_input *in,
                       hr_budget *out);
+
+/* The same, and `source` (may be NULL) says whether a calibrated entry
+ * decided the comm term. */
+int hr__policy_budget_src(const hr_policy *policy, const hr_policy_input *in,
+                          hr_budget *out, hr_budget_source *source);
+
+/* The calibrated entry for NCCL budget (max_ctas, cga), NULL when none
+ * (or when its safe headroom was not found). */
+const hr_calib_budget *hr__policy_calib_find(const hr_policy_input *in,
+                                             int max_ctas, int cga);
 
 /* The budget of a lease in `mode` on a GPU whose budget (computed by
  * hr__policy_budget, for headroom-mode leases) is `gpu`: a copy with the

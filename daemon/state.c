@@ -36,13 +36,20 @@ static int lease_cluster(const hr__gpu *g)
   return c ? c : HR__DEFAULT_CLUSTER;
 }
 
-static void policy_input(const hr__gpu *g, hr_policy_input *in)
+static void policy_input(const hr__state *s, const hr__gpu *g,
+                         hr_policy_input *in)
 {
   in->sms = g->info.sms;
   in->cluster = lease_cluster(g);
   in->raised = g->raised;
   in->n_footprints = g->n_comms;
   in->footprints = g->fps;
+  in->n_calib = 0;
+  in->calib = NULL;
+  if(s->calib && hr__calibration_covers(s->calib, &g->info)) {
+    in->n_calib = s->calib->n_budgets;
+    in->calib = s->calib->budgets;
+  }
 }
 
 /* The numbers a client acts on; gpu, epoch and mode are bookkeeping. */
@@ -64,9 +71,9 @@ static void recompute(hr__state *s, int gi, int bump, hr__gpu_mask *changed)
   hr_policy_input in;
   hr_budget b;
 
-  policy_input(g, &in);
+  policy_input(s, g, &in);
   memset(&b, 0, sizeof(b));
-  if(hr__policy_budget(&s->policy, &in, &b)) {
+  if(hr__policy_budget_src(&s->policy, &in, &b, &g->source)) {
     /* Only a bug can get here: the inputs were all range-checked. Keep
      * the budget in force rather than hand out a broken one. */
     hr__err("gpu %d: policy rejected its inputs; budget kept", gi);
@@ -129,6 +136,8 @@ void hr__state_free(hr__state *s)
   free(s->gpus);
   s->gpus = NULL;
   s->n_gpus = 0;
+  free(s->calib);
+  s->calib = NULL;
 }
 
 int64_t hr__state_client_id(hr__state *s)
@@ -355,7 +364,7 @@ int hr__state_report(hr__state *s, int64_t client, const hr_req_report *req,
 
   if(req->kind == HR_INCIDENT_BARRIER_TIMEOUT) {
     hr_policy_input in;
-    policy_input(g, &in);
+    policy_input(s, g, &in);
     g->raised = hr__policy_raise(&s->policy, &in);
     recompute(s, req->gpu, 1, changed);
   }
@@ -381,6 +390,30 @@ void hr__state_set_policy(hr__state *s, const hr_policy *policy,
   s->policy = *policy;
   for(g = 0; g < s->n_gpus; g++)
     recompute(s, g, 1, changed);
+}
+
+int hr__state_set_calibration(hr__state *s, const hr__calibration *c,
+                              hr__gpu_mask *changed)
+{
+  hr__calibration *copy = NULL;
+  int g, covered = 0;
+
+  if(!s)
+    return HR_EINVAL;
+  if(c) {
+    copy = malloc(sizeof(*copy));
+    if(!copy)
+      return HR_ENOMEM;
+    *copy = *c;
+  }
+  free(s->calib);
+  s->calib = copy;
+  for(g = 0; g < s->n_gpus; g++) {
+    if(copy && hr__calibration_covers(copy, &s->gpus[g].info))
+      covered++;
+    recompute(s, g, 1, changed);
+  }
+  return covered;
 }
 
 void hr__state_drop_client(hr__state *s, int64_t client,

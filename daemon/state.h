@@ -20,6 +20,7 @@
 
 #include <stdint.h>
 
+#include "calibration.h"
 #include "hr_proto.h"
 #include "policy.h"
 
@@ -55,6 +56,7 @@ typedef struct hr__gpu {
   int raised;                       /* headroom added by incidents */
   uint32_t epoch;
   hr_budget budget;                 /* in force; mode is HR_MODE_HEADROOM */
+  hr_budget_source source;          /* what decided budget.headroom */
 } hr__gpu;
 
 typedef struct hr__state {
@@ -62,6 +64,9 @@ typedef struct hr__state {
   int n_gpus;
   hr__gpu *gpus;
   int64_t next_client, next_comm, next_lease, next_incident;
+  /* The node's calibration, NULL when none is in force; it applies to the
+   * GPUs it covers (hr__calibration_covers), theory to the others. */
+  hr__calibration *calib;
   /* Set when something the state file keeps (raised, epoch, incidents)
    * changed; the owner saves and clears it. */
   int dirty;
@@ -112,6 +117,11 @@ int hr__state_report(hr__state *s, int64_t client, const hr_req_report *req,
 /* Replace the policy (validated by the caller) and recompute every GPU. */
 void hr__state_set_policy(hr__state *s, const hr_policy *policy,
                           hr__gpu_mask *changed);
+
+/* Put calibration `c` in force (a copy is kept), or none when NULL, and
+ * recompute every GPU. Returns how many GPUs it covers, HR_ENOMEM. */
+int hr__state_set_calibration(hr__state *s, const hr__calibration *c,
+                              hr__gpu_mask *changed);
 
 /* Drop every footprint and lease of `client` (its connection closed). */
 void hr__state_drop_client(hr__state *s, int64_t client,

@@ -61,6 +61,7 @@ static void fill_gpu(hr__daemon *d, int gi, hr_status_gpu *sg, int *failed)
   in.footprints = g->fps;
   sg->comm_ctas = hr__policy_comm_ctas(&in);
   sg->raised = g->raised;
+  sg->budget_source = g->source;
   sg->n_clients = hr__state_clients_on(&d->state, gi);
   if(sg->n_clients < 0) {
     *failed = 1;

@@ -129,6 +129,7 @@ static void encode_gpu(hr__enc *e, cJSON *o, const hr_metrics_gpu *g)
   hr__enc_i64(e, o, "comm_ctas", g->comm_ctas, 0, HR__INT32_MAX);
   encode_leases(e, o, g->leases);
   hr__enc_i64(e, o, "raised", g->raised, 0, HR_MAX_SMS);
+  hr__enc_name(e, o, "budget_source", hr_budget_source_name(g->budget_source));
   encode_named(e, o, "incidents", hr__incident_kind_name_i,
                HR_INCIDENT_COUNT, g->incidents, COUNTER_MAX);
 }
@@ -192,6 +193,7 @@ static void decode_latency(hr__dec *d, const cJSON *parent, hr_metrics *m)
 
 static void decode_gpu(hr__dec *d, const cJSON *o, hr_metrics_gpu *g)
 {
+  int source;
   int64_t epoch = 0;
 
   hr__dec_int(d, o, "index", HR__REQUIRED, 0, HR_MAX_GPUS - 1, &g->index);
@@ -208,6 +210,10 @@ static void decode_gpu(hr__dec *d, const cJSON *o, hr_metrics_gpu *g)
               &g->comm_ctas);
   decode_leases(d, o, g->leases);
   hr__dec_int(d, o, "raised", HR__REQUIRED, 0, HR_MAX_SMS, &g->raised);
+  source = HR_SOURCE_THEORY; /* optional, as in status */
+  hr__dec_enum(d, o, "budget_source", HR__OPTIONAL, hr__budget_source_name_i,
+               HR_SOURCE_COUNT, &source);
+  g->budget_source = (hr_budget_source)source;
   decode_named(d, o, "incidents", hr__incident_kind_name_i,
                HR_INCIDENT_COUNT, g->incidents, COUNTER_MAX);
 }

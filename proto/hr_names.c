@@ -134,6 +134,18 @@ const char *hr_topology_source_name(hr_topology_source s)
   return topology_source_names[s];
 }
 
+static const char *const budget_source_names[HR_SOURCE_COUNT] = {
+  [HR_SOURCE_THEORY] = "theory",
+  [HR_SOURCE_CALIBRATED] = "calibrated",
+};
+
+const char *hr_budget_source_name(hr_budget_source s)
+{
+  if((int)s < 0 || s >= HR_SOURCE_COUNT)
+    return NULL;
+  return budget_source_names[s];
+}
+
 const char *hr_mode_name(hr_mode mode)
 {
   if((int)mode < 0 || mode >= HR_MODE_COUNT)
@@ -185,4 +197,9 @@ const char *hr__incident_kind_name_i(int i)
 const char *hr__topology_source_name_i(int i)
 {
   return hr_topology_source_name((hr_topology_source)i);
+}
+
+const char *hr__budget_source_name_i(int i)
+{
+  return hr_budget_source_name((hr_budget_source)i);
 }

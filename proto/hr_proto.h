@@ -104,6 +104,17 @@ typedef enum hr_topology_source {
 
 const char *hr_topology_source_name(hr_topology_source s);
 
+/* Where a GPU's headroom came from: the policy's theory (cluster x comm
+ * CTAs), or a safe headroom measured on the node by headroom-calibrate
+ * (docs/calibration.md) for the NCCL budget the policy hands out. */
+typedef enum hr_budget_source {
+  HR_SOURCE_THEORY = 0,
+  HR_SOURCE_CALIBRATED,
+  HR_SOURCE_COUNT
+} hr_budget_source;
+
+const char *hr_budget_source_name(hr_budget_source s); /* "calibrated" */
+
 typedef struct hr_topology {
   hr_topology_source source;
   int n_gpus;
@@ -242,6 +253,7 @@ typedef struct hr_status_incident {
 typedef struct hr_status_gpu {
   hr_gpu_info info;
   hr_budget budget;                 /* mode field: HR_MODE_HEADROOM */
+  hr_budget_source budget_source;   /* what decided budget.headroom */
   int comm_ctas;                    /* CTAs in flight, all footprints */
   int raised;                       /* headroom added by incidents */
   int n_clients;                    /* clients holding state on this GPU */
@@ -287,6 +299,7 @@ typedef struct hr_metrics_gpu {
   int comm_ctas;                    /* CTAs in flight over all footprints */
   int leases[HR_MODE_COUNT];        /* leases by mode */
   int raised;                       /* headroom added by incidents */
+  hr_budget_source budget_source;   /* as in status */
   int64_t incidents[HR_INCIDENT_COUNT]; /* reported since the start, by kind */
 } hr_metrics_gpu;
 

@@ -100,6 +100,7 @@ static void encode_gpu(hr__enc *e, cJSON *o, const hr_status_gpu *g)
 
   hr__gpu_info_encode(e, o, &g->info);
   hr__budget_encode(e, o, "budget", &g->budget);
+  hr__enc_name(e, o, "budget_source", hr_budget_source_name(g->budget_source));
   hr__enc_i64(e, o, "comm_ctas", g->comm_ctas, 0, HR__INT32_MAX);
   hr__enc_i64(e, o, "raised", g->raised, 0, HR_MAX_SMS);
   hr__enc_i64(e, o, "clients", g->n_clients, 0, HR__INT32_MAX);
@@ -255,9 +256,16 @@ static void gpu_item(hr__dec *d, const cJSON *o, void *p)
 {
   hr_status_gpu *g = p;
   void *items;
+  int source;
 
   hr__gpu_info_decode(d, o, &g->info);
   hr__budget_decode(d, o, "budget", &g->budget);
+  /* Optional: a daemon from before calibration sends none, and what it
+   * computed was theory. */
+  source = HR_SOURCE_THEORY;
+  hr__dec_enum(d, o, "budget_source", HR__OPTIONAL, hr__budget_source_name_i,
+               HR_SOURCE_COUNT, &source);
+  g->budget_source = (hr_budget_source)source;
   hr__dec_int(d, o, "comm_ctas", HR__REQUIRED, 0, HR__INT32_MAX,
               &g->comm_ctas);
   hr__dec_int(d, o, "raised", HR__REQUIRED, 0, HR_MAX_SMS, &g->raised);

@@ -36,3 +36,14 @@ $(TESTBIN)/test_systemd: $(OBJDIR)/tests/integration/test_systemd.o \
 
 # The systemd units: systemd-analyze verify and the exposure goal.
 INTEG_TESTS += tests/integration/test_units.sh
+
+# headroomd reading a calibration file: leases and status, a bad file,
+# the default file read on SIGHUP.
+INTEG_TESTS += $(TESTBIN)/test_calibration
+
+$(TESTBIN)/test_calibration: $(OBJDIR)/tests/integration/test_calibration.o \
+                             $(OBJDIR)/tests/integration/harness.o \
+                             $(LIBDIR)/libheadroom.a $(BINDIR)/headroomd
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o %.a,$^) \
+	  $(LDLIBS_CJSON) $(LDLIBS_CMOCKA) -ldl

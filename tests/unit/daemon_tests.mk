@@ -6,6 +6,7 @@ UNIT_TESTS += $(TESTBIN)/test_config $(TESTBIN)/test_state
 TEST_CONFIG_OBJS := $(OBJDIR)/daemon/config.o $(OBJDIR)/daemon/options.o \
                     $(OBJDIR)/daemon/log.o $(OBJDIR)/daemon/policy.o
 TEST_STATE_OBJS := $(OBJDIR)/daemon/state.o $(OBJDIR)/daemon/persist.o \
+                   $(OBJDIR)/daemon/calibration.o \
                    $(OBJDIR)/daemon/fsutil.o $(OBJDIR)/daemon/log.o \
                    $(OBJDIR)/daemon/policy.o $(OBJDIR)/client/hr_error.o
 DAEMON_TEST_LDLIBS := $(LDLIBS_UV) $(LDLIBS_CJSON) $(LDLIBS_CMOCKA) -ldl

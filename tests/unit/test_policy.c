@@ -69,7 +69,7 @@ static const policy_case cases[] = {
 static void run_case(const policy_case *c)
 {
   hr_policy p = {c->min_headroom, c->max_headroom, c->min_grid, 1};
-  hr_policy_input in = {c->sms, c->cluster, c->raised, c->n, c->fp};
+  hr_policy_input in = {c->sms, c->cluster, c->raised, c->n, c->fp, 0, NULL};
   hr_budget b;
 
   memset(&b, 0xff, sizeof(b));
@@ -100,6 +100,123 @@ static void test_table(void **state)
   (void)state;
   for(i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
     run_case(&cases[i]);
+}
+
+/* ---- calibration ------------------------------------------------------ */
+
+/* FINDINGS 3's table as a calibration file would carry it: the budget,
+ * then the smallest headroom with no deadlock. */
+static const hr_calib_budget f3_table[] = {
+  {0, 0, 6, 0.62, 3, 1},      /* default / default */
+  {0, 1, 2, 0.64, 3, 1},      /* default / 1 */
+  {8, 0, 6, 0.65, 3, 1},
+  {8, 1, 2, 0.65, 3, 1},
+  {4, 0, 6, 0.92, 3, 1},
+  {4, 1, 2, 0.92, 3, 1},
+  {2, 1, 2, 1.68, 3, 1},
+  {1, 1, 2, 3.25, 3, 1},
+  {16, 1, -1, 0.60, 3, 1},    /* none safe up to the largest tried */
+};
+#define F3_N ((int)(sizeof(f3_table) / sizeof(f3_table[0])))
+
+typedef struct calib_case {
+  const char *what;
+  int sms, cluster, raised;
+  int min_headroom, max_headroom, min_grid;
+  int n;
+  hr_footprint fp[4];
+  int n_calib;                   /* 0: none, else F3_N */
+  int want_headroom, want_grid, want_max_ctas;
+  hr_budget_source want_source;
+} calib_case;
+
+static const calib_case calib_cases[] = {
+  /* FINDINGS 3: cga 1 at maxCTAs 8 was safe at headroom 2. Two
+   * collectives in flight make the cap 32 / 2 / 2 = 8: theory wants
+   * 2 x 16 = 32 SMs, the calibration 2. */
+  {"F3 8/1 calibrated", 132, 2, 0, DEF, 1, {{8, 1, 2}}, F3_N, 2, 130, 8,
+   HR_SOURCE_CALIBRATED},
+  {"F3 8/1 theory", 132, 2, 0, DEF, 1, {{8, 1, 2}}, 0, 32, 100, 8,
+   HR_SOURCE_THEORY},
+  /* Three collectives: cap 4, entry 4/1 -> 2. */
+  {"F3 4/1 calibrated", 132, 2, 0, DEF, 1, {{4, 1, 3}}, F3_N, 2, 130, 4,
+   HR_SOURCE_CALIBRATED},
+  /* A cluster of 4: the safe headroom rounds up to one cluster. */
+  {"rounds up to cluster 4", 132, 4, 0, DEF, 1, {{4, 1, 2}}, F3_N, 4, 128,
+   4, HR_SOURCE_CALIBRATED},
+  /* The floor and incidents still apply on top. */
+  {"raised over calibration", 132, 2, 6, DEF, 1, {{8, 1, 2}}, F3_N, 8, 124,
+   8, HR_SOURCE_CALIBRATED},
+  {"floor over calibration", 132, 2, 0, 10, 32, 64, 1, {{8, 1, 2}}, F3_N, 10,
+   122, 8, HR_SOURCE_CALIBRATED},
+  /* The cap handed out (16 on an idle GPU) has no safe entry: theory. */
+  {"cap 16 not safe in the file", 132, 2, 0, DEF, 0, {{0}}, F3_N, 2, 130, 16,
+   HR_SOURCE_THEORY},
+  /* A footprint outside the measured budget: NCCL's default CGA, or more
+   * CTAs than the cap, was never measured at that headroom. */
+  {"footprint with default cga", 132, 2, 0, DEF, 1, {{8, 0, 2}}, F3_N, 32,
+   100, 8, HR_SOURCE_THEORY},
+  {"footprint over the cap", 132, 2, 0, DEF, 2, {{8, 1, 1}, {16, 1, 1}},
+   F3_N, 32, 100, 8, HR_SOURCE_THEORY},
+  /* The ceiling still caps a large calibrated value (min_grid 126 -> 6). */
+  {"ceiling over calibration", 132, 2, 0, 2, 32, 126, 1, {{1, 1, 1}}, F3_N,
+   2, 130, 2, HR_SOURCE_CALIBRATED},
+};
+
+static void run_calib_case(const calib_case *c)
+{
+  hr_policy p = {c->min_headroom, c->max_headroom, c->min_grid, 1};
+  hr_policy_input in = {c->sms, c->cluster, c->raised, c->n, c->fp,
+                        c->n_calib, c->n_calib ? f3_table : NULL};
+  hr_budget_source src = HR_SOURCE_COUNT;
+  hr_budget b;
+
+  memset(&b, 0xff, sizeof(b));
+  if(hr__policy_budget_src(&p, &in, &b, &src) != HR_OK)
+    fail_msg("%s: policy refused valid input", c->what);
+  if(b.headroom != c->want_headroom || b.grid != c->want_grid ||
+     b.nccl_max_ctas != c->want_max_ctas || src != c->want_source)
+    fail_msg("%s: headroom %d grid %d maxCTAs %d source %d, want %d %d %d %d",
+             c->what, b.headroom, b.grid, b.nccl_max_ctas, (int)src,
+             c->want_headroom, c->want_grid, c->want_max_ctas,
+             (int)c->want_source);
+  assert_int_equal(b.nccl_cga_cluster_size, 1);
+}
+
+static void test_calibration(void **state)
+{
+  size_t i;
+
+  (void)state;
+  for(i = 0; i < sizeof(calib_cases) / sizeof(calib_cases[0]); i++)
+    run_calib_case(&calib_cases[i]);
+}
+
+/* A large calibrated headroom is held by the ceiling, and raising after a
+ * timeout starts from the calibrated headroom, not theory's. */
+static void test_calibration_ceiling_and_raise(void **state)
+{
+  static const hr_calib_budget big[] = {{8, 1, 40, 0.7, 3, 4}};
+  hr_policy p = {2, 32, 64, 1};
+  hr_footprint fp = {8, 1, 2};
+  hr_policy_input in = {132, 2, 0, 1, &fp, 1, big};
+  hr_budget b;
+
+  (void)state;
+  assert_int_equal(hr__policy_budget(&p, &in, &b), HR_OK);
+  assert_int_equal(b.headroom, 32);
+  in.calib = f3_table;
+  in.n_calib = F3_N;
+  assert_int_equal(hr__policy_budget(&p, &in, &b), HR_OK);
+  assert_int_equal(b.headroom, 2);
+  /* One cluster above 2: raised becomes 4 - min_headroom = 2. */
+  assert_int_equal(hr__policy_raise(&p, &in), 2);
+  /* Bad calibration input is refused like any bad input. */
+  in.calib = NULL;
+  assert_int_equal(hr__policy_budget(&p, &in, &b), HR_EINVAL);
+  in.n_calib = -1;
+  assert_int_equal(hr__policy_budget(&p, &in, &b), HR_EINVAL);
+  assert_null(hr__policy_calib_find(&in, 8, 1));
 }
 
 static void test_default_policy(void **state)
@@ -144,7 +261,7 @@ static void test_bad_input(void **state)
   hr_policy p;
   hr_footprint fp = {1, 1, 1};
   hr_budget b;
-  hr_policy_input in = {132, 2, 0, 0, NULL};
+  hr_policy_input in = {132, 2, 0, 0, NULL, 0, NULL};
   (void)state;
   hr__policy_default(&p);
 
@@ -173,7 +290,7 @@ static void test_raise(void **state)
 {
   hr_policy p;
   hr_footprint fp = {3, 1, 1};
-  hr_policy_input in = {132, 2, 0, 0, NULL};
+  hr_policy_input in = {132, 2, 0, 0, NULL, 0, NULL};
   hr_budget b;
   (void)state;
   hr__policy_default(&p);
@@ -210,7 +327,7 @@ static void test_raise(void **state)
 static void test_comm_ctas(void **state)
 {
   hr_footprint fp[2] = {{8, 1, 3}, {2, 2, 2}};
-  hr_policy_input in = {132, 2, 0, 2, fp};
+  hr_policy_input in = {132, 2, 0, 2, fp, 0, NULL};
   (void)state;
   assert_int_equal(hr__policy_comm_ctas(&in), 28);
   in.n_footprints = 0;
@@ -224,7 +341,7 @@ static void test_lease_budget(void **state)
 {
   /* FINDINGS 3's shape: 3 all-reduces of 8 CTAs beside the mega kernel. */
   hr_footprint fp = {8, 1, 3};
-  hr_policy_input in = {132, 2, 0, 1, &fp};
+  hr_policy_input in = {132, 2, 0, 1, &fp, 0, NULL};
   hr_budget gpu, b;
   hr_policy p;
   int m;
@@ -279,6 +396,8 @@ int main(void)
 {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_table),
+    cmocka_unit_test(test_calibration),
+    cmocka_unit_test(test_calibration_ceiling_and_raise),
     cmocka_unit_test(test_default_policy),
     cmocka_unit_test(test_validate_rejects),
     cmocka_unit_test(test_bad_input),

@@ -1,0 +1,236 @@
+/*
+ * test_calibration.c: headroomd reading a calibration file: the lease a
+ * client gets and what status says, with a good file, a bad one, and one
+ * that appears later and is read on SIGHUP.
+ *
+ * The daemon's topology is the harness's (2 GPUs of 132 SMs). The files
+ * calibrate GPU 0 only, so GPU 1 shows the policy's theory beside it.
+ */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+#include "headroom.h"
+
+static hr_daemon daemon_;
+static char cal_dir[64];
+static char cal_path[128];
+
+/* FINDINGS 3 as headroom-calibrate would write it, for GPU 0: with NCCL's
+ * CGA size at 1, a headroom of 2 was safe at every CTA cap. */
+static const char good_file[] =
+  "{\"version\":1,\"date\":\"2026-12-01T10:00:00Z\",\"node\":\"test\","
+  "\"nccl_version\":\"2.28.9\","
+  "\"gpus\":[{\"index\":0,\"sms\":132,\"name\":\"\"}],"
+  "\"budgets\":["
+  "{\"max_ctas\":8,\"cga_cluster_size\":0,\"safe_headroom\":6,"
+  "\"collective_ms\":0.65,\"trials\":3,\"orders\":4},"
+  "{\"max_ctas\":8,\"cga_cluster_size\":1,\"safe_headroom\":2,"
+  "\"collective_ms\":0.65,\"trials\":3,\"orders\":4},"
+  "{\"max_ctas\":4,\"cga_cluster_size\":1,\"safe_headroom\":2,"
+  "\"collective_ms\":0.92,\"trials\":3,\"orders\":4},"
+  "{\"max_ctas\":16,\"cga_cluster_size\":1,\"safe_headroom\":null,"
+  "\"collective_ms\":0.60,\"trials\":3,\"orders\":4}]}\n";
+
+static void write_text(const char *path, const char *text)
+{
+  FILE *f = fopen(path, "w");
+
+  assert_non_null(f);
+  assert_int_equal(fputs(text, f) >= 0, 1);
+  assert_int_equal(fclose(f), 0);
+}
+
+static int setup(void **state)
+{
+  (void)state;
+  snprintf(cal_dir, sizeof(cal_dir), "/tmp/hr-cal-XXXXXX");
+  if(!mkdtemp(cal_dir))
+    return -1;
+  snprintf(cal_path, sizeof(cal_path), "%s/calibration.json", cal_dir);
+  return 0;
+}
+
+static int teardown(void **state)
+{
+  (void)state;
+  th_daemon_cleanup(&daemon_);
+  unlink(cal_path);
+  rmdir(cal_dir);
+  return 0;
+}
+
+static hr_client *open_client(const char *name)
+{
+  hr_client_options o;
+  hr_client *c = NULL;
+
+  memset(&o, 0, sizeof(o));
+  o.name = name;
+  o.quiet = 1;
+  o.reconnect_ms = 50;
+  assert_int_equal(hr_client_open(&c, daemon_.socket, &o), HR_OK);
+  assert_non_null(c);
+  return c;
+}
+
+static int wait_grid(const hr_lease *l, int grid, int timeout_ms)
+{
+  long long end = th_now_ms() + timeout_ms;
+
+  while(hr_lease_grid(l) != grid) {
+    uint32_t e = hr_lease_epoch(l);
+    if(th_now_ms() >= end)
+      return -1;
+    hr_lease_wait_change(l, e, 50);
+  }
+  return 0;
+}
+
+static void expect_sources(hr_budget_source gpu0, hr_budget_source gpu1)
+{
+  hr_status st;
+
+  memset(&st, 0, sizeof(st));
+  assert_int_equal(th_status(daemon_.socket, &st), 0);
+  assert_int_equal(st.n_gpus, 2);
+  assert_int_equal(st.gpus[0].budget_source, gpu0);
+  assert_int_equal(st.gpus[1].budget_source, gpu1);
+  hr_status_free(&st);
+}
+
+/* Whether the daemon's log holds `needle`. */
+static int log_has(const char *needle)
+{
+  char buf[65536];
+  FILE *f = fopen(daemon_.log, "r");
+  size_t n;
+
+  if(!f)
+    return 0;
+  n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  return strstr(buf, needle) != NULL;
+}
+
+/* Two collectives of 8 CTAs on each GPU: the policy's cap is
+ * 32 / 2 / 2 = 8. Theory asks 2 x 16 = 32 SMs (held at the ceiling); the
+ * calibrated 8/1 entry says 2. */
+static void register_load(hr_client *c)
+{
+  assert_int_equal(hr_comm_register(c, 0, "dp0", 8, 1, 2, NULL), HR_OK);
+  assert_int_equal(hr_comm_register(c, 1, "dp1", 8, 1, 2, NULL), HR_OK);
+}
+
+static void test_calibrated_lease(void **state)
+{
+  char extra[256];
+  hr_client *c;
+  hr_lease *l0, *l1;
+  hr_budget b;
+  (void)state;
+
+  write_text(cal_path, good_file);
+  snprintf(extra, sizeof(extra), "calibration = %s\n", cal_path);
+  assert_int_equal(th_daemon_start(&daemon_, extra), 0);
+  c = open_client("calibrated");
+  register_load(c);
+  assert_int_equal(hr_lease_acquire(c, 0, 2, HR_MODE_HEADROOM, &l0), HR_OK);
+  assert_int_equal(hr_lease_acquire(c, 1, 2, HR_MODE_HEADROOM, &l1), HR_OK);
+  assert_int_equal(hr_lease_budget(l0, &b), HR_OK);
+  assert_int_equal(b.nccl_max_ctas, 8);
+  assert_int_equal(b.nccl_cga_cluster_size, 1);
+  assert_int_equal(b.headroom, 2);
+  assert_int_equal(b.grid, 130);
+  assert_int_equal(hr_lease_budget(l1, &b), HR_OK);
+  assert_int_equal(b.nccl_max_ctas, 8);
+  assert_int_equal(b.headroom, 32);
+  assert_int_equal(b.grid, 100);
+  expect_sources(HR_SOURCE_CALIBRATED, HR_SOURCE_THEORY);
+  assert_true(log_has("covers 1 of 2 GPUs"));
+  hr_client_close(c);
+}
+
+/* A file with one bad value is refused whole: GPU 0 runs on theory. */
+static void test_bad_file_ignored(void **state)
+{
+  char extra[256], bad[sizeof(good_file) + 1];
+  const char *p;
+  size_t at;
+  hr_client *c;
+  hr_lease *l0;
+  (void)state;
+
+  /* The 8/1 entry's safe headroom made negative: valid JSON, bad value. */
+  p = strstr(good_file, "\"safe_headroom\":2");
+  assert_non_null(p);
+  at = (size_t)(p - good_file) + strlen("\"safe_headroom\":");
+  memcpy(bad, good_file, at);
+  bad[at] = '-';
+  memcpy(bad + at + 1, good_file + at, sizeof(good_file) - at);
+  write_text(cal_path, bad);
+  snprintf(extra, sizeof(extra), "calibration = %s\n", cal_path);
+  assert_int_equal(th_daemon_start(&daemon_, extra), 0);
+  c = open_client("theory");
+  register_load(c);
+  assert_int_equal(hr_lease_acquire(c, 0, 2, HR_MODE_HEADROOM, &l0), HR_OK);
+  assert_int_equal(hr_lease_grid(l0), 100);
+  expect_sources(HR_SOURCE_THEORY, HR_SOURCE_THEORY);
+  assert_true(log_has("budgets[1].safe_headroom"));
+  assert_true(log_has("ignored, using the policy's theory"));
+  hr_client_close(c);
+}
+
+/* No calibration key: the default file in state_dir, absent at start,
+ * written later and read on SIGHUP; the lease is pushed the new grid.
+ * Then a broken rewrite and SIGHUP drop back to theory. */
+static void test_default_file_on_sighup(void **state)
+{
+  char path[400];
+  hr_client *c;
+  hr_lease *l0;
+  (void)state;
+
+  assert_int_equal(th_daemon_start(&daemon_, NULL), 0);
+  c = open_client("sighup");
+  register_load(c);
+  assert_int_equal(hr_lease_acquire(c, 0, 2, HR_MODE_HEADROOM, &l0), HR_OK);
+  assert_int_equal(hr_lease_grid(l0), 100);
+  expect_sources(HR_SOURCE_THEORY, HR_SOURCE_THEORY);
+
+  snprintf(path, sizeof(path), "%s/calibration.json", daemon_.state_dir);
+  write_text(path, good_file);
+  assert_int_equal(kill(daemon_.pid, SIGHUP), 0);
+  assert_int_equal(wait_grid(l0, 130, 3000), 0);
+  expect_sources(HR_SOURCE_CALIBRATED, HR_SOURCE_THEORY);
+
+  write_text(path, "{\"version\":1,");
+  assert_int_equal(kill(daemon_.pid, SIGHUP), 0);
+  assert_int_equal(wait_grid(l0, 100, 3000), 0);
+  expect_sources(HR_SOURCE_THEORY, HR_SOURCE_THEORY);
+  assert_true(log_has("not valid JSON"));
+  unlink(path);
+  hr_client_close(c);
+}
+
+int main(void)
+{
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test_setup_teardown(test_calibrated_lease, setup, teardown),
+    cmocka_unit_test_setup_teardown(test_bad_file_ignored, setup, teardown),
+    cmocka_unit_test_setup_teardown(test_default_file_on_sighup, setup,
+                                    teardown),
+  };
+
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
