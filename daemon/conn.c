@@ -282,6 +282,7 @@ static void refuse_line(hr__conn *c, const char *line, size_t len, int cut)
   (void)hr_proto_decode_request(line, len, &req, &perr);
   if(req.id < 0)
     req.id = -1;
+  hr__metrics_error(&c->d->metrics, HR_WERR_LIMIT_EXCEEDED);
   hr__conn_send_error(c, req.id, HR_WERR_LIMIT_EXCEEDED,
                       "over %d messages a second, %d at once "
                       "(max_messages_per_second, max_message_burst)%s",
