@@ -1,0 +1,182 @@
+/*
+ * calib_nccl.c: NCCL through dlopen (calib_nccl.h).
+ */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nccl.h>
+
+#include "calib_nccl.h"
+
+static struct {
+  void *lib;
+  ncclResult_t (*get_version)(int *);
+  ncclResult_t (*get_unique_id)(ncclUniqueId *);
+  ncclResult_t (*init_rank_config)(ncclComm_t *, int, ncclUniqueId, int,
+                                   ncclConfig_t *);
+  ncclResult_t (*destroy)(ncclComm_t);
+  ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t,
+                             ncclRedOp_t, ncclComm_t, cudaStream_t);
+  ncclResult_t (*group_start)(void);
+  ncclResult_t (*group_end)(void);
+  const char *(*error_string)(ncclResult_t);
+} nccl;
+
+static const char *nccl_why(ncclResult_t r)
+{
+  return nccl.error_string ? nccl.error_string(r) : "NCCL error";
+}
+
+static void *open_lib(void)
+{
+  const char *home = getenv("NCCL_HOME");
+  char path[4096];
+  void *h = NULL;
+
+  if(home && *home) {
+    snprintf(path, sizeof(path), "%s/lib/libnccl.so.2", home);
+    h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  }
+  if(!h)
+    h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+  return h;
+}
+
+/* dlsym into a function pointer: through memcpy, since ISO C has no cast
+ * from an object pointer to a function pointer. */
+static int sym(const char *name, void *fn, size_t size)
+{
+  void *p = dlsym(nccl.lib, name);
+
+  if(!p)
+    return -1;
+  memcpy(fn, &p, size);
+  return 0;
+}
+
+int hr__nccl_open(char *version, size_t vn, char *why, size_t n)
+{
+  int v = 0;
+
+  if(nccl.lib)
+    goto out;
+  nccl.lib = open_lib();
+  if(!nccl.lib) {
+    snprintf(why, n, "libnccl.so.2 not found ($NCCL_HOME/lib, then the "
+             "loader's path): %s", dlerror());
+    return -1;
+  }
+  if(sym("ncclGetVersion", &nccl.get_version, sizeof(nccl.get_version)) ||
+     sym("ncclGetUniqueId", &nccl.get_unique_id,
+         sizeof(nccl.get_unique_id)) ||
+     sym("ncclCommInitRankConfig", &nccl.init_rank_config,
+         sizeof(nccl.init_rank_config)) ||
+     sym("ncclCommDestroy", &nccl.destroy, sizeof(nccl.destroy)) ||
+     sym("ncclAllReduce", &nccl.all_reduce, sizeof(nccl.all_reduce)) ||
+     sym("ncclGroupStart", &nccl.group_start, sizeof(nccl.group_start)) ||
+     sym("ncclGroupEnd", &nccl.group_end, sizeof(nccl.group_end)) ||
+     sym("ncclGetErrorString", &nccl.error_string,
+         sizeof(nccl.error_string))) {
+    snprintf(why, n, "libnccl.so.2 lacks a function this tool needs "
+             "(NCCL 2.17 or later)");
+    dlclose(nccl.lib);
+    nccl.lib = NULL;
+    return -1;
+  }
+out:
+  nccl.get_version(&v);
+  /* Codes since 2.9: major * 10000 + minor * 100 + patch. */
+  snprintf(version, vn, "%d.%d.%d", v / 10000, v / 100 % 100, v % 100);
+  return 0;
+}
+
+int hr__nccl_set_create(hr__nccl_set *s, int max_ctas, int cga, size_t bytes,
+                        char *why, size_t n)
+{
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  ncclUniqueId id;
+  ncclResult_t r;
+  int c, g;
+
+  memset(s, 0, sizeof(*s));
+  s->count = bytes / sizeof(float);
+  if(max_ctas > 0)
+    cfg.minCTAs = cfg.maxCTAs = max_ctas;
+  if(cga > 0)
+    cfg.cgaClusterSize = cga;
+  for(c = 0; c < HR__NCCL_COMMS; c++) {
+    for(g = 0; g < HR__NCCL_GPUS; g++) {
+      if(cudaSetDevice(g) ||
+         cudaStreamCreateWithFlags(&s->stream[c][g], cudaStreamNonBlocking) ||
+         cudaMalloc((void **)&s->buf[c][g], s->count * sizeof(float)) ||
+         cudaMemset(s->buf[c][g], 0, s->count * sizeof(float))) {
+        snprintf(why, n, "CUDA: %s", cudaGetErrorString(cudaGetLastError()));
+        return -1;
+      }
+    }
+    r = nccl.get_unique_id(&id);
+    if(r == ncclSuccess)
+      r = nccl.group_start();
+    for(g = 0; r == ncclSuccess && g < HR__NCCL_GPUS; g++) {
+      cudaSetDevice(g);
+      r = nccl.init_rank_config((ncclComm_t *)&s->comm[c][g], HR__NCCL_GPUS,
+                                id, g, &cfg);
+    }
+    if(r == ncclSuccess)
+      r = nccl.group_end();
+    if(r != ncclSuccess) {
+      snprintf(why, n, "ncclCommInitRankConfig: %s", nccl_why(r));
+      return -1;
+    }
+  }
+  return 0;
+}
+
+void hr__nccl_set_destroy(hr__nccl_set *s)
+{
+  int c, g;
+
+  for(c = 0; c < HR__NCCL_COMMS; c++) {
+    for(g = 0; g < HR__NCCL_GPUS; g++) {
+      cudaSetDevice(g);
+      if(s->comm[c][g])
+        nccl.destroy((ncclComm_t)s->comm[c][g]);
+      if(s->buf[c][g])
+        cudaFree(s->buf[c][g]);
+      if(s->stream[c][g])
+        cudaStreamDestroy(s->stream[c][g]);
+    }
+  }
+  memset(s, 0, sizeof(*s));
+}
+
+int hr__nccl_set_allreduce(hr__nccl_set *s, int concurrent, char *why,
+                           size_t n)
+{
+  ncclResult_t r;
+  int i, g, c;
+
+  /* Back to back: three groups in a row on communicator 0. At once: one
+   * group over the three communicators. */
+  for(i = 0; i < (concurrent ? 1 : HR__NCCL_COMMS); i++) {
+    r = nccl.group_start();
+    for(c = 0; r == ncclSuccess && c < HR__NCCL_COMMS; c++) {
+      int cc = concurrent ? c : 0;
+      if(!concurrent && c > 0)
+        break;
+      for(g = 0; r == ncclSuccess && g < HR__NCCL_GPUS; g++)
+        r = nccl.all_reduce(s->buf[cc][g], s->buf[cc][g], s->count,
+                            ncclFloat, ncclSum, (ncclComm_t)s->comm[cc][g],
+                            s->stream[cc][g]);
+    }
+    if(r == ncclSuccess)
+      r = nccl.group_end();
+    if(r != ncclSuccess) {
+      snprintf(why, n, "ncclAllReduce: %s", nccl_why(r));
+      return -1;
+    }
+  }
+  return 0;
+}
