@@ -44,7 +44,7 @@ LDLIBS_CMOCKA := -lcmocka
 # also checks the status schema with Debian's python3-jsonschema.
 DEB_DEPS_BUILD := libuv1-dev:uv.h libcjson-dev:cjson/cJSON.h \
                   libcmocka-dev:cmocka.h
-DEB_DEPS_TEST  := $(DEB_DEPS_BUILD) python3-jsonschema:
+DEB_DEPS_TEST  := $(DEB_DEPS_BUILD) python3-jsonschema: pkg-config:
 
 BINDIR := $(BUILD)/bin
 LIBDIR := $(BUILD)/lib
@@ -119,6 +119,8 @@ install: all
 	cp -P $(LIBDIR)/libheadroom.so* $(DESTDIR)$(I_LIB)/
 	install -m 0644 $(LIBDIR)/libheadroom.a $(DESTDIR)$(I_LIB)/
 	install -m 0644 client/headroom.h $(DESTDIR)$(I_INC)/
+	if [ -x $(BINDIR)/headroom-calibrate ]; then \
+	  install -m 0755 $(BINDIR)/headroom-calibrate $(DESTDIR)$(I_BIN)/; fi
 	if [ -f $(LIBDIR)/libheadroom_moe.a ]; then \
 	  cp -P $(LIBDIR)/libheadroom_moe.* $(DESTDIR)$(I_LIB)/ && \
 	  install -m 0644 kernels/headroom_moe.h $(DESTDIR)$(I_INC)/; fi

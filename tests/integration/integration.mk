@@ -47,3 +47,6 @@ $(TESTBIN)/test_calibration: $(OBJDIR)/tests/integration/test_calibration.o \
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o %.a,$^) \
 	  $(LDLIBS_CJSON) $(LDLIBS_CMOCKA) -ldl
+
+# make install into a DESTDIR, and what it installs works.
+INTEG_TESTS += tests/integration/test_install.sh
