@@ -118,6 +118,40 @@ int hr__client_wait_settled(hr_client *c, uint64_t failed_gen)
   return c->stopping ? HR_ECLOSED : HR_OK;
 }
 
+int hr__client_drop_remote(hr_client *c, hr_msg_type type,
+                           const int64_t *daemon_id, const uint64_t *obj_gen)
+{
+  uint64_t failed = 0;
+
+  for(;;) {
+    hr_request req;
+    hr_reply rep;
+    uint64_t gen;
+    int err;
+
+    if(hr__client_wait_settled(c, failed))
+      return HR_OK;
+    if(c->state != HR__UP || *obj_gen != c->gen || !*daemon_id)
+      return HR_OK;             /* the daemon does not hold it */
+    memset(&req, 0, sizeof(req));
+    req.type = type;
+    if(type == HR_MSG_RELEASE)
+      req.u.release.lease = *daemon_id;
+    else
+      req.u.unregister_comm.comm = *daemon_id;
+    err = hr__client_call_locked(c, &req, &rep, &gen);
+    if(err == HR_ECLOSED) {
+      /* Gone with the connection; if a resync took it again, drop that
+       * one too. */
+      failed = gen;
+      continue;
+    }
+    if(!err)
+      hr_reply_free(&rep);
+    return err;
+  }
+}
+
 void hr__client_note_budget(hr_client *c, const hr_budget *b)
 {
   hr_lease *l;

@@ -133,6 +133,14 @@ int hr__client_call_locked(hr_client *c, hr_request *req, hr_reply *rep,
  * the one that just failed (`failed_gen`, 0 for none). */
 int hr__client_wait_settled(hr_client *c, uint64_t failed_gen);
 
+/* Ask the daemon to drop what it holds for one of our objects (`type`
+ * HR_MSG_UNREGISTER_COMM or HR_MSG_RELEASE; the object's daemon id and
+ * connection generation, read afresh on each try) with c->mu held, riding
+ * out a resync that re-registered it meanwhile. HR_OK when the daemon
+ * holds nothing for it; else the daemon's answer. */
+int hr__client_drop_remote(hr_client *c, hr_msg_type type,
+                           const int64_t *daemon_id, const uint64_t *obj_gen);
+
 /* Record a budget the daemon sent for a GPU (c->mu held) and apply it to
  * every lease on that GPU. */
 void hr__client_note_budget(hr_client *c, const hr_budget *b);

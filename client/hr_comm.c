@@ -108,35 +108,14 @@ out:
 int hr_comm_unregister(hr_comm *m)
 {
   hr_client *c;
-  uint64_t failed = 0;
-  int err = HR_OK;
+  int err;
 
   if(!m)
     return HR_EINVAL;
   c = m->client;
   pthread_mutex_lock(&c->mu);
-  for(;;) {
-    hr_request req;
-    hr_reply rep;
-    uint64_t gen;
-
-    if(hr__client_wait_settled(c, failed))
-      break;
-    if(c->state != HR__UP || m->gen != c->gen || !m->daemon_id)
-      break;
-    memset(&req, 0, sizeof(req));
-    req.type = HR_MSG_UNREGISTER_COMM;
-    req.u.unregister_comm.comm = m->daemon_id;
-    err = hr__client_call_locked(c, &req, &rep, &gen);
-    if(err == HR_ECLOSED) {
-      err = HR_OK;
-      failed = gen;
-      continue;
-    }
-    if(!err)
-      hr_reply_free(&rep);
-    break;
-  }
+  err = hr__client_drop_remote(c, HR_MSG_UNREGISTER_COMM, &m->daemon_id,
+                               &m->gen);
   comm_unlink(c, m);
   pthread_mutex_unlock(&c->mu);
   free(m);

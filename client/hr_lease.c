@@ -163,37 +163,13 @@ out:
 int hr_lease_release(hr_lease *l)
 {
   hr_client *c;
-  uint64_t failed = 0;
-  int err = HR_OK;
+  int err;
 
   if(!l)
     return HR_EINVAL;
   c = l->client;
   pthread_mutex_lock(&c->mu);
-  for(;;) {
-    hr_request req;
-    hr_reply rep;
-    uint64_t gen;
-
-    if(hr__client_wait_settled(c, failed))
-      break;
-    if(c->state != HR__UP || l->gen != c->gen || !l->daemon_id)
-      break;    /* the daemon does not hold it */
-    memset(&req, 0, sizeof(req));
-    req.type = HR_MSG_RELEASE;
-    req.u.release.lease = l->daemon_id;
-    err = hr__client_call_locked(c, &req, &rep, &gen);
-    if(err == HR_ECLOSED) {
-      /* Gone with the connection; if a resync took it again, release
-       * that one. */
-      err = HR_OK;
-      failed = gen;
-      continue;
-    }
-    if(!err)
-      hr_reply_free(&rep);
-    break;
-  }
+  err = hr__client_drop_remote(c, HR_MSG_RELEASE, &l->daemon_id, &l->gen);
   lease_unlink(c, l);
   pthread_mutex_unlock(&c->mu);
   pthread_mutex_destroy(&l->mu);
