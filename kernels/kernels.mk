@@ -27,17 +27,9 @@ NVCCFLAGS := -std=c++17 -O3 $(NVCC_ARCH) -Xcompiler -fPIC \
              -Xcompiler -Wall,-Wextra -Xptxas -warn-spills \
              -Iclient -Ikernels -Iproto
 
-# libheadroom (client/client.mk) gives the lease; until it exists the
-# library builds without the lease entry point (hr_moe_forward then
-# returns HR_EUNSUPPORTED).
-ifneq ($(wildcard client/client.mk),)
+# libheadroom (client/client.mk) gives the lease and takes the incidents.
 MOE_LIBHEADROOM := $(LIBDIR)/libheadroom.so
 MOE_LINK_HEADROOM := -L$(LIBDIR) -lheadroom
-else
-MOE_LIBHEADROOM :=
-MOE_LINK_HEADROOM :=
-NVCCFLAGS += -DHR_MOE_NO_LIBHEADROOM
-endif
 
 BINS += $(MOE_LIB_SO) $(MOE_LIB_A)
 

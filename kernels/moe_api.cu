@@ -424,32 +424,6 @@ int hr_moe_forward_agnostic_grid(hr_moe *m, int grid, const hr_moe_args *args,
   return launch(m, NULL, grid, HR_MODE_AGNOSTIC, 1, args, (cudaStream_t)stream);
 }
 
-#ifdef HR_MOE_NO_LIBHEADROOM
-/* Built before libheadroom existed: no leases, no incident reports. */
-int hr_report(hr_client *client, const hr_lease *lease, hr_incident_kind kind,
-              const hr_incident_detail *detail, const char *message);
-int hr_report(hr_client *client, const hr_lease *lease, hr_incident_kind kind,
-              const hr_incident_detail *detail, const char *message)
-{
-  return HR_EUNSUPPORTED;
-}
-hr_client *hr_lease_client(const hr_lease *lease);
-hr_client *hr_lease_client(const hr_lease *lease)
-{
-  return NULL;
-}
-const char *hr_mode_name(hr_mode mode);
-const char *hr_mode_name(hr_mode mode)
-{
-  return mode == HR_MODE_COOPERATIVE ? "cooperative" : "headroom";
-}
-
-int hr_moe_forward(hr_moe *m, const hr_lease *lease, const hr_moe_args *args,
-                   void *stream)
-{
-  return HR_EUNSUPPORTED;
-}
-#else
 int hr_moe_forward(hr_moe *m, const hr_lease *lease, const hr_moe_args *args,
                    void *stream)
 {
@@ -471,7 +445,6 @@ int hr_moe_forward(hr_moe *m, const hr_lease *lease, const hr_moe_args *args,
   return launch(m, lease, grid, (int)b.mode, b.cluster > 1 ? 2 : 1, args,
                 (cudaStream_t)stream);
 }
-#endif
 
 /* ---- waiting ----------------------------------------------------------- */
 
