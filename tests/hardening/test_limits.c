@@ -4,8 +4,9 @@
  *  - who may connect (the socket's mode) and what the daemon leaves on
  *    disk (the state folder and file, and no following of a link planted
  *    at the state file's temporary name);
- *  - the per-client limits: footprints, leases, messages a second, and
- *    the daemon's max_clients, each with its error and, for a flood, the
+ *  - the per-client limits: footprints, leases, messages a second, bytes
+ *    queued to a client that does not read, and the daemon's max_clients,
+ *    each with its error and, for a flood or a stalled reader, the
  *    disconnection and its logged reason;
  *  - a client can release or change only its own footprints and leases.
  */
@@ -417,6 +418,71 @@ static void test_message_rate(void **state)
   hr_client_close(bystander);
 }
 
+/* ---- slow readers ---------------------------------------------------------- */
+
+/* Send `n` status requests (ids from `id0`) in one write. */
+static void send_statuses(th_raw *r, int id0, int n)
+{
+  char *buf = malloc((size_t)n * 40);
+  size_t len = 0;
+  int i;
+
+  assert_non_null(buf);
+  for(i = 0; i < n; i++)
+    len += (size_t)sprintf(buf + len, "{\"id\":%d,\"type\":\"status\"}\n",
+                           id0 + i);
+  assert_int_equal(th_raw_send(r, buf, len), 0);
+  free(buf);
+}
+
+/* A client that reads late gets every reply, whole and in order, however
+ * the daemon had to split its writes; one that never reads is cut off
+ * past write_queue_max, alone, with the reason logged. */
+static void test_slow_and_stalled_readers(void **state)
+{
+  hr_client *bystander;
+  hr_lease *l;
+  th_raw slow, stalled;
+  char line[4096];
+  int i;
+  long n;
+  (void)state;
+
+  assert_int_equal(th_daemon_start(&daemon_, "max_messages_per_second = 0\n"
+                                   "write_queue_max = 256K\n"), 0);
+  bystander = open_client("bystander");
+  assert_int_equal(hr_lease_acquire(bystander, 0, 2, HR_MODE_HEADROOM, &l),
+                   HR_OK);
+
+  /* About 300 KiB of replies: more than the socket buffers hold, less
+   * than the queue cap. */
+  assert_int_equal(th_raw_open(&slow, daemon_.socket), 0);
+  send_statuses(&slow, 1, 250);
+  usleep(300 * 1000);
+  for(i = 1; i <= 250; i++) {
+    hr_reply rep;
+    assert_int_equal(th_raw_reply(&slow, &rep, 3000), 0);
+    if(rep.type != HR_MSG_STATUS || rep.id != i)
+      fail_msg("reply %d: type %d, id %lld", i, rep.type, (long long)rep.id);
+    hr_reply_free(&rep);
+  }
+  th_raw_close(&slow);
+
+  /* Ten times the cap, never read. */
+  assert_int_equal(th_raw_open(&stalled, daemon_.socket), 0);
+  send_statuses(&stalled, 1, 2500);
+  usleep(500 * 1000);
+  do
+    n = th_raw_read_line(&stalled, line, sizeof(line), 3000);
+  while(n >= 0);
+  assert_int_equal(n, -1);                  /* closed, not timed out */
+  th_raw_close(&stalled);
+  assert_true(log_has("over write_queue_max (262144)"));
+  assert_int_equal(hr_comm_register(bystander, 1, "dp", 2, 1, 1, NULL), HR_OK);
+  assert_int_equal(hr_lease_degraded(l), 0);
+  hr_client_close(bystander);
+}
+
 /* ---- ownership ------------------------------------------------------------- */
 
 static void test_only_own_footprints_and_leases(void **state)
@@ -476,6 +542,7 @@ int main(void)
     cmocka_unit_test_teardown(test_footprint_and_lease_limits, teardown),
     cmocka_unit_test_teardown(test_max_clients, teardown),
     cmocka_unit_test_teardown(test_message_rate, teardown),
+    cmocka_unit_test_teardown(test_slow_and_stalled_readers, teardown),
     cmocka_unit_test_teardown(test_only_own_footprints_and_leases, teardown),
   };
   signal(SIGPIPE, SIG_IGN);
