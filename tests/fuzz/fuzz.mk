@@ -31,6 +31,9 @@ fuzz-ci: fuzz-build
 # HAVE_NVCC is cleared so no CUDA is built in that tree.
 fuzz-build: deps
 	@command -v $(FUZZ_CC) >/dev/null 2>&1 || { echo "make fuzz: $(FUZZ_CC) not found (Debian: apt-get install clang libclang-rt-14-dev)"; exit 1; }
+	@printf 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return d && n; }\n' | \
+	  $(FUZZ_CC) -fsanitize=fuzzer,address,undefined -x c - -o /dev/null 2>/dev/null || \
+	  { echo "make fuzz: $(FUZZ_CC) cannot link libFuzzer and the sanitizers (Debian: apt-get install libclang-rt-14-dev)"; exit 1; }
 	@$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) HAVE_NVCC= \
 	  OPT="-O1 -g -fsanitize=fuzzer-no-link $(FUZZ_SANITIZE)" fuzz-bins
 
