@@ -75,4 +75,12 @@ void hr__metrics_encode(hr__enc *e, cJSON *parent, const char *name,
 void hr__metrics_decode(hr__dec *d, const cJSON *parent, const char *name,
                         hr_metrics *m);
 
+/* Replies and events (hr_reply.c, hr_fastenc.c). hr_proto_encode_reply()
+ * takes the direct encoder for the types hr__reply_fast() names and the
+ * cJSON tree for the others; both give the same bytes for the same struct,
+ * and the tree encoder is kept whole (every type) as the reference. */
+int hr__reply_fast(hr_msg_type type);
+int hr__reply_encode_fast(const hr_reply *rep, hr_buf *out);
+int hr__reply_encode_tree(const hr_reply *rep, hr_buf *out);
+
 #endif /* HR_INTERNAL_H */

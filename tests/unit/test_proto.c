@@ -21,6 +21,7 @@
 
 #include <cmocka.h>
 
+#include "hr_internal.h"   /* the tree encoder, the reference for the fast one */
 #include "hr_proto.h"
 
 /* ---- Helpers ----------------------------------------------------------- */
@@ -1919,6 +1920,215 @@ static void test_encode_error(void **state)
   hr_buf_free(&b);
 }
 
+/* ---- The direct encoder against the tree ------------------------------- */
+
+/* xorshift64: the same structs on every run, so a failure reproduces. */
+static uint64_t rnd_state = 0x9e3779b97f4a7c15ULL;
+
+static uint64_t rnd(void)
+{
+  rnd_state ^= rnd_state << 13;
+  rnd_state ^= rnd_state >> 7;
+  rnd_state ^= rnd_state << 17;
+  return rnd_state;
+}
+
+/* One in `n`. */
+static int rnd_one_in(unsigned n)
+{
+  return rnd() % n == 0;
+}
+
+/* An int in lo..hi, its ends more often than chance, and now and then one
+ * step outside the range so the two encoders must refuse alike. */
+static int64_t rnd_range(int64_t lo, int64_t hi)
+{
+  switch(rnd() % 16) {
+  case 0: return lo;
+  case 1: return hi;
+  case 2: return rnd_one_in(4) ? lo - 1 : lo;
+  case 3: return rnd_one_in(4) ? hi + 1 : hi;
+  default: return lo + (int64_t)(rnd() % (uint64_t)(hi - lo + 1));
+  }
+}
+
+static int64_t rnd_id(int64_t lo)
+{
+  return rnd_range(lo, HR_PROTO_MAX_ID);
+}
+
+static void rnd_budget(hr_budget *b)
+{
+  static const int clusters[] = { 1, 2, 4, 8, 1, 2, 4, 8, 0, 3, 5, 9 };
+
+  b->gpu = (int)rnd_range(0, HR_MAX_GPUS - 1);
+  b->epoch = rnd_one_in(4) ? (rnd_one_in(2) ? 0 : UINT32_MAX)
+                           : (uint32_t)rnd();
+  b->mode = (hr_mode)rnd_range(0, HR_MODE_COUNT - 1);
+  b->sms = (int)rnd_range(1, HR_MAX_SMS);
+  b->cluster = clusters[rnd() % (sizeof(clusters) / sizeof(clusters[0]))];
+  b->headroom = (int)rnd_range(0, HR_MAX_SMS);
+  b->grid = (int)rnd_range(0, HR_MAX_SMS);
+  b->nccl_min_ctas = (int)rnd_range(0, HR_MAX_CTAS);
+  b->nccl_max_ctas = (int)rnd_range(0, HR_MAX_CTAS);
+  b->nccl_cga_cluster_size = (int)rnd_range(0, HR_MAX_CGA);
+  b->nccl_nvls_enable = (int)rnd_range(0, 2);
+  b->degraded = (int)rnd_range(0, 1);
+}
+
+/* Free text that exercises the escaping: control bytes, quotes,
+ * backslashes, DEL, 2- to 4-byte characters, now and then a byte that is
+ * not UTF-8, and now and then no '\0' at all. */
+static void rnd_text(char *dst, size_t size)
+{
+  static const char *const pieces[] = {
+    "a", "Z", " ", "\"", "\\", "/", "\b", "\f", "\n", "\r", "\t", "\x01",
+    "\x1f", "\x7f", "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80", "{}",
+    "lease 42", ":", ",",
+  };
+  size_t len = 0, want = rnd_one_in(8) ? size - 1 : rnd() % size, n;
+  const char *piece;
+
+  while(len < want) {
+    piece = pieces[rnd() % (sizeof(pieces) / sizeof(pieces[0]))];
+    n = strlen(piece);
+    if(len + n > want)
+      break;
+    memcpy(dst + len, piece, n);
+    len += n;
+  }
+  if(len && rnd_one_in(32))
+    dst[rnd() % len] = (char)0xff;  /* not UTF-8 */
+  if(rnd_one_in(64)) {
+    memset(dst, 'x', size);         /* not terminated */
+    return;
+  }
+  dst[len] = '\0';
+}
+
+static void rnd_reply(hr_reply *rep)
+{
+  static const hr_msg_type types[] = {
+    HR_MSG_REGISTER_COMM, HR_MSG_UNREGISTER_COMM, HR_MSG_LEASE,
+    HR_MSG_RELEASE, HR_MSG_REPORT, HR_MSG_SUBSCRIBE, HR_MSG_BUDGET,
+    HR_MSG_SHUTDOWN, HR_MSG_ERROR,
+  };
+
+  memset(rep, 0, sizeof(*rep));
+  rep->type = types[rnd() % (sizeof(types) / sizeof(types[0]))];
+  rep->id = rnd_id(0);
+  switch(rep->type) {
+  case HR_MSG_REGISTER_COMM:
+    rep->u.register_comm.comm = rnd_id(1);
+    break;
+  case HR_MSG_LEASE:
+    rep->u.lease.lease = rnd_id(1);
+    rnd_budget(&rep->u.lease.budget);
+    break;
+  case HR_MSG_REPORT:
+    rep->u.report.incident = rnd_id(1);
+    rnd_budget(&rep->u.report.budget);
+    break;
+  case HR_MSG_BUDGET:
+    rep->id = -1;
+    rnd_budget(&rep->u.budget);
+    break;
+  case HR_MSG_SHUTDOWN:
+    rep->id = -1;
+    rnd_text(rep->u.shutdown_reason, sizeof(rep->u.shutdown_reason));
+    break;
+  case HR_MSG_ERROR:
+    if(rnd_one_in(4))
+      rep->id = -1;                 /* "id": null */
+    rep->u.error.code = (hr_wire_error)rnd_range(0, HR_WERR_COUNT - 1);
+    rnd_text(rep->u.error.message, sizeof(rep->u.error.message));
+    break;
+  default:
+    break;
+  }
+}
+
+/* Each encoder appends to a buffer that already holds a line, as the
+ * daemon's write queue does; a refusal must leave that line alone. */
+static void test_fast_matches_tree(void **state)
+{
+  static const char prefix[] = "{\"earlier\":1}\n";
+  int i, rc_tree, rc_fast, rc_pub, ok = 0, refused = 0;
+  int seen[HR_MSG_COUNT] = { 0 };
+  hr_buf tree, fast, pub;
+  hr_reply rep;
+  size_t plen = sizeof(prefix) - 1;
+
+  (void)state;
+  hr_buf_init(&tree, 0);
+  hr_buf_init(&fast, 0);
+  hr_buf_init(&pub, 0);
+  for(i = 0; i < 200000; i++) {
+    rnd_reply(&rep);
+    hr_buf_reset(&tree);
+    hr_buf_reset(&fast);
+    hr_buf_reset(&pub);
+    assert_int_equal(hr_buf_append(&tree, prefix, plen), HR_OK);
+    assert_int_equal(hr_buf_append(&fast, prefix, plen), HR_OK);
+    assert_int_equal(hr_buf_append(&pub, prefix, plen), HR_OK);
+    assert_true(hr__reply_fast(rep.type));
+    rc_tree = hr__reply_encode_tree(&rep, &tree);
+    rc_fast = hr__reply_encode_fast(&rep, &fast);
+    rc_pub = hr_proto_encode_reply(&rep, &pub);
+    if(rc_tree != rc_fast || tree.len != fast.len ||
+       memcmp(tree.data, fast.data, tree.len) != 0)
+      fail_msg("struct %d (type %s, rc %d/%d):\n tree %s fast %s", i,
+               hr_msg_type_name(rep.type), rc_tree, rc_fast, tree.data,
+               fast.data);
+    assert_int_equal(rc_pub, rc_tree);
+    assert_int_equal(pub.len, tree.len);
+    assert_memory_equal(pub.data, tree.data, tree.len);
+    if(rc_tree == HR_OK) {
+      ok++;
+      seen[rep.type]++;
+    } else {
+      refused++;
+      assert_int_equal(rc_tree, HR_EINVAL);
+      assert_int_equal(fast.len, plen);
+    }
+  }
+  /* Both sides of the comparison were exercised, for every type. */
+  assert_true(ok > 50000);
+  assert_true(refused > 10000);
+  assert_true(seen[HR_MSG_LEASE] > 1000 && seen[HR_MSG_BUDGET] > 1000 &&
+              seen[HR_MSG_REPORT] > 1000 && seen[HR_MSG_ERROR] > 1000 &&
+              seen[HR_MSG_SHUTDOWN] > 1000 && seen[HR_MSG_RELEASE] > 1000 &&
+              seen[HR_MSG_SUBSCRIBE] > 1000 &&
+              seen[HR_MSG_UNREGISTER_COMM] > 1000 &&
+              seen[HR_MSG_REGISTER_COMM] > 1000);
+  /* The types left to the tree are refused by the direct encoder. */
+  assert_false(hr__reply_fast(HR_MSG_STATUS));
+  assert_false(hr__reply_fast(HR_MSG_HELLO));
+  rep.type = HR_MSG_STATUS;
+  assert_int_equal(hr__reply_encode_fast(&rep, &fast), HR_EINVAL);
+  hr_buf_free(&tree);
+  hr_buf_free(&fast);
+  hr_buf_free(&pub);
+}
+
+/* The buffer's cap holds for the direct encoder too, all or nothing. */
+static void test_fast_cap(void **state)
+{
+  hr_reply rep;
+  hr_buf b;
+
+  (void)state;
+  memset(&rep, 0, sizeof(rep));
+  rep.type = HR_MSG_RELEASE;
+  rep.id = 12;
+  hr_buf_init(&b, 30);
+  assert_int_equal(hr_proto_encode_reply(&rep, &b), HR_OK);
+  assert_string_equal(b.data, "{\"id\":12,\"type\":\"release\"}\n");
+  assert_int_equal(hr_proto_encode_reply(&rep, &b), HR_ETOOLARGE);
+  assert_int_equal(b.len, 27);
+  hr_buf_free(&b);
+}
+
 /* ---- PROTOCOL.md ------------------------------------------------------- */
 
 static char *read_file(const char *path, size_t *len)
@@ -2029,6 +2239,8 @@ int main(void)
     cmocka_unit_test(test_encode_too_large),
     cmocka_unit_test(test_encode_invalid),
     cmocka_unit_test(test_encode_error),
+    cmocka_unit_test(test_fast_matches_tree),
+    cmocka_unit_test(test_fast_cap),
     cmocka_unit_test(test_protocol_examples),
   };
 
