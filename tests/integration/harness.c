@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "headroom.h"
 
 long long th_now_ms(void)
 {
@@ -361,4 +362,17 @@ int th_run(char *const argv[], const char *out_path, int timeout_ms)
   kill(pid, SIGKILL);
   waitpid(pid, NULL, 0);
   return -1;
+}
+
+int th_wait_grid(const hr_lease *l, int grid, int timeout_ms)
+{
+  long long end = th_now_ms() + timeout_ms;
+
+  while(hr_lease_grid(l) != grid) {
+    uint32_t e = hr_lease_epoch(l);
+    if(th_now_ms() >= end)
+      return -1;
+    hr_lease_wait_change(l, e, 50);
+  }
+  return 0;
 }

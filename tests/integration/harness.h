@@ -65,6 +65,11 @@ int th_status(const char *path, hr_status *st);
  * -1 when it was killed. stdout goes to `out` (may be NULL) if given. */
 int th_run(char *const argv[], const char *out_path, int timeout_ms);
 
+/* Wait until the lease's grid is `grid`, from pushed updates only (the
+ * caller never asks the daemon); 0, or -1 after `timeout_ms`. */
+struct hr_lease;
+int th_wait_grid(const struct hr_lease *l, int grid, int timeout_ms);
+
 /* Milliseconds on a monotonic clock. */
 long long th_now_ms(void);
 

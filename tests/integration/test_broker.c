@@ -52,20 +52,6 @@ static hr_client *open_client(const char *name)
   return c;
 }
 
-/* Wait until the lease's grid is `grid` (pushed updates only: the test
- * never asks the daemon). */
-static int wait_grid(const hr_lease *l, int grid, int timeout_ms)
-{
-  long long end = th_now_ms() + timeout_ms;
-
-  while(hr_lease_grid(l) != grid) {
-    uint32_t e = hr_lease_epoch(l);
-    if(th_now_ms() >= end)
-      return -1;
-    hr_lease_wait_change(l, e, 50);
-  }
-  return 0;
-}
 
 /* ---- tests ----------------------------------------------------------------- */
 
@@ -110,12 +96,12 @@ static void test_footprint_pushes_to_other_client(void **state)
   assert_int_equal(hr_lease_grid(la), 130);
   /* 8 CTAs, one collective in flight: 16 SMs with pair waste. */
   assert_int_equal(hr_comm_register(b, 1, "tp", 8, 1, 1, &cb), HR_OK);
-  assert_int_equal(wait_grid(la, 116, 2000), 0);
+  assert_int_equal(th_wait_grid(la, 116, 2000), 0);
   assert_true(hr_lease_epoch(la) > e0);
   assert_int_equal(hr_lease_headroom(la), 16);
   /* And back when it goes away. */
   assert_int_equal(hr_comm_unregister(cb), HR_OK);
-  assert_int_equal(wait_grid(la, 130, 2000), 0);
+  assert_int_equal(th_wait_grid(la, 130, 2000), 0);
   /* A footprint on the other GPU does not touch this lease. */
   assert_int_equal(hr_comm_register(b, 0, "dp", 8, 1, 1, NULL), HR_OK);
   usleep(100 * 1000);
@@ -147,7 +133,7 @@ static void test_killed_client_vanishes(void **state)
     _exit(127);
   }
   /* 4 CTAs x 2 in flight x 2 = 16 SMs. */
-  assert_int_equal(wait_grid(la, 116, 3000), 0);
+  assert_int_equal(th_wait_grid(la, 116, 3000), 0);
   assert_int_equal(th_status(daemon_.socket, &st), 0);
   assert_int_equal(st.gpus[0].n_comms, 1);
   assert_int_equal(st.gpus[0].n_leases, 2);
@@ -156,7 +142,7 @@ static void test_killed_client_vanishes(void **state)
 
   kill(pid, SIGKILL);
   waitpid(pid, &status, 0);
-  assert_int_equal(wait_grid(la, 130, 2000), 0);
+  assert_int_equal(th_wait_grid(la, 130, 2000), 0);
   assert_int_equal(th_status(daemon_.socket, &st), 0);
   assert_int_equal(st.gpus[0].n_comms, 0);
   assert_int_equal(st.gpus[0].n_leases, 1);
@@ -231,7 +217,7 @@ static void test_daemon_restart_reconnects(void **state)
     usleep(10 * 1000);
   assert_int_equal(hr_client_connected(a), 1);
   assert_int_equal(hr_lease_degraded(la), 0);
-  assert_int_equal(wait_grid(la, 124, 2000), 0);
+  assert_int_equal(th_wait_grid(la, 124, 2000), 0);
   /* The new daemon holds the re-registered footprint and lease. */
   assert_int_equal(th_status(daemon_.socket, &st), 0);
   assert_int_equal(st.gpus[0].n_comms, 1);
@@ -327,7 +313,7 @@ static void test_bad_input_leaves_others_unharmed(void **state)
   assert_int_equal(rep.u.status.gpus[0].n_leases, 1);
   hr_reply_free(&rep);
   assert_int_equal(hr_comm_register(good, 0, "dp", 2, 1, 1, NULL), HR_OK);
-  assert_int_equal(wait_grid(lg, 128, 2000), 0);
+  assert_int_equal(th_wait_grid(lg, 128, 2000), 0);
   /* And the half-written one can still finish its message. */
   th_raw_send_str(&r2, "tus\"}\n");
   assert_int_equal(th_raw_reply(&r2, &rep, 3000), 0);
@@ -417,7 +403,7 @@ static void test_policy_set_reaches_leases(void **state)
   assert_int_equal(th_raw_reply(&r, &rep, 3000), 0);
   assert_int_equal(rep.type, HR_MSG_POLICY_SET);
   th_raw_close(&r);
-  assert_int_equal(wait_grid(la, 122, 2000), 0);
+  assert_int_equal(th_wait_grid(la, 122, 2000), 0);
   hr_client_close(a);
 }
 
@@ -458,8 +444,8 @@ static void test_incident_raises_and_persists(void **state)
   assert_int_equal(hr_report(a, la, HR_INCIDENT_BARRIER_TIMEOUT, &d,
                              "barrier 2 timed out"), HR_OK);
   /* Raised by one cluster, on both clients, pushed. */
-  assert_int_equal(wait_grid(la, 128, 2000), 0);
-  assert_int_equal(wait_grid(lb, 128, 2000), 0);
+  assert_int_equal(th_wait_grid(la, 128, 2000), 0);
+  assert_int_equal(th_wait_grid(lb, 128, 2000), 0);
   /* A launch failure is recorded but raises nothing. */
   assert_int_equal(hr_report(b, NULL, HR_INCIDENT_LAUNCH_FAILURE, NULL, NULL),
                    HR_OK);
@@ -482,7 +468,7 @@ static void test_incident_raises_and_persists(void **state)
   t0 = th_now_ms();
   while(hr_lease_degraded(la) && th_now_ms() - t0 < 3000)
     usleep(10 * 1000);
-  assert_int_equal(wait_grid(la, 128, 2000), 0);
+  assert_int_equal(th_wait_grid(la, 128, 2000), 0);
   assert_int_equal(th_status(daemon_.socket, &st), 0);
   assert_int_equal(st.gpus[1].raised, 2);
   assert_int_equal(st.gpus[1].n_incidents, 2);

@@ -83,18 +83,6 @@ static hr_client *open_client(const char *name)
   return c;
 }
 
-static int wait_grid(const hr_lease *l, int grid, int timeout_ms)
-{
-  long long end = th_now_ms() + timeout_ms;
-
-  while(hr_lease_grid(l) != grid) {
-    uint32_t e = hr_lease_epoch(l);
-    if(th_now_ms() >= end)
-      return -1;
-    hr_lease_wait_change(l, e, 50);
-  }
-  return 0;
-}
 
 static void expect_sources(hr_budget_source gpu0, hr_budget_source gpu1)
 {
@@ -211,12 +199,12 @@ static void test_default_file_on_sighup(void **state)
   snprintf(path, sizeof(path), "%s/calibration.json", daemon_.state_dir);
   write_text(path, good_file);
   assert_int_equal(kill(daemon_.pid, SIGHUP), 0);
-  assert_int_equal(wait_grid(l0, 130, 3000), 0);
+  assert_int_equal(th_wait_grid(l0, 130, 3000), 0);
   expect_sources(HR_SOURCE_CALIBRATED, HR_SOURCE_THEORY);
 
   write_text(path, "{\"version\":1,");
   assert_int_equal(kill(daemon_.pid, SIGHUP), 0);
-  assert_int_equal(wait_grid(l0, 100, 3000), 0);
+  assert_int_equal(th_wait_grid(l0, 100, 3000), 0);
   expect_sources(HR_SOURCE_THEORY, HR_SOURCE_THEORY);
   assert_true(log_has("not valid JSON"));
   unlink(path);

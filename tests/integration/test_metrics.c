@@ -432,18 +432,6 @@ static hr_client *open_client(const char *name)
   return c;
 }
 
-static int wait_grid(const hr_lease *l, int grid, int timeout_ms)
-{
-  long long end = th_now_ms() + timeout_ms;
-
-  while(hr_lease_grid(l) != grid) {
-    uint32_t e = hr_lease_epoch(l);
-    if(th_now_ms() >= end)
-      return -1;
-    hr_lease_wait_change(l, e, 50);
-  }
-  return 0;
-}
 
 static int wait_connected(hr_client *c, int timeout_ms)
 {
@@ -587,12 +575,12 @@ static void test_metrics_after_traffic(void **state)
    * footprint, a barrier timeout. */
   assert_int_equal(hr_lease_acquire(a, 0, 2, HR_MODE_HEADROOM, &la), HR_OK);
   assert_int_equal(hr_comm_register(b, 0, "dp", 4, 1, 2, NULL), HR_OK);
-  assert_int_equal(wait_grid(la, 116, 2000), 0);
+  assert_int_equal(th_wait_grid(la, 116, 2000), 0);
   assert_int_equal(hr_lease_acquire(b, 0, 2, HR_MODE_AGNOSTIC, &lb), HR_OK);
   assert_int_equal(hr_report(a, la, HR_INCIDENT_BARRIER_TIMEOUT, &d,
                              "combine barrier"), HR_OK);
   /* One cluster above the 16 in force: floor 2 + raised 16 = 18. */
-  assert_int_equal(wait_grid(la, 114, 2000), 0);
+  assert_int_equal(th_wait_grid(la, 114, 2000), 0);
 
   /* A raw client: a line that is no JSON, a lease the decoder refuses, a
    * lease for a GPU the node does not have. */
@@ -704,7 +692,7 @@ static void test_agnostic_lease(void **state)
   /* The agnostic process's own communicator counts for the other lease:
    * 3 CTAs x 1 in flight x cluster 2 = 6. */
   assert_int_equal(hr_comm_register(b, 1, "ep", 3, 1, 1, NULL), HR_OK);
-  assert_int_equal(wait_grid(la, 126, 2000), 0);
+  assert_int_equal(th_wait_grid(la, 126, 2000), 0);
   assert_int_equal(hr_lease_headroom(la), 6);
   end = th_now_ms() + 2000;
   while(hr_lease_epoch(lb) != hr_lease_epoch(la) && th_now_ms() < end)
@@ -723,7 +711,7 @@ static void test_agnostic_lease(void **state)
    * two collectives in flight halve the NCCL cap for both, and the
    * agnostic lease stays at the whole GPU. */
   assert_int_equal(hr_comm_register(c, 1, "tp", 2, 1, 1, NULL), HR_OK);
-  assert_int_equal(wait_grid(la, 122, 2000), 0);
+  assert_int_equal(th_wait_grid(la, 122, 2000), 0);
   end = th_now_ms() + 2000;
   while(hr_lease_epoch(lb) != hr_lease_epoch(la) && th_now_ms() < end)
     hr_lease_wait_change(lb, hr_lease_epoch(lb), 50);
