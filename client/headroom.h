@@ -92,6 +92,10 @@ typedef enum hr_mode {
                             * it cannot deadlock on partial residency, so
                             * its lease has headroom 0 and grid = SMs; its
                             * communicators still keep to the NCCL fields */
+  HR_MODE_PARTITION = 3,   /* green contexts: NCCL confined to a comm
+                            * partition of `headroom` SMs (a multiple of
+                            * partition_granularity), the mega kernel to
+                            * the other `grid` SMs; see hr_partition_create */
   HR_MODE_COUNT
 } hr_mode;
 
@@ -123,6 +127,15 @@ typedef struct hr_budget {
   int nccl_cga_cluster_size; /* ncclConfig_t.cgaClusterSize (1) */
   int nccl_nvls_enable; /* NCCL_NVLS_ENABLE (0) */
   int degraded;         /* 1: computed from the environment, no daemon */
+  /* Partition mode, carried in every budget so that any lease can see
+   * what a partition lease on the GPU gets (a partition lease also has
+   * headroom = partition_comm_sms, grid = sms - headroom and
+   * nccl_max_ctas = partition_nccl_max_ctas). 0: not known (an older
+   * daemon), and partition leases are then refused. */
+  int partition_granularity; /* SMs per green-context step: 8 on H100/H200,
+                              * 2 when co-scheduling is ignored */
+  int partition_comm_sms;    /* SMs of the comm partition */
+  int partition_nccl_max_ctas; /* NCCL's CTA cap inside that partition */
 } hr_budget;
 
 /* Details of an incident; set a field to -1 when unknown. */
@@ -221,6 +234,54 @@ int hr_lease_export_env(const hr_lease *lease);
  * stderr). */
 int hr_report(hr_client *client, const hr_lease *lease, hr_incident_kind kind,
               const hr_incident_detail *detail, const char *message);
+
+/* ---- Partition mode: green contexts ---------------------------------- */
+
+/* Two green contexts on the lease's GPU (driver API, opened at run time):
+ * a comm partition of budget.headroom SMs for NCCL, and the other
+ * budget.grid SMs for the mega kernel, with a stream in each. Kernels
+ * enqueued on those streams run only on their partition's SMs, so NCCL
+ * can never hold an SM the mega kernel's grid needs, whatever the launch
+ * order. Kernels launched in the primary context (any ordinary stream,
+ * including the legacy default stream) are NOT confined: they run on every
+ * SM, beside both partitions. Give NCCL collectives the comm stream and
+ * hr_moe_forward the mega stream; keep other long-running kernels off the
+ * device while a mega kernel may be waiting at a barrier.
+ *
+ *     hr_lease_acquire(c, gpu, 1, HR_MODE_PARTITION, &l);
+ *     hr_partition_create(l, &p);
+ *     ncclAllReduce(..., comm, hr_partition_comm_stream(p));
+ *     hr_moe_forward(m, l, &args, hr_partition_mega_stream(p));
+ *
+ * A partition is fixed when created. When the daemon changes the GPU's
+ * budget (hr_partition_stale() turns 1), create a new one and move new work
+ * to its streams; work already enqueued finishes where it is. */
+typedef struct hr_partition hr_partition;
+
+/* Create the partition for a lease in HR_MODE_PARTITION (HR_EINVAL for any
+ * other mode), on the CUDA device with the lease's GPU index. The lease
+ * must outlive the partition. HR_ENOGPU without a CUDA driver or device;
+ * HR_EUNSUPPORTED when the driver has no green contexts (CUDA 12.4+) or
+ * the device cannot be split as the budget says; HR_ECUDA when a driver
+ * call fails (the message on stderr names it). */
+int hr_partition_create(const hr_lease *lease, hr_partition **out);
+
+/* Wait for both streams, then destroy them and the green contexts.
+ * NULL is ok. */
+void hr_partition_destroy(hr_partition *p);
+
+/* The streams, as CUstream (usable wherever a cudaStream_t is taken). */
+void *hr_partition_comm_stream(const hr_partition *p);
+void *hr_partition_mega_stream(const hr_partition *p);
+
+/* SMs in each partition, as the driver made them. */
+int hr_partition_comm_sms(const hr_partition *p);
+int hr_partition_mega_sms(const hr_partition *p);
+
+/* The lease epoch the partition was made for, and 1 when the lease has
+ * moved on since (0 when not, HR_EINVAL for NULL). */
+uint32_t hr_partition_epoch(const hr_partition *p);
+int hr_partition_stale(const hr_partition *p);
 
 /* Fill an NCCL config from a lease. Defined inline when nccl.h was
  * included before this header, so libheadroom itself never depends on
