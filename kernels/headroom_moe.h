@@ -128,7 +128,9 @@ uint64_t hr_moe_workspace_bytes(const hr_moe *m);
 /* Launch the forward on `stream` (a cudaStream_t; NULL: the legacy default
  * stream) with the grid the lease holds now (hr_lease_grid: no syscall),
  * in the lease's mode (ordinary, or the cooperative attribute, or the
- * agnostic kernel) and with clusters of the lease's cluster size (1 or 2;
+ * agnostic kernel; a partition-mode lease launches as headroom mode, and
+ * `stream` should then be hr_partition_mega_stream(): on any other stream
+ * the kernel is not confined to its partition) and with clusters of the lease's cluster size (1 or 2;
  * none for the agnostic kernel). Checks `args` first:
  * HR_EINVAL and nothing launched when a shape, pointer or alignment is
  * wrong. HR_ECOOP_TOO_LARGE when a cooperative grid cannot fit the device;

@@ -295,6 +295,8 @@ static int args_ok(const hr_moe *m, const hr_moe_args *a)
 static int failure_take(hr_moe *m);
 
 /* mode HR_MODE_HEADROOM or HR_MODE_COOPERATIVE: the barrier kernel;
+ * HR_MODE_PARTITION: the same ordinary launch (the green context the
+ * stream belongs to keeps NCCL off its SMs; the grid is that partition's);
  * HR_MODE_AGNOSTIC: the residency-agnostic kernel, an ordinary launch of
  * `grid` CTAs without clusters (it needs neither: any grid is correct). */
 static int launch(hr_moe *m, const hr_lease *lease, int grid, int mode,
@@ -307,6 +309,8 @@ static int launch(hr_moe *m, const hr_lease *lease, int grid, int mode,
 
   if(!m || !args_ok(m, a))
     return HR_EINVAL;
+  if(mode == HR_MODE_PARTITION)
+    mode = HR_MODE_HEADROOM;
   if((mode != HR_MODE_HEADROOM && mode != HR_MODE_COOPERATIVE && !agnostic) ||
      (cluster != 1 && cluster != 2) || grid < 1 || (!agnostic && grid % cluster != 0))
     return HR_EINVAL;
