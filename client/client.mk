@@ -14,6 +14,15 @@ LIBHEADROOM_SO := $(LIBDIR)/libheadroom.so
 # opened at run time, for SM counts when no daemon answers).
 LDLIBS_HEADROOM := $(LDLIBS_CJSON) -pthread -ldl
 
+# cuda.h, for the types of the green-context calls (client/hr_partition.c)
+# and the SM alignment in degraded budgets; only the header: the driver
+# itself is opened at run time. Without it partitions are HR_EUNSUPPORTED.
+HAVE_CUDA_H := $(if $(wildcard $(CUDA_HOME)/include/cuda.h),1)
+ifeq ($(HAVE_CUDA_H),1)
+$(OBJDIR)/client/hr_partition.o $(OBJDIR)/client/hr_cuda.o: CPPFLAGS += \
+  -DHR_HAVE_CUDA_H -isystem $(CUDA_HOME)/include
+endif
+
 BINS += $(LIBHEADROOM_SO) $(LIBDIR)/$(LIBHEADROOM_SONAME) $(LIBHEADROOM_A) \
         $(BINDIR)/headroomctl $(BINDIR)/headroom-run
 

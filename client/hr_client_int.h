@@ -24,6 +24,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "headroom.h"
@@ -198,6 +199,16 @@ void hr__fallback_notice(const hr__fallback *f, const char *path,
 /* setenv the variables a lease stands for (see hr_lease_export_env). */
 int hr__budget_export_env(const hr_budget *b);
 
+/* The partition fields of `b` (granularity, comm SMs, NCCL cap) for a GPU
+ * of `sms` SMs split in steps of `granularity`: a comm partition of `need`
+ * SMs (at least 1) rounded up to the step, at most `ceiling` rounded down
+ * to it, and an NCCL cap of the largest power of two p with p *
+ * `collectives` <= its SMs, no more than `nccl_max_ctas` (0: no limit).
+ * All three 0 when no such partition exists. The daemon's rule, applied
+ * to degraded budgets. */
+void hr__partition_fields(hr_budget *b, int sms, int granularity, int need,
+                          int collectives, int ceiling, int nccl_max_ctas);
+
 /* Parse a whole decimal int in [min, max]; HR_EINVAL otherwise. */
 int hr__parse_int(const char *s, int min, int max, int *out);
 
@@ -214,5 +225,27 @@ void hr__text_copy(char *dst, size_t size, const char *src);
 
 /* SMs of CUDA device `gpu` through the driver (dlopen'ed), or HR_ENOGPU. */
 int hr__cuda_sms(int gpu);
+
+/* The SM step of a green-context split of CUDA device `gpu` that keeps
+ * co-scheduling: max(smCoscheduledAlignment, minSmPartitionSize). HR_ENOGPU
+ * without the device; HR_EUNSUPPORTED when the driver (or a build without
+ * cuda.h) cannot say. */
+int hr__cuda_sm_alignment(int gpu);
+
+/* The driver's entry point `name` (base name, no _v2) as of CUDA `version`
+ * (1000 * major + 10 * minor), legacy default stream. HR_ENOGPU without a
+ * driver or device; HR_EUNSUPPORTED when the driver is older or lacks it. */
+int hr__cuda_proc(const char *name, int version, void **fn);
+
+/* cuGetErrorName's text for a CUresult; else "CUresult N" written in buf. */
+const char *hr__cuda_error_name(int result, char *buf, size_t size);
+
+/* For tests: open `path` instead of libcuda.so.1. HR_EINVAL once the
+ * driver has been looked for. */
+int hr__cuda_use_library(const char *path);
+
+/* The granularity of degraded partition budgets when no driver says. */
+#define HR__DEFAULT_PARTITION_GRANULARITY 8
+
 
 #endif /* HR_CLIENT_INT_H */

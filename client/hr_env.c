@@ -66,9 +66,45 @@ void hr__fallback_read(hr__fallback *f, int quiet)
   f->nccl_cga_cluster_size = env_nccl("NCCL_CGA_CLUSTER_SIZE", HR_MAX_CGA);
 }
 
+void hr__partition_fields(hr_budget *b, int sms, int granularity, int need,
+                          int collectives, int ceiling, int nccl_max_ctas)
+{
+  int g = granularity, comm, cap;
+
+  b->partition_granularity = 0;
+  b->partition_comm_sms = 0;
+  b->partition_nccl_max_ctas = 0;
+  if(g < 1 || sms < 2 || collectives < 1)
+    return;
+  if(ceiling > sms - 1)
+    ceiling = sms - 1;      /* the mega partition keeps an SM at least */
+  ceiling = ceiling / g * g;
+  if(need < 1)
+    need = 1;
+  comm = (need + g - 1) / g * g;
+  if(comm > ceiling)
+    comm = ceiling;
+  if(comm < g)
+    return;                 /* not even one step fits */
+  /* One NCCL CTA per SM (FINDINGS 4): every CTA of every collective in
+   * flight must fit in the partition at once. */
+  cap = 1;
+  while(cap * 2 * collectives <= comm && cap * 2 <= HR_MAX_CTAS)
+    cap *= 2;
+  if(cap * collectives > comm)
+    return;
+  if(nccl_max_ctas > 0 && cap > nccl_max_ctas)
+    cap = nccl_max_ctas;
+  b->partition_granularity = g;
+  b->partition_comm_sms = comm;
+  b->partition_nccl_max_ctas = cap;
+}
+
 void hr__fallback_budget(const hr__fallback *f, int gpu, int sms,
                          int cluster, hr_mode mode, hr_budget *out)
 {
+  int g = hr__cuda_sm_alignment(gpu);
+
   memset(out, 0, sizeof(*out));
   out->gpu = gpu;
   out->epoch = 0;
@@ -83,7 +119,14 @@ void hr__fallback_budget(const hr__fallback *f, int gpu, int sms,
   out->nccl_cga_cluster_size = f->nccl_cga_cluster_size;
   out->nccl_nvls_enable = 0;
   out->degraded = 1;
-  /* Without a daemon too, an agnostic kernel needs no headroom. */
+  /* The environment's headroom as the comm partition, in the device's
+   * co-scheduling steps (8 on H100/H200 when no driver says): without an
+   * operator, never the finer split that gives up co-scheduling. */
+  hr__partition_fields(out, sms, g > 0 ? g : HR__DEFAULT_PARTITION_GRANULARITY,
+                       f->headroom < sms ? f->headroom : 0, 1, sms - 1,
+                       f->nccl_max_ctas);
+  /* Without a daemon too, an agnostic kernel needs no headroom, and a
+   * partition lease takes the partition's numbers. */
   hr_budget_for_mode(out, mode);
 }
 
