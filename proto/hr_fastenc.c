@@ -169,6 +169,12 @@ static void wr_budget(wr *w, const hr_budget *b)
   wr_i64(w, b->nccl_nvls_enable, 0, NVLS_MAX);
   WR_LIT(w, "},\"degraded\":");
   wr_bool(w, b->degraded);
+  WR_LIT(w, ",\"partition_granularity\":");
+  wr_i64(w, b->partition_granularity, 0, HR_MAX_SMS);
+  WR_LIT(w, ",\"partition_comm_sms\":");
+  wr_i64(w, b->partition_comm_sms, 0, HR_MAX_SMS);
+  WR_LIT(w, ",\"partition_nccl_max_ctas\":");
+  wr_i64(w, b->partition_nccl_max_ctas, 0, HR_MAX_CTAS);
   WR_LIT(w, "}");
 }
 

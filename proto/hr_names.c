@@ -66,6 +66,7 @@ static const char *const mode_names[HR_MODE_COUNT] = {
   [HR_MODE_HEADROOM] = "headroom",
   [HR_MODE_COOPERATIVE] = "cooperative",
   [HR_MODE_AGNOSTIC] = "agnostic",
+  [HR_MODE_PARTITION] = "partition",
 };
 
 static const char *const incident_kind_names[HR_INCIDENT_COUNT] = {

@@ -135,16 +135,37 @@ typedef struct hr_policy {
  * agnostic lease runs a kernel with no grid barrier, which cannot deadlock
  * on partial residency: it gets headroom 0 and grid = sms. It keeps the
  * NCCL fields and the epoch, since the headroom of the GPU's other leases
- * holds only while every communicator keeps to that cap. Both sides apply
- * it: the daemon to the budget in a lease or report reply, the client
- * library to every budget it stores into a lease. */
-static inline void hr_budget_for_mode(hr_budget *b, hr_mode mode)
+ * holds only while every communicator keeps to that cap. A partition
+ * lease gets the comm partition as its headroom (grid = sms - that),
+ * NCCL's cap inside the partition, and cgaClusterSize 1: NCCL and the mega
+ * kernel run in disjoint green contexts, so the partition fields, not the
+ * cluster-based headroom, are what holds. Both sides apply it: the daemon
+ * to the budget in a lease or report reply, the client library to every
+ * budget it stores into a lease.
+ *
+ * Returns HR_EUNSUPPORTED for a partition lease on a GPU whose budget has
+ * partition_granularity 0 (the GPU cannot be split under the policy, or
+ * the daemon predates partition mode); the budget then keeps the GPU's
+ * headroom-mode numbers, which are safe for an ordinary launch, with the
+ * mode set. HR_OK otherwise. */
+static inline int hr_budget_for_mode(hr_budget *b, hr_mode mode)
 {
   b->mode = mode;
   if(mode == HR_MODE_AGNOSTIC) {
     b->headroom = 0;
     b->grid = b->sms;
+  } else if(mode == HR_MODE_PARTITION) {
+    if(b->partition_granularity <= 0 || b->partition_comm_sms <= 0 ||
+       b->partition_comm_sms >= b->sms)
+      return HR_EUNSUPPORTED;
+    b->headroom = b->partition_comm_sms;
+    b->grid = b->sms - b->partition_comm_sms;
+    b->nccl_max_ctas = b->partition_nccl_max_ctas;
+    if(b->nccl_min_ctas > b->nccl_max_ctas)
+      b->nccl_min_ctas = b->nccl_max_ctas;
+    b->nccl_cga_cluster_size = 1;
   }
+  return HR_OK;
 }
 
 /* Which fields of an hr_policy a policy_set carries. */
@@ -294,6 +315,8 @@ typedef struct hr_metrics_gpu {
   int headroom, grid;               /* of the headroom-mode budget */
   uint32_t epoch;
   int nccl_max_ctas;
+  /* The budget's partition fields (0: partition mode unsupported here). */
+  int partition_granularity, partition_comm_sms, partition_nccl_max_ctas;
   int clients;                      /* clients holding state here */
   int comms;                        /* footprints */
   int comm_ctas;                    /* CTAs in flight over all footprints */

@@ -93,6 +93,9 @@ static void sample_budget(hr_budget *b, int gpu)
   b->nccl_cga_cluster_size = 1;
   b->nccl_nvls_enable = 0;
   b->degraded = 1;
+  b->partition_granularity = 8;
+  b->partition_comm_sms = 16;
+  b->partition_nccl_max_ctas = 8;
 }
 
 static void assert_budget_equal(const hr_budget *a, const hr_budget *b)
@@ -109,6 +112,9 @@ static void assert_budget_equal(const hr_budget *a, const hr_budget *b)
   assert_int_equal(a->nccl_cga_cluster_size, b->nccl_cga_cluster_size);
   assert_int_equal(a->nccl_nvls_enable, b->nccl_nvls_enable);
   assert_int_equal(a->degraded, b->degraded);
+  assert_int_equal(a->partition_granularity, b->partition_granularity);
+  assert_int_equal(a->partition_comm_sms, b->partition_comm_sms);
+  assert_int_equal(a->partition_nccl_max_ctas, b->partition_nccl_max_ctas);
 }
 
 static void assert_policy_equal(const hr_policy *a, const hr_policy *b)
@@ -236,6 +242,7 @@ static void test_names(void **state)
   assert_string_equal(hr_mode_name(HR_MODE_HEADROOM), "headroom");
   assert_string_equal(hr_mode_name(HR_MODE_COOPERATIVE), "cooperative");
   assert_string_equal(hr_mode_name(HR_MODE_AGNOSTIC), "agnostic");
+  assert_string_equal(hr_mode_name(HR_MODE_PARTITION), "partition");
   assert_null(hr_mode_name(HR_MODE_COUNT));
   assert_null(hr_mode_name((hr_mode)-1));
   assert_int_equal(hr_mode_from_name("cooperative", &mode), HR_OK);
@@ -244,7 +251,9 @@ static void test_names(void **state)
   assert_int_equal(mode, HR_MODE_HEADROOM);
   assert_int_equal(hr_mode_from_name("agnostic", &mode), HR_OK);
   assert_int_equal(mode, HR_MODE_AGNOSTIC);
-  assert_int_equal(hr_mode_from_name("partition", &mode), HR_EINVAL);
+  assert_int_equal(hr_mode_from_name("partition", &mode), HR_OK);
+  assert_int_equal(mode, HR_MODE_PARTITION);
+  assert_int_equal(hr_mode_from_name("green", &mode), HR_EINVAL);
   assert_int_equal(hr_mode_from_name("headroom", NULL), HR_EINVAL);
 
   assert_string_equal(hr_incident_kind_name(HR_INCIDENT_BARRIER_TIMEOUT),
@@ -440,16 +449,16 @@ static void test_request_leases(void **state)
   size_t i;
 
   (void)state;
-  for(i = 0; i < 4; i++) {
+  for(i = 0; i < 8; i++) {
     memset(&in, 0, sizeof(in));
     in.type = HR_MSG_LEASE;
     in.id = 6;
     in.u.lease.gpu = (int)i;
-    in.u.lease.cluster = clusters[i];
+    in.u.lease.cluster = clusters[i % 4];
     in.u.lease.mode = (hr_mode)(i % HR_MODE_COUNT);
     roundtrip_request(&in, &out);
     assert_int_equal(out.u.lease.gpu, in.u.lease.gpu);
-    assert_int_equal(out.u.lease.cluster, clusters[i]);
+    assert_int_equal(out.u.lease.cluster, clusters[i % 4]);
     assert_int_equal(out.u.lease.mode, in.u.lease.mode);
   }
 
@@ -897,6 +906,9 @@ static void sample_metrics(hr_metrics *m, int n_gpus, int big)
     x->grid = big ? 0 : 116 - g;
     x->epoch = big ? 4294967295u : (uint32_t)g + 3;
     x->nccl_max_ctas = big ? 64 : 8;
+    x->partition_granularity = big ? 1024 : 8;
+    x->partition_comm_sms = big ? 1024 : 8 * (g + 1);
+    x->partition_nccl_max_ctas = big ? 64 : 4;
     x->clients = big ? 2147483647 : g;
     x->comms = big ? 2147483647 : g + 1;
     x->comm_ctas = big ? 2147483647 : 8 * g;
@@ -934,6 +946,9 @@ static void assert_metrics_equal(const hr_metrics *a, const hr_metrics *b)
     assert_int_equal(x->grid, y->grid);
     assert_int_equal(x->epoch, y->epoch);
     assert_int_equal(x->nccl_max_ctas, y->nccl_max_ctas);
+    assert_int_equal(x->partition_granularity, y->partition_granularity);
+    assert_int_equal(x->partition_comm_sms, y->partition_comm_sms);
+    assert_int_equal(x->partition_nccl_max_ctas, y->partition_nccl_max_ctas);
     assert_int_equal(x->clients, y->clients);
     assert_int_equal(x->comms, y->comms);
     assert_int_equal(x->comm_ctas, y->comm_ctas);
@@ -966,6 +981,7 @@ static void test_reply_metrics(void **state)
   assert_metrics_equal(&out.u.metrics, &in.u.metrics);
   encoded_reply(&in, &b);
   assert_true(b.len < HR_PROTO_MAX_LINE / 2);
+  assert_true(b.len <= 30 * 1024); /* what PROTOCOL.md promises (§9) */
   hr_buf_free(&b);
 
   /* A daemon with no GPU and nothing counted yet. */
@@ -988,7 +1004,8 @@ static void test_metrics_names_forward(void **state)
     "0,0,0,0,0,0,0,1],\"count\":2,\"sum\":30000},\"gpus\":[{\"index\":0,"
     "\"sms\":132,\"headroom\":2,\"grid\":130,\"epoch\":1,"
     "\"nccl_max_ctas\":16,\"clients\":0,\"comms\":0,\"comm_ctas\":0,"
-    "\"leases\":{\"partition\":1},\"raised\":0,\"incidents\":{}}]}}";
+    "\"leases\":{\"partition\":1,\"teleport\":2},\"raised\":0,"
+    "\"incidents\":{}}]}}";
   static hr_reply rep;
   hr_proto_error err;
   int i;
@@ -1005,7 +1022,12 @@ static void test_metrics_names_forward(void **state)
   assert_int_equal(rep.u.metrics.latency[HR_METRICS_BUCKETS - 1], 1);
   assert_int_equal(rep.u.metrics.n_gpus, 1);
   for(i = 0; i < HR_MODE_COUNT; i++)
-    assert_int_equal(rep.u.metrics.gpus[0].leases[i], 0);
+    assert_int_equal(rep.u.metrics.gpus[0].leases[i],
+                     i == HR_MODE_PARTITION ? 1 : 0);
+  /* No partition fields: a daemon from before partition mode. */
+  assert_int_equal(rep.u.metrics.gpus[0].partition_granularity, 0);
+  assert_int_equal(rep.u.metrics.gpus[0].partition_comm_sms, 0);
+  assert_int_equal(rep.u.metrics.gpus[0].partition_nccl_max_ctas, 0);
 }
 
 /* The budget each lease mode gets from its GPU's budget. */
@@ -1038,6 +1060,59 @@ static void test_budget_for_mode(void **state)
   hr_budget_for_mode(&b, HR_MODE_AGNOSTIC);
   assert_int_equal(b.grid, 132);
   assert_int_equal(b.headroom, 0);
+
+  /* Partition: the comm partition is the headroom, NCCL gets the cap
+   * inside it (minCTAs clamped under it) and a CGA size of 1. */
+  gpu.partition_granularity = 8;
+  gpu.partition_comm_sms = 24;
+  gpu.partition_nccl_max_ctas = 4;
+  gpu.nccl_min_ctas = 6;
+  gpu.nccl_cga_cluster_size = 2;
+  b = gpu;
+  assert_int_equal(hr_budget_for_mode(&b, HR_MODE_PARTITION), HR_OK);
+  assert_int_equal(b.mode, HR_MODE_PARTITION);
+  assert_int_equal(b.headroom, 24);
+  assert_int_equal(b.grid, 108);
+  assert_int_equal(b.nccl_max_ctas, 4);
+  assert_int_equal(b.nccl_min_ctas, 4);
+  assert_int_equal(b.nccl_cga_cluster_size, 1);
+  assert_int_equal(b.epoch, gpu.epoch);
+  assert_int_equal(b.partition_comm_sms, 24);
+  /* Applied again it changes nothing more. */
+  assert_int_equal(hr_budget_for_mode(&b, HR_MODE_PARTITION), HR_OK);
+  assert_int_equal(b.grid, 108);
+  assert_int_equal(b.nccl_min_ctas, 4);
+  /* A minCTAs already under the cap stays. */
+  b = gpu;
+  b.nccl_min_ctas = 1;
+  assert_int_equal(hr_budget_for_mode(&b, HR_MODE_PARTITION), HR_OK);
+  assert_int_equal(b.nccl_min_ctas, 1);
+
+  /* A GPU that cannot be split: unsupported, and the headroom-mode
+   * numbers stay, safe for an ordinary launch. */
+  b = gpu;
+  b.partition_granularity = 0;
+  assert_int_equal(hr_budget_for_mode(&b, HR_MODE_PARTITION),
+                   HR_EUNSUPPORTED);
+  assert_int_equal(b.mode, HR_MODE_PARTITION);
+  assert_int_equal(b.headroom, gpu.headroom);
+  assert_int_equal(b.grid, gpu.grid);
+  assert_int_equal(b.nccl_max_ctas, gpu.nccl_max_ctas);
+  /* Nor is a comm partition of no SMs, or of every SM, a partition. */
+  b = gpu;
+  b.partition_comm_sms = 0;
+  assert_int_equal(hr_budget_for_mode(&b, HR_MODE_PARTITION),
+                   HR_EUNSUPPORTED);
+  b = gpu;
+  b.partition_comm_sms = b.sms;
+  assert_int_equal(hr_budget_for_mode(&b, HR_MODE_PARTITION),
+                   HR_EUNSUPPORTED);
+  assert_int_equal(b.grid, gpu.grid);
+  /* The other modes never refuse. */
+  b = gpu;
+  b.partition_granularity = 0;
+  assert_int_equal(hr_budget_for_mode(&b, HR_MODE_HEADROOM), HR_OK);
+  assert_int_equal(hr_budget_for_mode(&b, HR_MODE_AGNOSTIC), HR_OK);
 }
 
 /* ---- Bad input --------------------------------------------------------- */
@@ -1200,8 +1275,9 @@ static const bad_case bad_requests[] = {
   { "{\"id\":8,\"type\":\"lease\",\"gpu\":0,\"cluster\":2}", BAD,
     "mode: required", 8 },
   { "{\"id\":8,\"type\":\"lease\",\"gpu\":0,\"cluster\":2,\"mode\":"
-    "\"partition\"}", BAD,
-    "mode: must be \"headroom\", \"cooperative\" or \"agnostic\"", 8 },
+    "\"green\"}", BAD,
+    "mode: must be \"headroom\", \"cooperative\", \"agnostic\" or "
+    "\"partition\"", 8 },
   { "{\"id\":8,\"type\":\"lease\",\"gpu\":0,\"cluster\":2,\"mode\":"
     "\"Agnostic\"}", BAD, "mode: must be", 8 },
   { "{\"id\":8,\"type\":\"lease\",\"gpu\":0,\"cluster\":2,\"mode\":0}", BAD,
@@ -1404,6 +1480,24 @@ static void test_bad_replies(void **state)
       "\"headroom\":4,\"grid\":128,\"nccl\":{\"min_ctas\":1,\"max_ctas\":8,"
       "\"cga_cluster_size\":1,\"nvls_enable\":0},\"degraded\":0}}", BAD,
       "budget.degraded: must be true or false" },
+    { "{\"id\":1,\"type\":\"lease\",\"lease\":5,\"budget\":{\"gpu\":0,"
+      "\"epoch\":1,\"mode\":\"headroom\",\"sms\":132,\"cluster\":2,"
+      "\"headroom\":4,\"grid\":128,\"nccl\":{\"min_ctas\":1,\"max_ctas\":8,"
+      "\"cga_cluster_size\":1,\"nvls_enable\":0},\"degraded\":false,"
+      "\"partition_granularity\":-8}}", BAD,
+      "budget.partition_granularity: must be an integer 0..1024" },
+    { "{\"id\":1,\"type\":\"lease\",\"lease\":5,\"budget\":{\"gpu\":0,"
+      "\"epoch\":1,\"mode\":\"headroom\",\"sms\":132,\"cluster\":2,"
+      "\"headroom\":4,\"grid\":128,\"nccl\":{\"min_ctas\":1,\"max_ctas\":8,"
+      "\"cga_cluster_size\":1,\"nvls_enable\":0},\"degraded\":false,"
+      "\"partition_comm_sms\":\"8\"}}", BAD,
+      "budget.partition_comm_sms: must be an integer 0..1024" },
+    { "{\"id\":1,\"type\":\"lease\",\"lease\":5,\"budget\":{\"gpu\":0,"
+      "\"epoch\":1,\"mode\":\"headroom\",\"sms\":132,\"cluster\":2,"
+      "\"headroom\":4,\"grid\":128,\"nccl\":{\"min_ctas\":1,\"max_ctas\":8,"
+      "\"cga_cluster_size\":1,\"nvls_enable\":0},\"degraded\":false,"
+      "\"partition_nccl_max_ctas\":128}}", BAD,
+      "budget.partition_nccl_max_ctas: must be an integer 0..64" },
     { "{\"id\":1,\"type\":\"hello\",\"version\":1,\"daemon\":\"d\","
       "\"client\":1,\"topology\":{\"source\":\"nvml\",\"gpus\":[]}}", BAD,
       "topology.source: must be \"default\", \"config\" or \"cuda\"" },
@@ -1501,6 +1595,11 @@ static void test_bad_replies(void **state)
     assert_int_equal(hr_proto_decode_reply(line, strlen(line), &rep, &err),
                      HR_OK);
     assert_int_equal(rep.u.budget.headroom, 16);
+    /* Without the partition fields (a daemon from before partition mode)
+     * they read as 0: partition leases are not to be had. */
+    assert_int_equal(rep.u.budget.partition_granularity, 0);
+    assert_int_equal(rep.u.budget.partition_comm_sms, 0);
+    assert_int_equal(rep.u.budget.partition_nccl_max_ctas, 0);
   }
 }
 
@@ -1841,6 +1940,9 @@ static void test_encode_invalid(void **state)
   REP_INVALID(rep.u.lease.budget.nccl_nvls_enable = 3);
   REP_INVALID(rep.u.lease.budget.degraded = 2);
   REP_INVALID(rep.u.lease.budget.mode = HR_MODE_COUNT);
+  REP_INVALID(rep.u.lease.budget.partition_granularity = -1);
+  REP_INVALID(rep.u.lease.budget.partition_comm_sms = 1025);
+  REP_INVALID(rep.u.lease.budget.partition_nccl_max_ctas = 65);
   REP_INVALID(rep.type = HR_MSG_NONE);
   REP_INVALID((rep.type = HR_MSG_ERROR, rep.u.error.code = HR_WERR_COUNT));
   REP_INVALID((rep.type = HR_MSG_ERROR,
@@ -1974,6 +2076,9 @@ static void rnd_budget(hr_budget *b)
   b->nccl_cga_cluster_size = (int)rnd_range(0, HR_MAX_CGA);
   b->nccl_nvls_enable = (int)rnd_range(0, 2);
   b->degraded = (int)rnd_range(0, 1);
+  b->partition_granularity = (int)rnd_range(0, HR_MAX_SMS);
+  b->partition_comm_sms = (int)rnd_range(0, HR_MAX_SMS);
+  b->partition_nccl_max_ctas = (int)rnd_range(0, HR_MAX_CTAS);
 }
 
 /* Free text that exercises the escaping: control bytes, quotes,
