@@ -19,3 +19,24 @@ bench-variants: $(LIBDIR)/libheadroom_moe.so kernels-variants
 	python3 bench/bench_moe.py --lib $(LIBDIR)/libheadroom_moe.so --out $(BENCH_OUT) \
 	  --variants $(subst $(space),$(comma),$(foreach v,$(MOE_VARIANTS),$(v)=$(LIBDIR)/variants/libheadroom_moe-$(v).so)) \
 	  $(BENCH_ARGS)
+
+# `make bench-phases` (an H200; no PyTorch needed): where the time goes.
+# Each kernel's normal launch against variants that leave one phase out or
+# run it twice (bench/moe_phases.c). The program links the static library,
+# the only one with the benchmark's entry point (kernels/moe_bench.h).
+BENCH_PHASES_OUT ?= $(BUILD)/bench-phases.md
+MOE_PHASES := $(TESTBIN)/moe_phases
+
+.PHONY: bench-phases
+bench-phases: $(MOE_PHASES)
+	$(MOE_PHASES) --out $(BENCH_PHASES_OUT) $(BENCH_PHASES_ARGS)
+
+$(OBJDIR)/bench/moe_phases.o: CPPFLAGS += -I$(CUDA_HOME)/include -Itests/gpu
+
+$(MOE_PHASES): $(OBJDIR)/bench/moe_phases.o $(OBJDIR)/tests/gpu/gpu_util.o \
+               $(OBJDIR)/tests/gpu/gpu_kernels.cu.o $(OBJDIR)/kernels/moe_ref.o \
+               $(LIBDIR)/libheadroom_moe.a $(LIBDIR)/libheadroom.so
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIBDIR)/libheadroom_moe.a \
+	  -L$(LIBDIR) -lheadroom -Wl,-rpath,$(abspath $(LIBDIR)) \
+	  $(LDLIBS_CUDART) -lstdc++ -lm

@@ -75,8 +75,13 @@ struct agn_plan {
   int tpc;           /* tokens per combine task */
   int tile, bn;      /* the tile shape, its tokens per unit */
   int nf1, nf2;      /* row tiles per expert: GEMM1, GEMM2 */
+  int u1, u2, nc;    /* GEMM1 units, GEMM2 units, combine tasks */
   int g1, g2, cb;    /* first ticket of GEMM1, GEMM2, combine */
   int end;           /* tickets in all */
+  /* What a wait counts to: scatter tickets, GEMM1 (GEMM2) units per token
+   * tile. Each phase's tickets come 1 time over, or 0 or 2 times in the
+   * benchmark's variants (moe_phase_runs), and so do these. */
+  unsigned need_s, need1, need2;
 };
 
 struct agn_shared {
@@ -114,6 +119,12 @@ static __device__ __forceinline__ moe_route agn_rt(void)
   rt.off = ints + 2 * ROUTE_INTS;
   rt.tile_off = ints + 3 * ROUTE_INTS;
   return rt;
+}
+
+/* Ticket t of a phase of n tasks that may run twice: task t or t - n. */
+static __device__ __forceinline__ int agn_wrap(int t, int n)
+{
+  return t >= n ? t - n : t;
 }
 
 /* Pairs [lo, hi) of piece c of P. */
@@ -233,13 +244,21 @@ static __device__ void agn_route(const hr__moe_params &p, const moe_route &rt)
   if(tid == 0) {
     agn_plan &pl = sh.pl;
     const int tiles = rt.tile_off[E], bm = moe_tile_bm(pl.tile);
+    const int r1 = moe_phase_runs(p, HR__MOE_PHASE_GEMM1);
+    const int r2 = moe_phase_runs(p, HR__MOE_PHASE_GEMM2);
     pl.bn = moe_tile_bn(pl.tile);
     pl.nf1 = 2 * p.I / bm;
     pl.nf2 = p.H / bm;
-    pl.g1 = pl.P;
-    pl.g2 = pl.g1 + tiles * pl.nf1;
-    pl.cb = pl.g2 + tiles * pl.nf2;
-    pl.end = pl.cb + (p.T + pl.tpc - 1) / pl.tpc;
+    pl.u1 = tiles * pl.nf1;
+    pl.u2 = tiles * pl.nf2;
+    pl.nc = (p.T + pl.tpc - 1) / pl.tpc;
+    pl.need_s = (unsigned)(pl.P * moe_phase_runs(p, HR__MOE_PHASE_ROUTE));
+    pl.need1 = (unsigned)(pl.nf1 * r1);
+    pl.need2 = (unsigned)(pl.nf2 * r2);
+    pl.g1 = (int)pl.need_s;
+    pl.g2 = pl.g1 + pl.u1 * r1;
+    pl.cb = pl.g2 + pl.u2 * r2;
+    pl.end = pl.cb + pl.nc * moe_phase_runs(p, HR__MOE_PHASE_COMBINE);
   }
   __syncthreads();
 }
@@ -271,7 +290,7 @@ static __device__ int agn_place(const hr__moe_params &p, const moe_route &rt, in
   if(agn_stop(p, &sh.polls))
     ticket = -1;
   if(ticket >= lo && ticket < hi) {
-    const int u = ticket - lo;
+    const int u = agn_wrap(ticket - lo, STAGE == 1 ? pl.u1 : pl.u2);
     if(STAGE == 1) {
       *slot = u;
       return 1;
@@ -286,7 +305,7 @@ static __device__ int agn_place(const hr__moe_params &p, const moe_route &rt, in
     }
     {
       const moe_unit un = unit_decode(u, rt, p.E, pl.nf2, pl.bn);
-      if(ld_acquire_gpu(p.g1_done + agn_tile_of(rt, un, pl.bn)) >= (unsigned)pl.nf1) {
+      if(ld_acquire_gpu(p.g1_done + agn_tile_of(rt, un, pl.bn)) >= pl.need1) {
         *slot = u;
         return 1;
       }
@@ -423,12 +442,11 @@ static __device__ int agn_combine(const hr__moe_params &p, const moe_route &rt, 
   const int tid = threadIdx.x, chunks = p.H / 8;
   const int t0 = c * sh.pl.tpc, nt = min(p.T - t0, sh.pl.tpc);
   const int bn = sh.pl.bn;
-  const unsigned nf2 = (unsigned)sh.pl.nf2;
+  const unsigned need2 = sh.pl.need2;
   int ok = 1, i;
 
   /* pos_of is the scatters' */
-  if(!agn_wait_cta(p, &p.agn->scatter_done, (unsigned)sh.pl.P,
-                   HR__MOE_WAIT_SCATTER))
+  if(!agn_wait_cta(p, &p.agn->scatter_done, sh.pl.need_s, HR__MOE_WAIT_SCATTER))
     return 0;
   /* One warp polls (a few dozen pollers per CTA, not 256); the others
    * wait at the barrier. */
@@ -438,7 +456,7 @@ static __device__ int agn_combine(const hr__moe_params &p, const moe_route &rt, 
     if(pos >= 0) {
       const int e = __ldg(p.ids + pi);
       const int tl = rt.tile_off[e] + (pos - rt.off[e]) / bn;
-      ok = agn_wait(p, p.g2_done + tl, nf2, HR__MOE_WAIT_GEMM2);
+      ok = agn_wait(p, p.g2_done + tl, need2, HR__MOE_WAIT_GEMM2);
     }
   }
   if(!__syncthreads_and(ok))
@@ -469,18 +487,18 @@ static __device__ __noinline__ int agn_tasks(const hr__moe_params &p, int ticket
     if(ticket < 0)
       return 0;
     if(ticket < sh.pl.g2) {
-      if(!agn_wait_cta(p, &p.agn->scatter_done, (unsigned)sh.pl.P,
-                       HR__MOE_WAIT_SCATTER))
+      if(!agn_wait_cta(p, &p.agn->scatter_done, sh.pl.need_s, HR__MOE_WAIT_SCATTER))
         return 0;
-      ticket = agn_gemm_run<C, 1>(p, rt, pipe, ticket - sh.pl.g1);
+      ticket = agn_gemm_run<C, 1>(p, rt, pipe, agn_wrap(ticket - sh.pl.g1, sh.pl.u1));
     } else if(ticket < sh.pl.cb) {
-      const moe_unit un = unit_decode(ticket - sh.pl.g2, rt, p.E, sh.pl.nf2, C::BN);
+      const int u = agn_wrap(ticket - sh.pl.g2, sh.pl.u2);
+      const moe_unit un = unit_decode(u, rt, p.E, sh.pl.nf2, C::BN);
       if(!sh.all1 && !agn_wait_cta(p, p.g1_done + agn_tile_of(rt, un, C::BN),
-                                   (unsigned)sh.pl.nf1, HR__MOE_WAIT_GEMM1))
+                                   sh.pl.need1, HR__MOE_WAIT_GEMM1))
         return 0;
-      ticket = agn_gemm_run<C, 2>(p, rt, pipe, ticket - sh.pl.g2);
+      ticket = agn_gemm_run<C, 2>(p, rt, pipe, u);
     } else if(ticket < sh.pl.end) {
-      if(!agn_combine(p, rt, ticket - sh.pl.cb))
+      if(!agn_combine(p, rt, agn_wrap(ticket - sh.pl.cb, sh.pl.nc)))
         return 0;
       ticket = agn_claim(p);
     } else {
@@ -519,8 +537,8 @@ static __device__ __noinline__ int agn_begin(const hr__moe_params &p)
     return -1;
   agn_route(p, rt);
   ticket = agn_claim(p);
-  while(ticket >= 0 && ticket < sh.pl.P) {
-    agn_scatter(p, rt, ticket);
+  while(ticket >= 0 && ticket < sh.pl.g1) {
+    agn_scatter(p, rt, agn_wrap(ticket, sh.pl.P));
     ticket = agn_claim(p);
   }
   return ticket;

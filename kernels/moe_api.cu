@@ -17,6 +17,7 @@
 
 #include "headroom.h"
 #include "headroom_moe.h"
+#include "moe_bench.h"
 #include "moe_kernel.h"
 
 /* Busy-poll the launch this long before sleeping between polls: a forward
@@ -298,9 +299,11 @@ static int failure_take(hr_moe *m);
  * HR_MODE_PARTITION: the same ordinary launch (the green context the
  * stream belongs to keeps NCCL off its SMs; the grid is that partition's);
  * HR_MODE_AGNOSTIC: the residency-agnostic kernel, an ordinary launch of
- * `grid` CTAs without clusters (it needs neither: any grid is correct). */
+ * `grid` CTAs without clusters (it needs neither: any grid is correct).
+ * `v`: the benchmark's phase variant, NULL for every production launch. */
 static int launch(hr_moe *m, const hr_lease *lease, int grid, int mode,
-                  int cluster, const hr_moe_args *a, cudaStream_t stream)
+                  int cluster, const hr_moe_args *a, cudaStream_t stream,
+                  const hr__moe_variant *v)
 {
   hr__moe_params p;
   cudaError_t ce;
@@ -371,6 +374,10 @@ static int launch(hr_moe *m, const hr_lease *lease, int grid, int mode,
   p.host = m->host_dev;
   p.seq = m->seq + 1;
   p.timeout_ns = (unsigned long long)timeout_ms * 1000000ULL;
+  if(v) {
+    p.skip = v->skip;
+    p.repeat = v->repeat;
+  }
 
   /* A cooperative grid larger than the device: CUDA would refuse it too,
    * but with clusters its answer varies; say it the same way always. */
@@ -419,13 +426,22 @@ out:
 int hr_moe_forward_grid(hr_moe *m, int grid, hr_mode mode, int cluster,
                         const hr_moe_args *args, void *stream)
 {
-  return launch(m, NULL, grid, (int)mode, cluster, args, (cudaStream_t)stream);
+  return launch(m, NULL, grid, (int)mode, cluster, args, (cudaStream_t)stream, NULL);
 }
 
 int hr_moe_forward_agnostic_grid(hr_moe *m, int grid, const hr_moe_args *args,
                                  void *stream)
 {
-  return launch(m, NULL, grid, HR_MODE_AGNOSTIC, 1, args, (cudaStream_t)stream);
+  return launch(m, NULL, grid, HR_MODE_AGNOSTIC, 1, args, (cudaStream_t)stream, NULL);
+}
+
+int hr__moe_forward_variant(hr_moe *m, int grid, const hr__moe_variant *v,
+                            const hr_moe_args *args, void *stream)
+{
+  if(!v)
+    return HR_EINVAL;
+  return launch(m, NULL, grid, v->agnostic ? HR_MODE_AGNOSTIC : HR_MODE_HEADROOM,
+                v->agnostic ? 1 : 2, args, (cudaStream_t)stream, v);
 }
 
 int hr_moe_forward(hr_moe *m, const hr_lease *lease, const hr_moe_args *args,
@@ -447,7 +463,7 @@ int hr_moe_forward(hr_moe *m, const hr_lease *lease, const hr_moe_args *args,
    * agnostic mode runs the residency-agnostic kernel (no clusters), which
    * is correct with any grid, headroom 0 included. */
   return launch(m, lease, grid, (int)b.mode, b.cluster > 1 ? 2 : 1, args,
-                (cudaStream_t)stream);
+                (cudaStream_t)stream, NULL);
 }
 
 /* ---- waiting ----------------------------------------------------------- */

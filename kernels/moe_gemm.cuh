@@ -223,6 +223,13 @@ static __device__ __forceinline__ moe_unit unit_decode(int u, const moe_route &r
   return un;
 }
 
+/* Unit u of a stage that the benchmark may run twice over (units1 units
+ * each time): u, or u - units1 the second time. */
+static __device__ __forceinline__ int moe_unit_wrap(int u, int units1)
+{
+  return u >= units1 ? u - units1 : u;
+}
+
 /* Issues the cp.async loads, one BK step at a time, walking this CTA's
  * units in order. Thread t copies chunk t % CPR of rows t / CPR + RPP * i. */
 template <class C, int STAGE>
@@ -233,6 +240,7 @@ struct moe_loader {
   moe_unit next;                       /* the next unit, decoded */
   int unit;                            /* index among this CTA's units */
   int mine;                            /* this CTA's units */
+  int units1;                          /* the stage's units, run once */
   /* NULL: unit i of this CTA is blockIdx.x + i * gridDim.x (the barrier
    * kernel's round-robin deal). Else the agnostic kernel's ring of claimed
    * units in shared memory: unit i is ring[i % 8], -1 where the run ends. */
@@ -248,7 +256,7 @@ struct moe_loader {
   {
     if(ring)
       return ring[i & (HR__MOE_RING - 1)];
-    return i < mine ? (int)blockIdx.x + i * (int)gridDim.x : -1;
+    return i < mine ? moe_unit_wrap((int)blockIdx.x + i * (int)gridDim.x, units1) : -1;
   }
 
   __device__ void look_ahead(const hr__moe_params &p, const moe_route &rt,
@@ -272,6 +280,7 @@ struct moe_loader {
   __device__ void init(const hr__moe_params &p, const moe_route &rt, int nf,
                        int units_mine, const int *units_ring)
   {
+    units1 = rt.tile_off[p.E] * nf;
     unit = 0;
     kt = 0;
     slot = 0;
@@ -475,7 +484,10 @@ __device__ void moe_gemm_stage(const hr__moe_params &p, const moe_route &rt,
   const int K = STAGE == 1 ? p.H : p.I;
   const int nk = K / C::BK;
   const int nf = (STAGE == 1 ? 2 * p.I : p.H) / C::BM;
-  const int units = rt.tile_off[p.E] * nf;
+  /* Each unit once; none or each twice in the benchmark's variants. */
+  const int units1 = rt.tile_off[p.E] * nf;
+  const int units = units1 * moe_phase_runs(p, STAGE == 1 ? HR__MOE_PHASE_GEMM1
+                                                          : HR__MOE_PHASE_GEMM2);
   const int mine = units > (int)blockIdx.x
                        ? (units - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x
                        : 0;
@@ -494,7 +506,7 @@ __device__ void moe_gemm_stage(const hr__moe_params &p, const moe_route &rt,
       ld.issue(p, rt, pipe, nf, nk);
     cp_async_commit();
   }
-  un = unit_decode(blockIdx.x, rt, p.E, nf, C::BN);
+  un = unit_decode(moe_unit_wrap(blockIdx.x, units1), rt, p.E, nf, C::BN);
   for(s = 0; s < steps; s++) {
     cp_async_wait<C::STAGES - 2>();             /* step s has landed */
     __syncthreads();                            /* and slot s-1 is free */
@@ -519,7 +531,8 @@ __device__ void moe_gemm_stage(const hr__moe_params &p, const moe_route &rt,
       tile_store<C, STAGE>(p, un, acc, pipe, wm, wn, wk);
       kt = 0;
       if(++u < mine)
-        un = unit_decode(blockIdx.x + u * gridDim.x, rt, p.E, nf, C::BN);
+        un = unit_decode(moe_unit_wrap(blockIdx.x + u * gridDim.x, units1), rt, p.E,
+                         nf, C::BN);
     }
   }
   cp_async_wait<0>();

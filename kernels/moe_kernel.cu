@@ -80,10 +80,16 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
   if(!s_ok)
     return;
 
-  /* 1. route: this CTA's slice of the pairs */
-  moe_route_pairs(p, rt, s_warp_sums,
-                  (int)((long long)p.T * p.k * blockIdx.x / gridDim.x),
-                  (int)((long long)p.T * p.k * (blockIdx.x + 1) / gridDim.x));
+  /* 1. route: this CTA's slice of the pairs (none in the benchmark's
+   * variant without the route phase: the tables are still made) */
+  {
+    const int pairs = p.T * p.k, runs = moe_phase_runs(p, HR__MOE_PHASE_ROUTE);
+    const int lo = (int)((long long)pairs * blockIdx.x / gridDim.x);
+    const int hi = runs ? (int)((long long)pairs * (blockIdx.x + 1) / gridDim.x) : lo;
+    moe_route_pairs(p, rt, s_warp_sums, lo, hi);
+    if(runs == 2)
+      moe_route_pairs(p, rt, s_warp_sums, lo, hi);
+  }
   /* The tile shape follows the pairs per expert that has any: a function
    * of the routing alone, so the same for every grid. */
   for(i = threadIdx.x; i < p.E; i += HR__MOE_THREADS)
@@ -95,7 +101,8 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
   if(!grid_barrier(p, 0, &s_ok))
     return;
 
-  /* 2. GEMM1 + SwiGLU */
+  /* 2. GEMM1 + SwiGLU (each CTA's units come twice, or never, in the
+   * benchmark's variants: moe_gemm_stage) */
   if(tile == MOE_TILE_TINY)
     moe_gemm_stage<moe_tile_tiny, 1>(p, rt, smem);
   else if(tile == MOE_TILE_NARROW)
@@ -120,7 +127,8 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
     return;
 
   /* 4. combine */
-  moe_combine(p);
+  for(i = moe_phase_runs(p, HR__MOE_PHASE_COMBINE); i > 0; i--)
+    moe_combine(p);
 }
 
 extern "C" size_t hr__moe_smem_bytes(void)

@@ -89,6 +89,19 @@ enum {
   HR__MOE_WAIT_CLAIM = 14     /* noticed between tasks (an abort) */
 };
 
+/* The phases, as bits: the benchmark times variants of a launch that
+ * leave a phase out or run it twice (hr__moe_forward_variant in
+ * moe_bench.h) and takes differences. Every phase is idempotent, so run
+ * twice it writes the same bytes. ROUTE is the placing of the pairs (the
+ * counts and offsets are made whatever the bits say: every later phase
+ * needs them). */
+enum {
+  HR__MOE_PHASE_ROUTE = 1,
+  HR__MOE_PHASE_GEMM1 = 2,
+  HR__MOE_PHASE_GEMM2 = 4,
+  HR__MOE_PHASE_COMBINE = 8
+};
+
 /* Everything one launch needs, passed by value as a __grid_constant__. */
 typedef struct hr__moe_params {
   /* inputs and output (bf16 as raw 16-bit words) */
@@ -113,7 +126,20 @@ typedef struct hr__moe_params {
   hr__moe_host_words *host;  /* device pointer to the mapped words */
   uint32_t seq;              /* this launch's number, >= 1 */
   unsigned long long timeout_ns;
+  /* The benchmark's variants: HR__MOE_PHASE_* bits of the phases to leave
+   * out and to run twice. 0 in every launch through headroom_moe.h. */
+  unsigned skip, repeat;
 } hr__moe_params;
+
+#ifdef __CUDACC__
+/* How many times this launch runs `phase`: 1, or 0 / 2 in the benchmark's
+ * variants. A uniform branch on a kernel parameter: free. */
+static __device__ __forceinline__ int moe_phase_runs(const hr__moe_params &p,
+                                                     unsigned phase)
+{
+  return (p.skip & phase) ? 0 : (p.repeat & phase) ? 2 : 1;
+}
+#endif
 
 #ifdef __cplusplus
 extern "C" {

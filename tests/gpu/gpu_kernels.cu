@@ -1,5 +1,5 @@
 /*
- * gpu_kernels.cu: the two kernels the GPU tests need besides the MoE:
+ * gpu_kernels.cu: the kernels the GPU tests and benchmarks need besides the MoE:
  *
  *   hog   holds `ctas` SMs for a while (one CTA per SM: it takes 200 KB of
  *         shared memory, so nothing else with large shared memory fits
@@ -7,6 +7,8 @@
  *         sets started[blockIdx.x] = 1 in host-mapped memory when it runs.
  *   fill  deterministic pseudo-random bf16 from (seed, index), so weights
  *         of many gigabytes appear without a host copy.
+ *   spin  one CTA that waits, so that the host queues timed launches
+ *         ahead of the GPU (the benchmarks).
  */
 #include <stdint.h>
 
@@ -71,5 +73,23 @@ extern "C" int gt_fill_bf16(void *p, size_t n, uint64_t seed, float scale,
 {
   gt_fill_kernel<<<1024, 256, 0, (cudaStream_t)stream>>>((uint16_t *)p, n,
                                                          seed, scale);
+  return (int)cudaGetLastError();
+}
+
+/* One CTA that spins for `ms`: queued before timed launches, it gives the
+ * host a head start, so launch overhead never shows in the events. */
+__global__ void gt_spin_kernel(unsigned long long ns)
+{
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    __nanosleep(10000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while(t - t0 < ns);
+}
+
+extern "C" int gt_spin_launch(int ms, void *stream)
+{
+  gt_spin_kernel<<<1, 32, 0, (cudaStream_t)stream>>>((unsigned long long)ms * 1000000ULL);
   return (int)cudaGetLastError();
 }

@@ -125,6 +125,9 @@ void gt_expect_correct(const gt_moe *g, const char *what);
 /* ---- tests/gpu/gpu_kernels.cu ------------------------------------------ */
 int gt_hog_launch(int ctas, int ms, void *stream, unsigned *started);
 int gt_fill_bf16(void *p, size_t n, uint64_t seed, float scale, void *stream);
+/* One CTA spinning for `ms` on `stream`: a head start for the host before
+ * timed launches (the benchmarks). */
+int gt_spin_launch(int ms, void *stream);
 
 /* A hog on its own stream that holds `ctas` SMs for `ms`; returns once
  * every hog CTA runs. */

@@ -1,0 +1,301 @@
+/*
+ * moe_phases.c: where the time of a mega-MoE forward goes, measured. For
+ * each shape, T and kernel (barrier, agnostic), the time of the normal
+ * launch and of variants that leave one phase out or run it twice
+ * (hr__moe_forward_variant, kernels/moe_bench.h); a phase's cost is then
+ * seen two ways:
+ *
+ *   t(repeat) - t(normal)   what one more run of the phase costs, with the
+ *                           rest of the launch around it
+ *   t(normal) - t(skip)     what leaving it out saves, overlap included
+ *
+ * The two differ where a phase overlaps others (the agnostic kernel's
+ * GEMM2 starts while GEMM1 ends) or where the barriers' waits move. The
+ * route phase is the placing of the pairs: every CTA still counts them.
+ * A phase run twice writes the same bytes, which is checked (y of the
+ * variant against y of the normal launch, bitwise).
+ *
+ * Timing as bench/bench_moe.py: inputs rotating between several sets, a
+ * warm-up, then each rep timed alone with CUDA events, the host given a
+ * head start (a spinning kernel) so launch overhead never shows; the
+ * median of the reps. Prints a markdown table with the date, machine and
+ * command.
+ *
+ *     build/tests/moe_phases [--reps N] [--shapes a,b] [--tokens 1,16,..]
+ *                            [--out FILE]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime.h>
+
+#include "gpu_util.h"
+#include "moe_bench.h"
+
+#define MAX_SETS 8
+#define MAX_TOKENS 16
+#define MAX_REPS 200
+
+static const char *const phase_names[] = { "route", "GEMM1", "GEMM2", "combine" };
+static const unsigned phase_bits[] = { HR__MOE_PHASE_ROUTE, HR__MOE_PHASE_GEMM1,
+                                       HR__MOE_PHASE_GEMM2, HR__MOE_PHASE_COMBINE };
+#define NPHASES 4
+
+/* One input set on the device (x, ids, wts for T tokens). */
+typedef struct input_set {
+  uint16_t *x;
+  int32_t *ids;
+  float *wts;
+} input_set;
+
+typedef struct bench {
+  gt_moe g;
+  int T, nsets, reps;
+  input_set set[MAX_SETS];
+} bench;
+
+static int cmp_float(const void *a, const void *b)
+{
+  const float x = *(const float *)a, y = *(const float *)b;
+  return x < y ? -1 : x > y;
+}
+
+static hr_moe_args set_args(const bench *b, int i)
+{
+  hr_moe_args a = gt_args(&b->g, 10000);
+  a.x = b->set[i].x;
+  a.topk_ids = b->set[i].ids;
+  a.topk_weights = b->set[i].wts;
+  return a;
+}
+
+static void launch(bench *b, const hr__moe_variant *v, int set)
+{
+  hr_moe_args a = set_args(b, set);
+  int rc = hr__moe_forward_variant(b->g.m, hr_moe_sms(b->g.m), v, &a, b->g.stream);
+  if(rc) {
+    fprintf(stderr, "FAIL: hr__moe_forward_variant: %s\n", hr_strerror(rc));
+    exit(1);
+  }
+}
+
+static void sync_ok(bench *b)
+{
+  int rc = hr_moe_sync(b->g.m);
+  if(rc) {
+    fprintf(stderr, "FAIL: hr_moe_sync: %s\n", hr_strerror(rc));
+    exit(1);
+  }
+  GT_CUDA(cudaStreamSynchronize((cudaStream_t)b->g.stream));
+}
+
+/* Median ms of b->reps launches of variant v, each timed alone. */
+static float time_variant(bench *b, const hr__moe_variant *v)
+{
+  cudaStream_t st = (cudaStream_t)b->g.stream;
+  cudaEvent_t e0[MAX_REPS], e1[MAX_REPS];
+  float ms[MAX_REPS];
+  int i;
+
+  for(i = 0; i < 3; i++)                        /* warm-up */
+    launch(b, v, i % b->nsets);
+  sync_ok(b);
+  for(i = 0; i < b->reps; i++) {
+    GT_CUDA(cudaEventCreate(&e0[i]));
+    GT_CUDA(cudaEventCreate(&e1[i]));
+  }
+  GT_CUDA(gt_spin_launch(20, st));              /* head start for the host */
+  for(i = 0; i < b->reps; i++) {
+    GT_CUDA(cudaEventRecord(e0[i], st));
+    launch(b, v, i % b->nsets);
+    GT_CUDA(cudaEventRecord(e1[i], st));
+  }
+  sync_ok(b);
+  for(i = 0; i < b->reps; i++) {
+    GT_CUDA(cudaEventElapsedTime(&ms[i], e0[i], e1[i]));
+    cudaEventDestroy(e0[i]);
+    cudaEventDestroy(e1[i]);
+  }
+  qsort(ms, (size_t)b->reps, sizeof(float), cmp_float);
+  return b->reps % 2 ? ms[b->reps / 2] : 0.5f * (ms[b->reps / 2 - 1] + ms[b->reps / 2]);
+}
+
+/* y of one launch of v on set 0, into host memory `out`. */
+static void y_of(bench *b, const hr__moe_variant *v, uint16_t *out)
+{
+  const size_t n = (size_t)b->T * b->g.s.H * 2;
+  launch(b, v, 0);
+  sync_ok(b);
+  GT_CUDA(cudaMemcpy(out, b->g.y, n, cudaMemcpyDeviceToHost));
+}
+
+static void machine(char *buf, size_t n)
+{
+  FILE *f = popen("nvidia-smi --query-gpu=name,driver_version,memory.total "
+                  "--format=csv,noheader -i 0 2>/dev/null", "r");
+  struct cudaDeviceProp prop;
+  buf[0] = 0;
+  if(f) {
+    if(fgets(buf, (int)n, f))
+      buf[strcspn(buf, "\n")] = 0;
+    pclose(f);
+  }
+  if(!buf[0] && cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
+    snprintf(buf, n, "%s", prop.name);
+}
+
+/* Comma-separated list into ints; returns how many. */
+static int parse_list(const char *s, int *out, int max)
+{
+  int n = 0;
+  while(*s && n < max) {
+    out[n++] = atoi(s);
+    s = strchr(s, ',');
+    if(!s)
+      break;
+    s++;
+  }
+  return n;
+}
+
+int main(int argc, char **argv)
+{
+  const char *shapes = "qwen3-30b-a3b,deepseek-v3", *out_path = NULL;
+  int tokens[MAX_TOKENS], ntok, reps = 20, i, si, ti, kk, ph;
+  char mach[256], date[64], cmd[1024] = "";
+  char *table = NULL;
+  size_t table_len = 0;
+  FILE *tf;
+  time_t now = time(NULL);
+
+  ntok = parse_list("1,16,128,1024,8192", tokens, MAX_TOKENS);
+  for(i = 1; i < argc; i++) {
+    if(strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
+      reps = atoi(argv[++i]);
+    else if(strcmp(argv[i], "--shapes") == 0 && i + 1 < argc)
+      shapes = argv[++i];
+    else if(strcmp(argv[i], "--tokens") == 0 && i + 1 < argc)
+      ntok = parse_list(argv[++i], tokens, MAX_TOKENS);
+    else if(strcmp(argv[i], "--out") == 0 && i + 1 < argc)
+      out_path = argv[++i];
+    else {
+      fprintf(stderr, "usage: %s [--reps N] [--shapes a,b] [--tokens 1,16,...] "
+                      "[--out FILE]\n", argv[0]);
+      return 2;
+    }
+  }
+  if(reps < 1 || reps > MAX_REPS)
+    reps = 20;
+  for(i = 0; i < argc; i++) {
+    strncat(cmd, argv[i], sizeof(cmd) - strlen(cmd) - 2);
+    strncat(cmd, i + 1 < argc ? " " : "", sizeof(cmd) - strlen(cmd) - 1);
+  }
+  gt_require_gpu("moe_phases");
+  gt_seed("moe_phases");
+  machine(mach, sizeof(mach));
+  strftime(date, sizeof(date), "%Y-%m-%d %H:%M UTC", gmtime(&now));
+
+  tf = open_memstream(&table, &table_len);
+  if(!tf)
+    return 1;
+  fprintf(tf, "# Mega-MoE phase timings (%s)\n\n", date);
+  {
+    struct cudaDeviceProp prop;
+    GT_CUDA(cudaGetDeviceProperties(&prop, 0));
+    fprintf(tf, "- machine: %s, %d SMs\n", mach, prop.multiProcessorCount);
+  }
+  fprintf(tf, "- command: `%s` (through `make bench-phases`)\n", cmd);
+  fprintf(tf, "- ms, medians of %d reps (CUDA events per rep, inputs rotating); "
+              "grid = all SMs (barrier kernel: clusters of 2)\n", reps);
+  fprintf(tf, "- per phase: +rep = t(phase run twice) - t(normal); -skip = "
+              "t(normal) - t(phase left out); route = placing the pairs (the "
+              "counts are always made)\n");
+  fprintf(tf, "- rep same: every phase run twice gave y bitwise the normal "
+              "launch's\n\n");
+  fprintf(tf, "| shape | T | kernel | normal ms |");
+  for(ph = 0; ph < NPHASES; ph++)
+    fprintf(tf, " %s +rep | %s -skip |", phase_names[ph], phase_names[ph]);
+  fprintf(tf, " rep same |\n|---|---|---|---|");
+  for(ph = 0; ph < NPHASES; ph++)
+    fprintf(tf, "---|---|");
+  fprintf(tf, "---|\n");
+
+  for(si = 0; si < GT_NSHAPES; si++) {
+    const gt_shape *s = &gt_shapes[si];
+    bench b;
+    int max_T = 1;
+    const char *hit = strstr(shapes, s->name);
+    if(!hit || (hit[strlen(s->name)] != 0 && hit[strlen(s->name)] != ','))
+      continue;
+    for(ti = 0; ti < ntok; ti++)
+      max_T = tokens[ti] > max_T ? tokens[ti] : max_T;
+    memset(&b, 0, sizeof(b));
+    gt_moe_init(&b.g, s, max_T);
+    b.reps = reps;
+    if(si == 0)
+      fprintf(stderr, "moe_phases: %s\n", mach);
+    for(ti = 0; ti < ntok; ti++) {
+      const int T = tokens[ti];
+      const size_t ybytes = (size_t)T * s->H * 2;
+      uint16_t *y0 = malloc(ybytes), *y1 = malloc(ybytes);
+      if(!y0 || !y1)
+        return 1;
+      b.T = T;
+      b.nsets = T <= 128 ? 8 : 2;
+      for(i = 0; i < b.nsets; i++) {
+        gt_route_random(&b.g, T);
+        GT_CUDA(cudaMalloc((void **)&b.set[i].x, (size_t)T * s->H * 2));
+        GT_CUDA(cudaMalloc((void **)&b.set[i].ids, (size_t)T * s->k * 4));
+        GT_CUDA(cudaMalloc((void **)&b.set[i].wts, (size_t)T * s->k * 4));
+        GT_CUDA(cudaMemcpy(b.set[i].x, b.g.x, (size_t)T * s->H * 2, cudaMemcpyDeviceToDevice));
+        GT_CUDA(cudaMemcpy(b.set[i].ids, b.g.ids, (size_t)T * s->k * 4, cudaMemcpyDeviceToDevice));
+        GT_CUDA(cudaMemcpy(b.set[i].wts, b.g.wts, (size_t)T * s->k * 4, cudaMemcpyDeviceToDevice));
+      }
+      for(kk = 0; kk < 2; kk++) {
+        hr__moe_variant v = { kk, 0, 0 };
+        float t0, rep_ms[NPHASES], skip_ms[NPHASES];
+        int same = 1;
+        t0 = time_variant(&b, &v);
+        y_of(&b, &v, y0);
+        for(ph = 0; ph < NPHASES; ph++) {
+          v.skip = 0;
+          v.repeat = phase_bits[ph];
+          rep_ms[ph] = time_variant(&b, &v);
+          y_of(&b, &v, y1);
+          same &= memcmp(y0, y1, ybytes) == 0;
+          v.repeat = 0;
+          v.skip = phase_bits[ph];
+          skip_ms[ph] = time_variant(&b, &v);
+        }
+        fprintf(tf, "| %s | %d | %s | %.3f |", s->name, T, kk ? "agnostic" : "barrier", t0);
+        for(ph = 0; ph < NPHASES; ph++)
+          fprintf(tf, " %.3f | %.3f |", rep_ms[ph] - t0, t0 - skip_ms[ph]);
+        fprintf(tf, " %s |\n", same ? "yes" : "NO");
+        fflush(tf);
+        fprintf(stderr, "%-14s T=%-5d %-8s %8.3f ms\n", s->name, T,
+                kk ? "agnostic" : "barrier", t0);
+      }
+      for(i = 0; i < b.nsets; i++) {
+        cudaFree(b.set[i].x);
+        cudaFree(b.set[i].ids);
+        cudaFree(b.set[i].wts);
+      }
+      free(y0);
+      free(y1);
+    }
+    gt_moe_free(&b.g);
+  }
+  fclose(tf);
+  fputs(table, stdout);
+  if(out_path) {
+    FILE *f = fopen(out_path, "w");
+    if(!f || fputs(table, f) < 0 || fclose(f) != 0) {
+      fprintf(stderr, "FAIL: cannot write %s\n", out_path);
+      return 1;
+    }
+  }
+  free(table);
+  return 0;
+}
