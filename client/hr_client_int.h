@@ -180,17 +180,20 @@ int hr__io_connect(hr_client *c, char *why, size_t why_len);
  * holds c->mu and broadcasts change_cv. */
 void hr__lease_set_budget(hr_lease *l, const hr_budget *b);
 
-/* Fill the degraded budget of a lease (c->mu held). */
-void hr__lease_fallback_budget(hr_lease *l, hr_budget *out);
+/* Fill the degraded budget of a lease (c->mu held); what
+ * hr__fallback_budget returns. */
+int hr__lease_fallback_budget(hr_lease *l, hr_budget *out);
 
 /* ---- hr_env.c ---------------------------------------------------------- */
 
 /* Read the environment once. Warns (unless quiet) about a bad value. */
 void hr__fallback_read(hr__fallback *f, int quiet);
 
-/* The degraded budget of a GPU of `sms` SMs for a lease of `cluster`. */
-void hr__fallback_budget(const hr__fallback *f, int gpu, int sms,
-                         int cluster, hr_mode mode, hr_budget *out);
+/* The degraded budget of a GPU of `sms` SMs for a lease of `cluster`.
+ * HR_EUNSUPPORTED for a partition lease where no split fits (the budget
+ * then keeps the headroom-mode numbers, as hr_budget_for_mode does). */
+int hr__fallback_budget(const hr__fallback *f, int gpu, int sms,
+                        int cluster, hr_mode mode, hr_budget *out);
 
 /* The one-per-process notice that no daemon answered. */
 void hr__fallback_notice(const hr__fallback *f, const char *path,

@@ -100,8 +100,8 @@ void hr__partition_fields(hr_budget *b, int sms, int granularity, int need,
   b->partition_nccl_max_ctas = cap;
 }
 
-void hr__fallback_budget(const hr__fallback *f, int gpu, int sms,
-                         int cluster, hr_mode mode, hr_budget *out)
+int hr__fallback_budget(const hr__fallback *f, int gpu, int sms,
+                        int cluster, hr_mode mode, hr_budget *out)
 {
   int g = hr__cuda_sm_alignment(gpu);
 
@@ -127,7 +127,7 @@ void hr__fallback_budget(const hr__fallback *f, int gpu, int sms,
                        f->nccl_max_ctas);
   /* Without a daemon too, an agnostic kernel needs no headroom, and a
    * partition lease takes the partition's numbers. */
-  hr_budget_for_mode(out, mode);
+  return hr_budget_for_mode(out, mode);
 }
 
 void hr__fallback_notice(const hr__fallback *f, const char *path,

@@ -47,11 +47,11 @@ void hr__lease_set_budget(hr_lease *l, const hr_budget *b)
   atomic_store_explicit(&l->word, word_pack(&mine), memory_order_release);
 }
 
-void hr__lease_fallback_budget(hr_lease *l, hr_budget *out)
+int hr__lease_fallback_budget(hr_lease *l, hr_budget *out)
 {
   hr_client *c = l->client;
-  hr__fallback_budget(&c->fallback, l->gpu, hr__client_sms(c, l->gpu),
-                      l->cluster, l->mode, out);
+  return hr__fallback_budget(&c->fallback, l->gpu, hr__client_sms(c, l->gpu),
+                             l->cluster, l->mode, out);
 }
 
 static void lease_link(hr_client *c, hr_lease *l)
@@ -113,8 +113,12 @@ int hr_lease_acquire(hr_client *c, int gpu, int cluster, hr_mode mode,
     if(err)
       break;
     if(c->state != HR__UP) {
-      /* No daemon: a degraded lease now, a real one after reconnecting. */
-      hr__lease_fallback_budget(l, &b);
+      /* No daemon: a degraded lease now, a real one after reconnecting;
+       * refused, as a daemon would, in partition mode on a GPU too small
+       * to split. */
+      err = hr__lease_fallback_budget(l, &b);
+      if(err)
+        break;
       hr__lease_set_budget(l, &b);
       lease_link(c, l);
       break;
