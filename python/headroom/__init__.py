@@ -18,7 +18,8 @@ torch is imported only by nccl_options() and by Moe's tensor methods.
 from ._lib import (CODES, library_path, load_library, load_moe_library,
                    moe_library_path, strerror)
 from .client import (DEFAULT_SOCKET, ENV_SOCKET, ENV_VARS, Budget, Client,
-                     Comm, IncidentDetail, IncidentKind, Lease, Mode)
+                     Comm, IncidentDetail, IncidentKind, Lease, Mode,
+                     Partition)
 from .distributed import apply_env, nccl_options
 from .errors import (Aborted, BarrierTimeout, ConnectError, ConnectionClosed,
                      CooperativeTooLarge, CudaError, Degraded, HeadroomError,
@@ -37,7 +38,8 @@ __all__ = [
     "DEFAULT_SOCKET", "Degraded", "ENV_SOCKET", "ENV_VARS", "HeadroomError",
     "HelloRequired", "IncidentDetail", "IncidentKind", "InternalError",
     "InvalidArgument", "Lease", "LimitReached", "Mode", "Moe", "MoeFailure",
-    "MoeShape", "NoGPU", "NotFound", "OutOfMemory", "PermissionDenied",
+    "MoeShape", "NoGPU", "NotFound", "OutOfMemory", "Partition",
+    "PermissionDenied",
     "ProtocolError", "ShuttingDown", "TimedOut", "TooLarge", "Unsupported",
     "VersionMismatch", "apply_env", "check_moe_tensors", "error_class",
     "library_path", "load_library", "load_moe_library", "moe_library_path",

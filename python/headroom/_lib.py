@@ -89,6 +89,7 @@ CODES = {
 HR_MODE_HEADROOM = 0
 HR_MODE_COOPERATIVE = 1
 HR_MODE_AGNOSTIC = 2
+HR_MODE_PARTITION = 3
 HR_INCIDENT_BARRIER_TIMEOUT = 0
 HR_INCIDENT_LAUNCH_FAILURE = 1
 
@@ -114,6 +115,9 @@ class Budget_t(Structure):
         ("nccl_cga_cluster_size", c_int),
         ("nccl_nvls_enable", c_int),
         ("degraded", c_int),
+        ("partition_granularity", c_int),
+        ("partition_comm_sms", c_int),
+        ("partition_nccl_max_ctas", c_int),
     ]
 
 
@@ -184,6 +188,7 @@ _client_p = c_void_p
 _comm_p = c_void_p
 _lease_p = c_void_p
 _moe_p = c_void_p
+_partition_p = c_void_p
 
 # name: (restype, argtypes), for every function of headroom.h.
 # hr_lease_fill_nccl_config is an inline function of the header (it needs
@@ -215,6 +220,14 @@ _PROTOTYPES = {
     "hr_lease_export_env": (c_int, [_lease_p]),
     "hr_report": (c_int, [_client_p, _lease_p, c_int,
                           POINTER(IncidentDetail_t), c_char_p]),
+    "hr_partition_create": (c_int, [_lease_p, POINTER(_partition_p)]),
+    "hr_partition_destroy": (None, [_partition_p]),
+    "hr_partition_comm_stream": (c_void_p, [_partition_p]),
+    "hr_partition_mega_stream": (c_void_p, [_partition_p]),
+    "hr_partition_comm_sms": (c_int, [_partition_p]),
+    "hr_partition_mega_sms": (c_int, [_partition_p]),
+    "hr_partition_epoch": (c_uint32, [_partition_p]),
+    "hr_partition_stale": (c_int, [_partition_p]),
 }
 
 # Every function of headroom_moe.h.

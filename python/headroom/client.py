@@ -29,7 +29,7 @@ from .errors import InvalidArgument, check
 
 __all__ = [
     "Mode", "IncidentKind", "Budget", "IncidentDetail", "Client", "Comm",
-    "Lease", "ENV_VARS", "DEFAULT_SOCKET", "ENV_SOCKET",
+    "Lease", "Partition", "ENV_VARS", "DEFAULT_SOCKET", "ENV_SOCKET",
 ]
 
 DEFAULT_SOCKET = "/run/headroom/headroom.sock"
@@ -46,6 +46,7 @@ class Mode(enum.IntEnum):
     HEADROOM = _lib.HR_MODE_HEADROOM
     COOPERATIVE = _lib.HR_MODE_COOPERATIVE
     AGNOSTIC = _lib.HR_MODE_AGNOSTIC
+    PARTITION = _lib.HR_MODE_PARTITION
 
     @classmethod
     def of(cls, value) -> "Mode":
@@ -94,6 +95,11 @@ class Budget:
     nccl_cga_cluster_size: int
     nccl_nvls_enable: int
     degraded: bool
+    # Partition mode (docs/partition.md), in every budget: 0 when the GPU
+    # cannot be split (or an older daemon did not say).
+    partition_granularity: int = 0
+    partition_comm_sms: int = 0
+    partition_nccl_max_ctas: int = 0
 
     @classmethod
     def _from_c(cls, b: _lib.Budget_t) -> "Budget":
@@ -103,7 +109,10 @@ class Budget:
                    nccl_max_ctas=b.nccl_max_ctas,
                    nccl_cga_cluster_size=b.nccl_cga_cluster_size,
                    nccl_nvls_enable=b.nccl_nvls_enable,
-                   degraded=bool(b.degraded))
+                   degraded=bool(b.degraded),
+                   partition_granularity=b.partition_granularity,
+                   partition_comm_sms=b.partition_comm_sms,
+                   partition_nccl_max_ctas=b.partition_nccl_max_ctas)
 
     def nccl_config(self) -> Dict[str, int]:
         """The ncclConfig_t fields the budget decides, under the names of
@@ -208,9 +217,13 @@ class Client:
             self._children = weakref.WeakSet()
         if ptr is None:
             return
+        forked = os.getpid() != self._pid
         for ch in children:
+            # A partition must go before its lease (it reads the lease).
+            if isinstance(ch, Lease) and not forked:
+                ch._close_partitions()
             ch._ptr = None           # freed by hr_client_close below
-        if os.getpid() != self._pid:
+        if forked:
             return                   # a forked child must not close it
         self._lib.hr_client_close(ptr)
 
@@ -376,16 +389,28 @@ class Lease:
               "hr_lease_acquire(gpu %s, cluster %s, %s)"
               % (gpu, cluster, m.name.lower()))
         self._ptr = out.value
+        self._partitions = weakref.WeakSet()
         client._adopt(self)
         return self
 
     def release(self) -> None:
-        """Give the lease back. Idempotent; the Lease is unusable after."""
+        """Give the lease back. Idempotent; the Lease is unusable after.
+        Its partitions are closed first (their streams waited for)."""
+        self._close_partitions()
         ptr, self._ptr = self._ptr, None
         if ptr is None:
             return
         self._client._forget(self)
         check(self._lib.hr_lease_release(ptr), "hr_lease_release")
+
+    def _close_partitions(self) -> None:
+        for p in list(self._partitions):
+            p.close()
+
+    def partition(self) -> "Partition":
+        """Split the lease's GPU into green contexts (hr_partition_create):
+        needs a lease in Mode.PARTITION. See Partition."""
+        return Partition(self)
 
     def __enter__(self) -> "Lease":
         return self
@@ -509,6 +534,117 @@ class Lease:
         return "<headroom.Lease gpu %d: grid %d, headroom %d, epoch %d%s>" % (
             b.gpu, b.grid, b.headroom, b.epoch,
             ", degraded" if b.degraded else "")
+
+
+class Partition:
+    """Two green contexts on the GPU of a lease in Mode.PARTITION
+    (hr_partition): a comm partition of budget.headroom SMs and a mega
+    partition of the other budget.grid SMs, each with a non-blocking
+    stream. Kernels enqueued on those streams stay on their partition's
+    SMs; kernels on any other stream (every ordinary torch stream, the
+    default stream, other libraries' streams) are not confined and run on
+    every SM (docs/partition.md).
+
+        lease = client.lease(0, cluster=1, mode="partition")
+        with lease.partition() as part:
+            comm = torch.cuda.ExternalStream(part.comm_stream)
+            mega = torch.cuda.ExternalStream(part.mega_stream)
+            moe.forward(lease, ..., stream=mega)
+
+    The split is fixed: when `stale` turns True (the daemon changed the
+    GPU's budget), make a new Partition and move new work to its streams.
+    close() (or leaving the `with` block, or releasing the lease) waits for
+    both streams, then destroys them and the contexts."""
+
+    def __init__(self, lease: Lease):
+        if not isinstance(lease, Lease):
+            raise TypeError("lease must be a headroom.Lease, not %s"
+                            % type(lease).__name__)
+        self._lease = lease            # the lease must outlive the partition
+        self._lib = lease._lib
+        self._ptr = None
+        out = ctypes.c_void_p()
+        check(self._lib.hr_partition_create(lease._handle(),
+                                            ctypes.byref(out)),
+              "hr_partition_create(gpu %d)" % lease.gpu)
+        self._ptr = out.value
+        lease._partitions.add(self)
+
+    def close(self) -> None:
+        """Wait for both streams, then destroy them and the green
+        contexts. Idempotent; the Partition is unusable after."""
+        ptr, self._ptr = self._ptr, None
+        if ptr is None:
+            return
+        self._lease._partitions.discard(self)
+        self._lib.hr_partition_destroy(ptr)
+
+    def __enter__(self) -> "Partition":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _handle(self):
+        ptr = self._ptr
+        if ptr is None:
+            raise InvalidArgument(_lib.HR_EINVAL, "the partition is closed")
+        return ptr
+
+    @property
+    def closed(self) -> bool:
+        return self._ptr is None
+
+    @property
+    def lease(self) -> Lease:
+        return self._lease
+
+    @property
+    def comm_stream(self) -> int:
+        """The comm partition's CUstream, as an integer: give it to
+        torch.cuda.ExternalStream, or to NCCL as its cudaStream_t."""
+        return int(self._lib.hr_partition_comm_stream(self._handle()) or 0)
+
+    @property
+    def mega_stream(self) -> int:
+        """The mega partition's CUstream, as an integer."""
+        return int(self._lib.hr_partition_mega_stream(self._handle()) or 0)
+
+    @property
+    def comm_sms(self) -> int:
+        """SMs of the comm partition, as the driver made it."""
+        return check(self._lib.hr_partition_comm_sms(self._handle()),
+                     "hr_partition_comm_sms")
+
+    @property
+    def mega_sms(self) -> int:
+        """SMs of the mega partition, as the driver made it."""
+        return check(self._lib.hr_partition_mega_sms(self._handle()),
+                     "hr_partition_mega_sms")
+
+    @property
+    def epoch(self) -> int:
+        """The lease epoch the partition was made for."""
+        return int(self._lib.hr_partition_epoch(self._handle()))
+
+    @property
+    def stale(self) -> bool:
+        """True once the lease's budget has moved on since the split."""
+        return bool(check(self._lib.hr_partition_stale(self._handle()),
+                          "hr_partition_stale"))
+
+    def __repr__(self):
+        if self._ptr is None:
+            return "<headroom.Partition closed>"
+        return "<headroom.Partition gpu %d: comm %d SMs, mega %d SMs%s>" % (
+            self._lease.gpu, self.comm_sms, self.mega_sms,
+            ", stale" if self.stale else "")
 
 
 _getenv = None

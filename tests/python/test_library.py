@@ -116,7 +116,8 @@ int main(void)
   F(hr_budget, sms); F(hr_budget, cluster); F(hr_budget, headroom);
   F(hr_budget, grid); F(hr_budget, nccl_min_ctas); F(hr_budget, nccl_max_ctas);
   F(hr_budget, nccl_cga_cluster_size); F(hr_budget, nccl_nvls_enable);
-  F(hr_budget, degraded);
+  F(hr_budget, degraded); F(hr_budget, partition_granularity);
+  F(hr_budget, partition_comm_sms); F(hr_budget, partition_nccl_max_ctas);
   F(hr_incident_detail, barrier); F(hr_incident_detail, arrived);
   F(hr_incident_detail, expected); F(hr_incident_detail, sm);
   F(hr_incident_detail, grid); F(hr_incident_detail, timeout_ms);
