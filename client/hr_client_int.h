@@ -206,7 +206,8 @@ int hr__budget_export_env(const hr_budget *b);
  * of `sms` SMs split in steps of `granularity`: a comm partition of `need`
  * SMs (at least 1) rounded up to the step, at most `ceiling` rounded down
  * to it, and an NCCL cap of the largest power of two p with p *
- * `collectives` <= its SMs, no more than `nccl_max_ctas` (0: no limit).
+ * `collectives` <= its SMs (1 at the least), no more than `nccl_max_ctas`
+ * (0: no limit).
  * All three 0 when no such partition exists. The daemon's rule, applied
  * to degraded budgets. */
 void hr__partition_fields(hr_budget *b, int sms, int granularity, int need,

@@ -87,12 +87,10 @@ void hr__partition_fields(hr_budget *b, int sms, int granularity, int need,
   if(comm < g)
     return;                 /* not even one step fits */
   /* One NCCL CTA per SM (FINDINGS 4): every CTA of every collective in
-   * flight must fit in the partition at once. */
+   * flight should fit in the partition at once; 1 at the least. */
   cap = 1;
   while(cap * 2 * collectives <= comm && cap * 2 <= HR_MAX_CTAS)
     cap *= 2;
-  if(cap * collectives > comm)
-    return;
   if(nccl_max_ctas > 0 && cap > nccl_max_ctas)
     cap = nccl_max_ctas;
   b->partition_granularity = g;

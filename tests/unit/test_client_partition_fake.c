@@ -1,5 +1,5 @@
 /*
- * test_partition_fake.c: hr_partition_create against a fake CUDA driver
+ * test_client_partition_fake.c: hr_partition_create against a fake CUDA driver
  * (fake_libcuda.c, built beside this test as libfakecuda.so), so that the
  * driver paths run on machines without a GPU: the split it asks for, the
  * objects it makes, their destruction in order, and every failure on the
@@ -400,7 +400,7 @@ int main(int argc, char **argv)
    * this copy, whose knobs the tests turn. */
   fake = dlopen(fake_path, RTLD_NOW | RTLD_LOCAL);
   if(!fake) {
-    fprintf(stderr, "test_partition_fake: %s\n", dlerror());
+    fprintf(stderr, "test_client_partition_fake: %s\n", dlerror());
     return 1;
   }
   fake_set = (void (*)(const char *, long))dlsym(fake, "fake_cuda_set");

@@ -1,5 +1,5 @@
 /*
- * test_partition.c: partition mode in libheadroom with no daemon.
+ * test_client_partition.c: partition mode in libheadroom with no daemon.
  *
  * The rule that sizes a comm partition (hr__partition_fields), the
  * partition fields of degraded budgets from the environment, the argument
@@ -8,7 +8,7 @@
  * under ASan and valgrind). Where this runs on a GPU machine the driver's
  * numbers replace the 132 SMs and steps of 8 of a machine without one, and
  * the last test makes a real partition. The driver paths are in
- * test_partition_fake.c, the daemon's budgets in
+ * test_client_partition_fake.c, the daemon's budgets in
  * tests/integration/test_partition.c.
  */
 #include <setjmp.h>
@@ -130,7 +130,8 @@ static void test_fields_rule(void **state)
     /* No split fits: every field 0. */
     { 8, 8, 1, 1, 131, 0, 0, 0, 0 },
     { 132, 8, 8, 1, 7, 0, 0, 0, 0 },
-    { 132, 8, 8, 16, 131, 0, 0, 0, 0 },
+    /* More collectives than SMs: one CTA each, as the daemon says. */
+    { 132, 8, 8, 16, 131, 0, 8, 8, 1 },
     { 132, 0, 8, 1, 131, 0, 0, 0, 0 },
     { 1, 2, 1, 1, 131, 0, 0, 0, 0 },
   };
