@@ -30,6 +30,7 @@ static const char *const key_names[HR_KEY_COUNT] = {
   [HR_KEY_MAX_MESSAGES_PER_SECOND] = "max_messages_per_second",
   [HR_KEY_MAX_MESSAGE_BURST] = "max_message_burst",
   [HR_KEY_CALIBRATION] = "calibration",
+  [HR_KEY_PARTITION_IGNORE_COSCHEDULING] = "partition_ignore_coscheduling",
 };
 
 static const char *const topology_names[] = {
@@ -161,11 +162,12 @@ static int parse_octal_mode(const char *s, unsigned *out)
   return HR_OK;
 }
 
+/* yes or no; true and false too, as operators write either. */
 static int parse_yes_no(const char *s, int *out)
 {
-  if(!strcmp(s, "yes"))
+  if(!strcmp(s, "yes") || !strcmp(s, "true"))
     *out = 1;
-  else if(!strcmp(s, "no"))
+  else if(!strcmp(s, "no") || !strcmp(s, "false"))
     *out = 0;
   else
     return HR_EINVAL;
@@ -311,6 +313,12 @@ static int set_known(hr__config *cfg, hr__config_key k, const char *value,
     if(parse_yes_no(value, &t))
       return fail(why, n, "bad incident_raise '%s' (yes or no)", value);
     cfg->policy.incident_raise = t;
+    return HR_OK;
+  case HR_KEY_PARTITION_IGNORE_COSCHEDULING:
+    if(parse_yes_no(value, &t))
+      return fail(why, n, "bad partition_ignore_coscheduling '%s' "
+                  "(true or false)", value);
+    cfg->partition_ignore_coscheduling = t;
     return HR_OK;
   case HR_KEY_MAX_CLIENTS:
     if(parse_int(value, 1, MAX_CLIENTS_LIMIT, &v))

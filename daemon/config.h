@@ -72,6 +72,7 @@ typedef enum hr__config_key {
   HR_KEY_MAX_MESSAGES_PER_SECOND,
   HR_KEY_MAX_MESSAGE_BURST,
   HR_KEY_CALIBRATION,
+  HR_KEY_PARTITION_IGNORE_COSCHEDULING,
   HR_KEY_COUNT
 } hr__config_key;
 
@@ -98,6 +99,10 @@ typedef struct hr__config {
   /* The calibration file; "" = <state_dir>/calibration.json when it
    * exists (docs/calibration.md). */
   char calibration[HR__CONFIG_PATH_MAX];
+  /* 1: partition budgets in the fine steps a split ignoring SM
+   * co-scheduling allows (2 SMs on H200, not 8), for clients that split
+   * with CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING. Read at start. */
+  int partition_ignore_coscheduling;
 
   /* Provenance, for error messages and for `topology = auto`. */
   char file[HR__CONFIG_PATH_MAX];   /* the file read, "" when none */

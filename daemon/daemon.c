@@ -55,6 +55,27 @@ static void describe_topology(const hr_topology *t, char *buf, size_t n)
   }
 }
 
+/* "partitions in steps of 8 SMs", or of each GPU's when they differ. */
+static void describe_granularity(const hr_topology *t, const int *gran,
+                                 char *buf, size_t n)
+{
+  size_t len;
+  int g, same = 1;
+
+  for(g = 1; g < t->n_gpus; g++)
+    if(gran[g] != gran[0])
+      same = 0;
+  if(same && gran[0]) {
+    snprintf(buf, n, "partitions in steps of %d SMs", gran[0]);
+  } else if(same) {
+    snprintf(buf, n, "no partition mode");
+  } else {
+    len = (size_t)snprintf(buf, n, "partition steps (0: none):");
+    for(g = 0; g < t->n_gpus && len < n; g++)
+      len += (size_t)snprintf(buf + len, n - len, " %d", gran[g]);
+  }
+}
+
 /* ---- persistence, sd_notify -------------------------------------------- */
 
 static void save_if_dirty(hr__daemon *d)
@@ -226,7 +247,7 @@ out:
 int hr__daemon_start(hr__daemon *d, uv_loop_t *loop, const hr__config *cfg,
                      const hr__config_flags *flags)
 {
-  char why[256], topo[256];
+  char why[256], topo[256], parts[256];
 
   memset(d, 0, sizeof(*d));
   d->loop = loop;
@@ -239,14 +260,18 @@ int hr__daemon_start(hr__daemon *d, uv_loop_t *loop, const hr__config *cfg,
   hr__notice("headroomd %s starting (config: %s)", HR_VERSION_STRING,
              cfg->file[0] ? cfg->file : "none, built-in defaults");
 
-  if(hr__topology_detect(cfg, &d->topo, why, sizeof(why))) {
+  if(hr__topology_detect(cfg, &d->topo, d->granularity, why, sizeof(why))) {
     hr__err("topology: %s", why);
     return 1;
   }
   describe_topology(&d->topo, topo, sizeof(topo));
   hr__notice("topology: %s (%s)", topo, why);
+  describe_granularity(&d->topo, d->granularity, parts, sizeof(parts));
+  hr__notice("green contexts: %s%s", parts,
+             cfg->partition_ignore_coscheduling ?
+             " (partition_ignore_coscheduling)" : "");
 
-  if(hr__state_init(&d->state, &d->topo, &cfg->policy)) {
+  if(hr__state_init(&d->state, &d->topo, d->granularity, &cfg->policy)) {
     hr__err("cannot set up per-GPU state");
     return 1;
   }
@@ -304,6 +329,9 @@ static void keep_restart_only(hr__daemon *d, hr__config *next)
      cur->sms != next->sms ||
      memcmp(cur->gpu_sms, next->gpu_sms, sizeof(cur->gpu_sms)))
     hr__notice("reload: topology settings changed; they apply at restart");
+  if(cur->partition_ignore_coscheduling != next->partition_ignore_coscheduling)
+    hr__notice("reload: partition_ignore_coscheduling changed; it applies "
+               "at restart");
   memcpy(next->socket, cur->socket, sizeof(next->socket));
   next->socket_mode = cur->socket_mode;
   memcpy(next->state_dir, cur->state_dir, sizeof(next->state_dir));
@@ -311,6 +339,9 @@ static void keep_restart_only(hr__daemon *d, hr__config *next)
   next->gpus = cur->gpus;
   next->sms = cur->sms;
   memcpy(next->gpu_sms, cur->gpu_sms, sizeof(next->gpu_sms));
+  /* Clients split their GPUs by the step they were told: a partition
+   * made in steps of 2 is not one in steps of 8. */
+  next->partition_ignore_coscheduling = cur->partition_ignore_coscheduling;
 }
 
 void hr__daemon_reload(hr__daemon *d)

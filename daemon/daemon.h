@@ -27,6 +27,7 @@ typedef struct hr__daemon {
   hr__config cfg;                   /* in force */
   hr__config_flags flags;           /* kept for SIGHUP: flags still win */
   hr_topology topo;
+  int granularity[HR_MAX_GPUS];     /* green-context step of each GPU */
   hr__state state;
   hr__persist persist;
 

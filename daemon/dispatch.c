@@ -183,6 +183,32 @@ static void on_unregister_comm(hr__conn *c, const hr_request *req)
   pend(d, changed);
 }
 
+/* Why a GPU has no partition for a lease: the driver cannot split it, or
+ * the policy leaves no room for one step. */
+static void no_partition(hr__conn *c, const hr_request *req, int gpu)
+{
+  const hr__gpu *g = hr__state_gpu(&c->d->state, gpu);
+  const hr_policy *p = &c->d->state.policy;
+  int ceiling = g->info.sms - p->min_grid;
+
+  if(ceiling > p->max_headroom)
+    ceiling = p->max_headroom;
+  if(ceiling < 0)
+    ceiling = 0;
+  if(!g->granularity) {
+    send_error(c, req->id, HR_WERR_UNSUPPORTED,
+               "partition mode on gpu %d: its CUDA driver cannot split it "
+               "into green contexts", gpu);
+    return;
+  }
+  send_error(c, req->id, HR_WERR_UNSUPPORTED,
+             "partition mode on gpu %d needs a comm partition of at least "
+             "%d SMs (its green-context granularity), above its ceiling of "
+             "%d SMs (max_headroom %d, sms %d - min_grid %d)", gpu,
+             g->granularity, ceiling, p->max_headroom, g->info.sms,
+             p->min_grid);
+}
+
 static void on_lease(hr__conn *c, const hr_request *req)
 {
   const hr_req_lease *r = &req->u.lease;
@@ -209,6 +235,10 @@ static void on_lease(hr__conn *c, const hr_request *req)
     no_gpu(c, req, r->gpu);
     return;
   case HR_EUNSUPPORTED:
+    if(r->mode == HR_MODE_PARTITION) {
+      no_partition(c, req, r->gpu);
+      return;
+    }
     send_error(c, req->id, HR_WERR_UNSUPPORTED,
                "mode '%s' is not supported by this daemon",
                hr_mode_name(r->mode) ? hr_mode_name(r->mode) : "?");

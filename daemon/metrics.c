@@ -81,6 +81,9 @@ static int fill_gpu(hr__daemon *d, int gi, hr_metrics_gpu *mg)
   mg->grid = g->budget.grid;
   mg->epoch = g->budget.epoch;
   mg->nccl_max_ctas = g->budget.nccl_max_ctas;
+  mg->partition_granularity = g->budget.partition_granularity;
+  mg->partition_comm_sms = g->budget.partition_comm_sms;
+  mg->partition_nccl_max_ctas = g->budget.partition_nccl_max_ctas;
   mg->clients = hr__state_clients_on(&d->state, gi);
   if(mg->clients < 0)
     return HR_ENOMEM;

@@ -54,6 +54,8 @@ static int input_valid(const hr_policy_input *in)
     return 0;
   if(in->n_calib < 0 || (in->n_calib > 0 && !in->calib))
     return 0;
+  if(in->granularity < 0 || in->granularity > HR_MAX_SMS)
+    return 0;
   return 1;
 }
 
@@ -124,6 +126,44 @@ static int footprints_within(const hr_policy_input *in, int cap)
   return 1;
 }
 
+/* The partition fields (policy.h); `gpu_cap` is the GPU's own NCCL cap. */
+static void partition_of(const hr_policy *p, const hr_policy_input *in,
+                         int gpu_cap, hr_budget *out)
+{
+  int g = in->granularity, ceiling, comm, cap, k;
+  long floor_;
+
+  out->partition_granularity = 0;
+  out->partition_comm_sms = 0;
+  out->partition_nccl_max_ctas = 0;
+  if(g < 1)
+    return;
+  ceiling = p->max_headroom;
+  if(ceiling > in->sms - p->min_grid)
+    ceiling = in->sms - p->min_grid;
+  if(ceiling < g)
+    return;
+  ceiling = round_down(ceiling, g);
+
+  comm = hr__policy_comm_ctas(in);
+  floor_ = (long)p->min_headroom + in->raised;
+  if(floor_ > comm)
+    comm = floor_ > HR_MAX_SMS ? HR_MAX_SMS : (int)floor_;
+  if(comm < 1)
+    comm = 1;
+  /* The ceiling is a multiple of g, so rounding below it stays below. */
+  comm = comm >= ceiling ? ceiling : round_up(comm, g);
+
+  k = collectives(in);
+  cap = 1;
+  while(cap * 2 * k <= comm && cap * 2 <= gpu_cap)
+    cap *= 2;
+
+  out->partition_granularity = g;
+  out->partition_comm_sms = comm;
+  out->partition_nccl_max_ctas = cap;
+}
+
 int hr__policy_budget(const hr_policy *p, const hr_policy_input *in,
                       hr_budget *out)
 {
@@ -173,6 +213,7 @@ int hr__policy_budget_src(const hr_policy *p, const hr_policy_input *in,
   out->nccl_cga_cluster_size = 1;
   out->nccl_nvls_enable = 0;
   out->degraded = 0;
+  partition_of(p, in, cap, out);
   if(source)
     *source = cal ? HR_SOURCE_CALIBRATED : HR_SOURCE_THEORY;
   return HR_OK;
@@ -186,8 +227,7 @@ int hr__policy_lease_budget(const hr_budget *gpu, hr_mode mode,
   *out = *gpu;
   /* One rule for both sides: libheadroom applies the same function to
    * the budgets the daemon pushes for the whole GPU. */
-  hr_budget_for_mode(out, mode);
-  return HR_OK;
+  return hr_budget_for_mode(out, mode);
 }
 
 int hr__policy_raise(const hr_policy *p, const hr_policy_input *in)

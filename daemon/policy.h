@@ -49,6 +49,30 @@
  *                other leases on the GPU like any others, and their
  *                headroom holds only while those keep to the cap. Nor does
  *                its cluster size enter the GPU's input cluster.
+ *   partition    the partition fields below: headroom = the comm
+ *                partition, grid = S - that, NCCL's cap inside it
+ *                (hr_budget_for_mode); refused where the fields are 0.
+ *                Its cluster size does not enter the input cluster either:
+ *                its mega kernel never shares an SM with NCCL.
+ *
+ * Partition mode (green contexts, FINDINGS 2), in every budget whatever
+ * the lease mode, for a GPU whose green contexts split in steps of g SMs:
+ *
+ *   ceiling  = min(max_headroom, S - min_grid), rounded down to g;
+ *              below g no partition fits: all three fields are 0
+ *   N        = sum over footprints of ctas x concurrent, with no cluster
+ *              multiplier: inside a green context the mega kernel's SMs
+ *              are disjoint from NCCL's, so no comm CTA can strand a
+ *              cluster partner
+ *   floor    = min_headroom + raised
+ *   comm     = max(N, floor, 1) rounded up to g, at most the ceiling
+ *   NCCL cap = the largest power of two p with p * K <= comm (at least 1:
+ *              a communicator needs a CTA), at most the GPU's own cap
+ *
+ * g is the device's co-scheduling alignment (8 on H100/H200), or its finer
+ * step (2 on H200) when the operator has clients split ignoring
+ * co-scheduling (partition_ignore_coscheduling); 0 for a GPU that cannot
+ * be split at all (a driver without green contexts).
  */
 #ifndef HR_POLICY_H
 #define HR_POLICY_H
@@ -81,6 +105,7 @@ typedef struct hr_policy_input {
   const hr_footprint *footprints;
   int n_calib;          /* budgets calibrated for this GPU (0: none) */
   const hr_calib_budget *calib;
+  int granularity;      /* SMs per green-context step; 0: no partitions */
 } hr_policy_input;
 
 /* The defaults: floor 2, ceiling 32, minimum grid 64, incidents raise. */
@@ -106,8 +131,11 @@ const hr_calib_budget *hr__policy_calib_find(const hr_policy_input *in,
 
 /* The budget of a lease in `mode` on a GPU whose budget (computed by
  * hr__policy_budget, for headroom-mode leases) is `gpu`: a copy with the
- * mode filled in and, for HR_MODE_AGNOSTIC, headroom 0 and grid = sms.
- * HR_EINVAL for a mode that does not exist. */
+ * mode filled in and, for HR_MODE_AGNOSTIC, headroom 0 and grid = sms; for
+ * HR_MODE_PARTITION the partition fields (hr_budget_for_mode).
+ * HR_EINVAL for a mode that does not exist, HR_EUNSUPPORTED for a
+ * partition lease on a GPU whose partition fields are 0 (`out` is then
+ * the GPU's headroom-mode budget with the mode set). */
 int hr__policy_lease_budget(const hr_budget *gpu, hr_mode mode,
                             hr_budget *out);
 

@@ -28,10 +28,12 @@ static int lease_cluster(const hr__gpu *g)
 {
   int i, c = 0;
 
-  /* An agnostic kernel gets no headroom, so its clusters strand nothing
-   * the headroom must cover (policy.h). */
+  /* An agnostic kernel gets no headroom, and a partition kernel runs on
+   * SMs NCCL never touches, so neither one's clusters strand anything the
+   * headroom must cover (policy.h). */
   for(i = 0; i < g->n_leases; i++)
-    if(g->leases[i].mode != HR_MODE_AGNOSTIC && g->leases[i].cluster > c)
+    if(g->leases[i].mode != HR_MODE_AGNOSTIC &&
+       g->leases[i].mode != HR_MODE_PARTITION && g->leases[i].cluster > c)
       c = g->leases[i].cluster;
   return c ? c : HR__DEFAULT_CLUSTER;
 }
@@ -46,6 +48,7 @@ static void policy_input(const hr__state *s, const hr__gpu *g,
   in->footprints = g->fps;
   in->n_calib = 0;
   in->calib = NULL;
+  in->granularity = g->granularity;
   if(s->calib && hr__calibration_covers(s->calib, &g->info)) {
     in->n_calib = s->calib->n_budgets;
     in->calib = s->calib->budgets;
@@ -60,7 +63,10 @@ static int budget_differs(const hr_budget *a, const hr_budget *b)
          a->nccl_min_ctas != b->nccl_min_ctas ||
          a->nccl_max_ctas != b->nccl_max_ctas ||
          a->nccl_cga_cluster_size != b->nccl_cga_cluster_size ||
-         a->nccl_nvls_enable != b->nccl_nvls_enable;
+         a->nccl_nvls_enable != b->nccl_nvls_enable ||
+         a->partition_granularity != b->partition_granularity ||
+         a->partition_comm_sms != b->partition_comm_sms ||
+         a->partition_nccl_max_ctas != b->partition_nccl_max_ctas;
 }
 
 /* Recompute GPU `gi`'s budget; bump its epoch when the numbers changed.
@@ -94,7 +100,7 @@ static void recompute(hr__state *s, int gi, int bump, hr__gpu_mask *changed)
 }
 
 int hr__state_init(hr__state *s, const hr_topology *topo,
-                   const hr_policy *policy)
+                   const int *granularity, const hr_policy *policy)
 {
   int g;
 
@@ -103,9 +109,12 @@ int hr__state_init(hr__state *s, const hr_topology *topo,
     return HR_EINVAL;
   if(hr__policy_validate(policy, NULL, 0))
     return HR_EINVAL;
-  for(g = 0; g < topo->n_gpus; g++)
+  for(g = 0; g < topo->n_gpus; g++) {
     if(topo->gpus[g].sms < 1 || topo->gpus[g].sms > HR_MAX_SMS)
       return HR_EINVAL;
+    if(granularity && (granularity[g] < 0 || granularity[g] > HR_MAX_SMS))
+      return HR_EINVAL;
+  }
   memset(s, 0, sizeof(*s));
   s->gpus = calloc((size_t)topo->n_gpus, sizeof(*s->gpus));
   if(!s->gpus)
@@ -116,6 +125,7 @@ int hr__state_init(hr__state *s, const hr_topology *topo,
   for(g = 0; g < s->n_gpus; g++) {
     s->gpus[g].info = topo->gpus[g];
     s->gpus[g].info.index = g;
+    s->gpus[g].granularity = granularity ? granularity[g] : 0;
     s->gpus[g].epoch = 1;
     recompute(s, g, 0, NULL);
   }
@@ -268,10 +278,16 @@ int hr__state_lease_add(hr__state *s, int64_t client, const hr_req_lease *req,
     return HR_ENOTFOUND;
   if(!valid_cluster(req->cluster))
     return HR_EINVAL;
-  /* What each mode gets is the policy's (policy.h). Partition mode is
-   * not served by this daemon yet. */
+  /* What each mode gets is the policy's (policy.h); a partition lease
+   * only where the GPU's budget has a partition. */
   if((int)req->mode < 0 || req->mode >= HR_MODE_COUNT)
     return HR_EUNSUPPORTED;
+  if(req->mode == HR_MODE_PARTITION &&
+     !g->budget.partition_granularity) {
+    if(out)
+      hr__state_budget(s, req->gpu, req->mode, out);
+    return HR_EUNSUPPORTED;
+  }
   if(g->n_leases == g->cap_leases) {
     int cap = g->cap_leases ? g->cap_leases * 2 : GROW_FIRST;
     hr__lease_rec *p = realloc(g->leases, (size_t)cap * sizeof(*p));

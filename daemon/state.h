@@ -9,7 +9,9 @@
  * After any change to a GPU's inputs the budget is recomputed with the
  * policy (policy.h); when its numbers differ, the GPU's epoch goes up by
  * one. The input cluster is the largest among the GPU's leases (agnostic
- * ones aside), 2 when it has none (the mega kernel's usual pairs).
+ * and partition ones aside), 2 when it has none (the mega kernel's usual
+ * pairs). The partition fields count as numbers of the budget: a change
+ * of them alone bumps the epoch too, since partition leases act on them.
  *
  * Ids (clients, footprints, leases, incidents) start at 1 and are never
  * reused for the life of the daemon; incident ids also stay above those of
@@ -54,6 +56,7 @@ typedef struct hr__gpu {
   hr_status_incident incidents[HR__INCIDENTS_KEPT]; /* oldest first */
   int n_incidents;
   int raised;                       /* headroom added by incidents */
+  int granularity;                  /* SMs per green-context step; 0: none */
   uint32_t epoch;
   hr_budget budget;                 /* in force; mode is HR_MODE_HEADROOM */
   hr_budget_source source;          /* what decided budget.headroom */
@@ -72,9 +75,11 @@ typedef struct hr__state {
   int dirty;
 } hr__state;
 
-/* Start with the topology's GPUs, no clients, epoch 1, budgets computed. */
+/* Start with the topology's GPUs, no clients, epoch 1, budgets computed.
+ * `granularity[g]` is GPU g's green-context step (topology.h); NULL: no
+ * GPU can be partitioned. */
 int hr__state_init(hr__state *s, const hr_topology *topo,
-                   const hr_policy *policy);
+                   const int *granularity, const hr_policy *policy);
 void hr__state_free(hr__state *s);
 
 /* A fresh client id. */
@@ -98,7 +103,10 @@ int hr__state_comm_remove(hr__state *s, int64_t client, int64_t comm,
                           hr__gpu_mask *changed);
 
 /* Take a lease; `out` is the budget after it, in the lease's mode.
- * HR_ENOTFOUND (gpu), HR_EUNSUPPORTED (mode), HR_EINVAL (cluster). */
+ * HR_ENOTFOUND (gpu), HR_EINVAL (cluster), HR_EUNSUPPORTED (a mode that
+ * does not exist, or a partition lease on a GPU whose budget has no
+ * partition: nothing is taken, and `out` holds that budget, for the
+ * caller to say why). */
 int hr__state_lease_add(hr__state *s, int64_t client, const hr_req_lease *req,
                         int64_t *id, hr_budget *out, hr__gpu_mask *changed);
 

@@ -71,8 +71,12 @@ static void daemon_init(hr__daemon *d)
     d->topo.gpus[g].index = g;
     d->topo.gpus[g].sms = 132;
   }
+  /* GPU 0 splits like an H200, GPU 1 not at all: partition leases reach
+   * both the grant and the refusal. */
+  d->granularity[0] = 8;
+  d->granularity[1] = 0;
   hr_buf_init(&d->out, HR_PROTO_MAX_LINE);
-  if(hr__state_init(&d->state, &d->topo, &d->cfg.policy))
+  if(hr__state_init(&d->state, &d->topo, d->granularity, &d->cfg.policy))
     die("state init");
 }
 

@@ -75,6 +75,7 @@ static void test_defaults(void **state)
   assert_int_equal(cfg.max_comms_per_client, 64);
   assert_int_equal(cfg.max_leases_per_client, 16);
   assert_int_equal(cfg.write_queue_max, 1024 * 1024);
+  assert_int_equal(cfg.partition_ignore_coscheduling, 0);
   for(k = 0; k < HR_KEY_COUNT; k++)
     assert_int_equal(cfg.from[k], 0);
   /* The defaults pass the checks by themselves. */
@@ -116,7 +117,8 @@ static const char full_file[] =
   "max_clients = 10\n"
   "max_comms_per_client = 3\n"
   "max_leases_per_client = 2\n"
-  "write_queue_max = 2M\n";
+  "write_queue_max = 2M\n"
+  "partition_ignore_coscheduling = true\n";
 
 static void test_full_file(void **state)
 {
@@ -146,6 +148,8 @@ static void test_full_file(void **state)
   /* Provenance: the line each key came from. */
   assert_int_equal(cfg.from[HR_KEY_SOCKET], 2);
   assert_int_equal(cfg.from[HR_KEY_WRITE_QUEUE_MAX], 18);
+  assert_int_equal(cfg.partition_ignore_coscheduling, 1);
+  assert_int_equal(cfg.from[HR_KEY_PARTITION_IGNORE_COSCHEDULING], 19);
   assert_int_equal(cfg.gpu_sms_from[2], 10);
   assert_string_equal(cfg.file, "t.conf");
 }
@@ -176,6 +180,15 @@ static void test_syntax_variants(void **state)
                          err, sizeof(err)), HR_OK);
   assert_string_equal(cfg.operator_group, "1234");
   assert_int_equal(cfg.socket_mode, 0666);
+  /* Booleans: yes/no or true/false, for either key. */
+  assert_int_equal(parse(&cfg, "incident_raise = false\n"
+                         "partition_ignore_coscheduling = yes\n", err,
+                         sizeof(err)), HR_OK);
+  assert_int_equal(cfg.policy.incident_raise, 0);
+  assert_int_equal(cfg.partition_ignore_coscheduling, 1);
+  assert_int_equal(parse(&cfg, "partition_ignore_coscheduling = false\n",
+                         err, sizeof(err)), HR_OK);
+  assert_int_equal(cfg.partition_ignore_coscheduling, 0);
 }
 
 /* ---- every class of error, with its line ------------------------------- */
@@ -212,6 +225,11 @@ static void test_bad_values(void **state)
   expect_error("topology = nvml\n", "t.conf:1: bad topology 'nvml'");
   expect_error("incident_raise = maybe\n", "t.conf:1: bad incident_raise");
   expect_error("incident_raise = 1\n", "t.conf:1: bad incident_raise");
+  expect_error("partition_ignore_coscheduling = 1\n",
+               "t.conf:1: bad partition_ignore_coscheduling '1' "
+               "(true or false)");
+  expect_error("# fine steps\n\npartition_ignore_coscheduling = TRUE\n",
+               "t.conf:3: bad partition_ignore_coscheduling 'TRUE'");
   expect_error("min_headroom = 2000\n", "t.conf:1: bad min_headroom");
   expect_error("max_headroom = -3\n", "t.conf:1: bad max_headroom");
   expect_error("min_grid = 0\n", "t.conf:1: bad min_grid");

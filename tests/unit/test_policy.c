@@ -1,6 +1,7 @@
 /*
  * test_policy.c: the budget policy against a table of cases, including
- * every one-GPU case measured in FINDINGS.md sections 1 and 3.
+ * every one-GPU case measured in FINDINGS.md sections 1 and 3, and the
+ * partition fields against the green-context splits of section 2.
  *
  * A "hog" of k SMs in FINDINGS is modelled as one footprint of k CTAs,
  * one collective in flight: k SMs held by something else when the mega
@@ -69,7 +70,8 @@ static const policy_case cases[] = {
 static void run_case(const policy_case *c)
 {
   hr_policy p = {c->min_headroom, c->max_headroom, c->min_grid, 1};
-  hr_policy_input in = {c->sms, c->cluster, c->raised, c->n, c->fp, 0, NULL};
+  hr_policy_input in = {c->sms, c->cluster, c->raised, c->n, c->fp, 0, NULL,
+                        0};
   hr_budget b;
 
   memset(&b, 0xff, sizeof(b));
@@ -100,6 +102,154 @@ static void test_table(void **state)
   (void)state;
   for(i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
     run_case(&cases[i]);
+}
+
+/* ---- partition mode ---------------------------------------------------- */
+
+typedef struct partition_case {
+  const char *what;
+  int sms, cluster, raised;
+  int min_headroom, max_headroom, min_grid;
+  int granularity;
+  int n;
+  hr_footprint fp[4];
+  int want_comm, want_mega, want_max_ctas; /* comm 0: no partition here */
+} partition_case;
+
+static const partition_case partition_cases[] = {
+  /* FINDINGS 2: an H200 splits in steps of 8 (minSmPartitionSize and
+   * smCoscheduledAlignment); an idle GPU gets one step for NCCL. */
+  {"F2 H200 idle, g 8", 132, 2, 0, DEF, 8, 0, {{0}}, 8, 124, 8},
+  /* ... and in steps of 2 when co-scheduling is ignored. */
+  {"F2 H200 idle, g 2", 132, 2, 0, DEF, 2, 0, {{0}}, 2, 130, 2},
+  /* N = ctas x concurrent, no cluster multiplier: 8 x 3 = 24, already a
+   * multiple of 8; NCCL gets 8 x 3 <= 24 but no more than the GPU's cap
+   * (32 / 2 / 3 -> 4; with clusters of 8, 32 / 8 / 3 -> 1). */
+  {"F3 3x8 CTAs, g 8", 132, 2, 0, DEF, 8, 1, {{8, 1, 3}}, 24, 108, 4},
+  {"F3 3x8 CTAs, cluster 8: no multiplier", 132, 8, 0, DEF, 8, 1,
+   {{8, 1, 3}}, 24, 108, 1},
+  /* 9 CTAs round up to two steps of 8, or to 10 in steps of 2. */
+  {"9 CTAs, g 8", 132, 2, 0, DEF, 8, 1, {{9, 1, 1}}, 16, 116, 16},
+  {"9 CTAs, g 2", 132, 2, 0, DEF, 2, 1, {{9, 1, 1}}, 10, 122, 8},
+  /* Several footprints add up: 2 + 4 x 2 = 10 -> 16, K = 3. */
+  {"two clients, g 8", 132, 2, 0, DEF, 8, 2, {{2, 1, 1}, {4, 1, 2}}, 16,
+   116, 4},
+  /* The floor: min_headroom + raised, rounded up to g. */
+  {"floor 10, g 8", 132, 2, 0, 10, 32, 64, 8, 0, {{0}}, 16, 116, 16},
+  {"raised 10, g 8", 132, 2, 10, DEF, 8, 0, {{0}}, 16, 116, 16},
+  {"raised 10, g 2", 132, 2, 10, DEF, 2, 0, {{0}}, 12, 120, 8},
+  {"raised past the ceiling", 132, 2, 100, DEF, 8, 0, {{0}}, 32, 100, 16},
+  /* A floor of 0 still leaves NCCL one step. */
+  {"floor 0, g 8", 132, 2, 0, 0, 32, 64, 8, 0, {{0}}, 8, 124, 8},
+  /* The ceiling, rounded down to g: max_headroom 20 -> 16; NCCL 4 x 3
+   * <= 16, but the GPU's own cap is 20 / 2 / 3 -> 2. */
+  {"ceiling 20 -> 16", 132, 2, 0, 2, 20, 64, 8, 1, {{8, 1, 3}}, 16, 116, 2},
+  {"ceiling 30 -> 24", 132, 2, 0, 2, 30, 64, 8, 1, {{20, 1, 2}}, 24, 108,
+   4},
+  /* min_grid lowers the ceiling: 132 - 120 = 12 -> 8. */
+  {"min_grid caps", 132, 2, 0, 2, 32, 120, 8, 1, {{8, 1, 1}}, 8, 124, 4},
+  /* A ceiling of exactly one step; NCCL 2 x 3 <= 8, held to the GPU's
+   * own cap (8 / 2 / 3 -> 1). */
+  {"ceiling one step", 72, 2, 0, DEF, 8, 1, {{8, 1, 3}}, 8, 64, 1},
+  /* More collectives than SMs in the partition: NCCL still gets one CTA. */
+  {"K over comm", 132, 2, 0, DEF, 8, 4,
+   {{64, 8, 64}, {64, 8, 64}, {64, 8, 64}, {64, 8, 64}}, 32, 100, 1},
+  /* A ceiling under one step: no partition on this GPU. */
+  {"ceiling under a step", 132, 2, 0, 2, 4, 64, 8, 0, {{0}}, 0, 0, 0},
+  {"min_grid leaves under a step", 70, 2, 0, DEF, 8, 0, {{0}}, 0, 0, 0},
+  /* ... where a finer step still fits. */
+  {"ceiling 4, g 2", 132, 2, 0, 2, 4, 64, 2, 1, {{8, 1, 1}}, 4, 128, 2},
+  /* A driver without green contexts. */
+  {"no green contexts", 132, 2, 0, DEF, 0, 1, {{8, 1, 1}}, 0, 0, 0},
+};
+
+static void run_partition_case(const partition_case *c)
+{
+  hr_policy p = {c->min_headroom, c->max_headroom, c->min_grid, 1};
+  hr_policy_input in = {c->sms, c->cluster, c->raised, c->n, c->fp, 0, NULL,
+                        c->granularity};
+  hr_budget b, lease;
+  int k = 0, i, rc;
+
+  memset(&b, 0xff, sizeof(b));
+  if(hr__policy_budget(&p, &in, &b) != HR_OK)
+    fail_msg("%s: policy refused valid input", c->what);
+  if(b.partition_comm_sms != c->want_comm ||
+     b.partition_nccl_max_ctas != c->want_max_ctas)
+    fail_msg("%s: comm %d maxCTAs %d, want %d %d", c->what,
+             b.partition_comm_sms, b.partition_nccl_max_ctas, c->want_comm,
+             c->want_max_ctas);
+  b.mode = HR_MODE_HEADROOM;
+  rc = hr__policy_lease_budget(&b, HR_MODE_PARTITION, &lease);
+  if(!c->want_comm) {
+    /* All three 0, and a partition lease is refused. */
+    assert_int_equal(b.partition_granularity, 0);
+    assert_int_equal(b.partition_nccl_max_ctas, 0);
+    assert_int_equal(rc, HR_EUNSUPPORTED);
+    return;
+  }
+  assert_int_equal(rc, HR_OK);
+  if(lease.grid != c->want_mega)
+    fail_msg("%s: mega partition %d, want %d", c->what, lease.grid,
+             c->want_mega);
+  /* Invariants every partition keeps. */
+  for(i = 0; i < c->n; i++)
+    k += c->fp[i].concurrent;
+  k = k ? k : 1;
+  assert_int_equal(b.partition_granularity, c->granularity);
+  assert_int_equal(b.partition_comm_sms % c->granularity, 0);
+  assert_true(b.partition_comm_sms <= c->max_headroom);
+  assert_true(c->sms - b.partition_comm_sms >= c->min_grid);
+  assert_int_equal(b.partition_nccl_max_ctas &
+                   (b.partition_nccl_max_ctas - 1), 0);
+  assert_true(b.partition_nccl_max_ctas <= b.nccl_max_ctas);
+  assert_true(b.partition_nccl_max_ctas == 1 ||
+              b.partition_nccl_max_ctas * k <= b.partition_comm_sms);
+  assert_int_equal(lease.mode, HR_MODE_PARTITION);
+  assert_int_equal(lease.headroom, b.partition_comm_sms);
+  assert_int_equal(lease.grid + lease.headroom, c->sms);
+  assert_int_equal(lease.nccl_max_ctas, b.partition_nccl_max_ctas);
+  assert_true(lease.nccl_min_ctas <= lease.nccl_max_ctas);
+  assert_int_equal(lease.nccl_cga_cluster_size, 1);
+  /* The headroom-mode numbers beside them are the table's above. */
+  assert_int_equal(b.grid + b.headroom, c->sms);
+}
+
+static void test_partition_table(void **state)
+{
+  size_t i;
+  (void)state;
+  for(i = 0; i < sizeof(partition_cases) / sizeof(partition_cases[0]); i++)
+    run_partition_case(&partition_cases[i]);
+}
+
+/* Whatever the cluster size, the comm partition is the same: inside a
+ * green context no comm CTA can strand a cluster partner. Only the NCCL
+ * cap can differ, since it never passes the GPU's own. */
+static void test_partition_ignores_cluster(void **state)
+{
+  static const int clusters[] = { 1, 2, 4, 8 };
+  hr_footprint fp = {5, 1, 2};
+  hr_policy_input in = {132, 1, 0, 1, &fp, 0, NULL, 8};
+  hr_policy p;
+  hr_budget b;
+  size_t i;
+  (void)state;
+  hr__policy_default(&p);
+  for(i = 0; i < 4; i++) {
+    in.cluster = clusters[i];
+    assert_int_equal(hr__policy_budget(&p, &in, &b), HR_OK);
+    assert_int_equal(b.partition_granularity, 8);
+    assert_int_equal(b.partition_comm_sms, 16);
+    /* The headroom does depend on it: 10 CTAs strand up to 10 x c. */
+    assert_int_equal(b.headroom, 10 * clusters[i] > 32 ? 32
+                                                       : 10 * clusters[i]);
+  }
+  /* A granularity out of range is refused like any bad input. */
+  in.granularity = -8;
+  assert_int_equal(hr__policy_budget(&p, &in, &b), HR_EINVAL);
+  in.granularity = HR_MAX_SMS + 1;
+  assert_int_equal(hr__policy_budget(&p, &in, &b), HR_EINVAL);
 }
 
 /* ---- calibration ------------------------------------------------------ */
@@ -167,7 +317,7 @@ static void run_calib_case(const calib_case *c)
 {
   hr_policy p = {c->min_headroom, c->max_headroom, c->min_grid, 1};
   hr_policy_input in = {c->sms, c->cluster, c->raised, c->n, c->fp,
-                        c->n_calib, c->n_calib ? f3_table : NULL};
+                        c->n_calib, c->n_calib ? f3_table : NULL, 0};
   hr_budget_source src = HR_SOURCE_COUNT;
   hr_budget b;
 
@@ -199,7 +349,7 @@ static void test_calibration_ceiling_and_raise(void **state)
   static const hr_calib_budget big[] = {{8, 1, 40, 0.7, 3, 4}};
   hr_policy p = {2, 32, 64, 1};
   hr_footprint fp = {8, 1, 2};
-  hr_policy_input in = {132, 2, 0, 1, &fp, 1, big};
+  hr_policy_input in = {132, 2, 0, 1, &fp, 1, big, 0};
   hr_budget b;
 
   (void)state;
@@ -261,7 +411,7 @@ static void test_bad_input(void **state)
   hr_policy p;
   hr_footprint fp = {1, 1, 1};
   hr_budget b;
-  hr_policy_input in = {132, 2, 0, 0, NULL, 0, NULL};
+  hr_policy_input in = {132, 2, 0, 0, NULL, 0, NULL, 0};
   (void)state;
   hr__policy_default(&p);
 
@@ -290,7 +440,7 @@ static void test_raise(void **state)
 {
   hr_policy p;
   hr_footprint fp = {3, 1, 1};
-  hr_policy_input in = {132, 2, 0, 0, NULL, 0, NULL};
+  hr_policy_input in = {132, 2, 0, 0, NULL, 0, NULL, 0};
   hr_budget b;
   (void)state;
   hr__policy_default(&p);
@@ -327,7 +477,7 @@ static void test_raise(void **state)
 static void test_comm_ctas(void **state)
 {
   hr_footprint fp[2] = {{8, 1, 3}, {2, 2, 2}};
-  hr_policy_input in = {132, 2, 0, 2, fp, 0, NULL};
+  hr_policy_input in = {132, 2, 0, 2, fp, 0, NULL, 0};
   (void)state;
   assert_int_equal(hr__policy_comm_ctas(&in), 28);
   in.n_footprints = 0;
@@ -341,7 +491,7 @@ static void test_lease_budget(void **state)
 {
   /* FINDINGS 3's shape: 3 all-reduces of 8 CTAs beside the mega kernel. */
   hr_footprint fp = {8, 1, 3};
-  hr_policy_input in = {132, 2, 0, 1, &fp, 0, NULL};
+  hr_policy_input in = {132, 2, 0, 1, &fp, 0, NULL, 0};
   hr_budget gpu, b;
   hr_policy p;
   int m;
@@ -355,6 +505,8 @@ static void test_lease_budget(void **state)
   assert_int_equal(gpu.grid, 100);
 
   for(m = 0; m < HR_MODE_COUNT; m++) {
+    if(m == HR_MODE_PARTITION)
+      continue;                 /* below, and in test_partition_table */
     memset(&b, 0xff, sizeof(b));
     assert_int_equal(hr__policy_lease_budget(&gpu, (hr_mode)m, &b), HR_OK);
     assert_int_equal(b.mode, m);
@@ -382,6 +534,26 @@ static void test_lease_budget(void **state)
   assert_int_equal(gpu.mode, HR_MODE_HEADROOM);
   assert_int_equal(gpu.grid, 100);
 
+  /* No green contexts (granularity 0): a partition lease is refused and
+   * keeps the headroom-mode numbers. */
+  assert_int_equal(hr__policy_lease_budget(&gpu, HR_MODE_PARTITION, &b),
+                   HR_EUNSUPPORTED);
+  assert_int_equal(b.mode, HR_MODE_PARTITION);
+  assert_int_equal(b.headroom, 32);
+  assert_int_equal(b.grid, 100);
+  /* Steps of 8: NCCL in 24 SMs, the mega kernel in the other 108. */
+  in.granularity = 8;
+  assert_int_equal(hr__policy_budget(&p, &in, &gpu), HR_OK);
+  gpu.epoch = 7;
+  assert_int_equal(hr__policy_lease_budget(&gpu, HR_MODE_PARTITION, &b),
+                   HR_OK);
+  assert_int_equal(b.mode, HR_MODE_PARTITION);
+  assert_int_equal(b.epoch, 7);
+  assert_int_equal(b.headroom, 24);
+  assert_int_equal(b.grid, 108);
+  assert_int_equal(b.nccl_max_ctas, 4);
+  assert_int_equal(b.nccl_cga_cluster_size, 1);
+
   assert_int_equal(hr__policy_lease_budget(&gpu, HR_MODE_COUNT, &b),
                    HR_EINVAL);
   assert_int_equal(hr__policy_lease_budget(&gpu, (hr_mode)-1, &b),
@@ -396,6 +568,8 @@ int main(void)
 {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_table),
+    cmocka_unit_test(test_partition_table),
+    cmocka_unit_test(test_partition_ignores_cluster),
     cmocka_unit_test(test_calibration),
     cmocka_unit_test(test_calibration_ceiling_and_raise),
     cmocka_unit_test(test_default_policy),

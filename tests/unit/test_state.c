@@ -41,14 +41,26 @@ static void topo_of(hr_topology *t, int n, int sms)
   }
 }
 
-static void state_of(hr__state *s, int n)
+/* `n` GPUs of 132 SMs under the default policy, each splitting into green
+ * contexts in steps of `granularity` SMs (0: not at all). */
+static void state_split(hr__state *s, int n, int granularity)
 {
+  int gran[HR_MAX_GPUS];
   hr_topology t;
   hr_policy p;
+  int g;
 
   topo_of(&t, n, 132);
+  for(g = 0; g < n; g++)
+    gran[g] = granularity;
   hr__policy_default(&p);
-  assert_int_equal(hr__state_init(s, &t, &p), HR_OK);
+  assert_int_equal(hr__state_init(s, &t, gran, &p), HR_OK);
+}
+
+/* An H200 node (FINDINGS 2: steps of 8). */
+static void state_of(hr__state *s, int n)
+{
+  state_split(s, n, 8);
 }
 
 static hr_req_register_comm comm_req(int gpu, int ctas, int concurrent)
@@ -115,6 +127,9 @@ static void test_init(void **state)
   assert_int_equal(b.grid, 130);
   assert_int_equal(b.nccl_cga_cluster_size, 1);
   assert_int_equal(b.nccl_nvls_enable, 0);
+  assert_int_equal(b.partition_granularity, 8);
+  assert_int_equal(b.partition_comm_sms, 8);
+  assert_int_equal(b.partition_nccl_max_ctas, 8);
   assert_int_equal(hr__state_budget(&s, 2, HR_MODE_HEADROOM, &b),
                    HR_ENOTFOUND);
   assert_null(hr__state_gpu(&s, -1));
@@ -124,12 +139,24 @@ static void test_init(void **state)
   /* Bad topologies and policies are refused. */
   hr__policy_default(&p);
   topo_of(&t, 0, 132);
-  assert_int_equal(hr__state_init(&s, &t, &p), HR_EINVAL);
+  assert_int_equal(hr__state_init(&s, &t, NULL, &p), HR_EINVAL);
   topo_of(&t, 1, 2000);
-  assert_int_equal(hr__state_init(&s, &t, &p), HR_EINVAL);
+  assert_int_equal(hr__state_init(&s, &t, NULL, &p), HR_EINVAL);
   topo_of(&t, 1, 132);
+  {
+    int gran[1] = { -8 };
+    assert_int_equal(hr__state_init(&s, &t, gran, &p), HR_EINVAL);
+  }
   p.min_headroom = 50;
-  assert_int_equal(hr__state_init(&s, &t, &p), HR_EINVAL);
+  assert_int_equal(hr__state_init(&s, &t, NULL, &p), HR_EINVAL);
+
+  /* No granularity given: no GPU can be partitioned. */
+  hr__policy_default(&p);
+  assert_int_equal(hr__state_init(&s, &t, NULL, &p), HR_OK);
+  assert_int_equal(hr__state_budget(&s, 0, HR_MODE_HEADROOM, &b), HR_OK);
+  assert_int_equal(b.partition_granularity, 0);
+  assert_int_equal(b.partition_comm_sms, 0);
+  hr__state_free(&s);
 }
 
 static void test_register_bumps_epoch(void **state)
@@ -312,6 +339,99 @@ static void test_lease_cluster_and_modes(void **state)
   lr = lease_req(5, 2, HR_MODE_HEADROOM);
   assert_int_equal(hr__state_lease_add(&s, 1, &lr, &l1, &b, &changed),
                    HR_ENOTFOUND);
+  hr__state_free(&s);
+}
+
+/* Partition leases: the partition fields as their numbers, no say in the
+ * GPU's cluster, new numbers as footprints come, refused where the GPU
+ * cannot be split. */
+static void test_partition_leases(void **state)
+{
+  hr_req_register_comm cr = comm_req(0, 8, 3);
+  hr_req_lease lr = lease_req(0, 8, HR_MODE_PARTITION);
+  hr_req_report rr;
+  hr__gpu_mask changed = 0;
+  int64_t lease, comm, inc;
+  hr__state s;
+  hr_policy p;
+  hr_budget b;
+
+  (void)state;
+  state_of(&s, 2);
+  /* FINDINGS 2: 8 SMs for NCCL, 124 for the mega kernel. Clusters of 8
+   * inside its own partition do not touch the GPU's cluster (still 2), so
+   * nothing changes for anyone else. */
+  assert_int_equal(hr__state_lease_add(&s, 1, &lr, &lease, &b, &changed),
+                   HR_OK);
+  assert_int_equal(changed, 0);
+  assert_int_equal(b.mode, HR_MODE_PARTITION);
+  assert_int_equal(b.headroom, 8);
+  assert_int_equal(b.grid, 124);
+  assert_int_equal(b.nccl_max_ctas, 8);
+  assert_int_equal(b.nccl_cga_cluster_size, 1);
+  assert_int_equal(b.epoch, 1);
+  assert_int_equal(hr__state_gpu(&s, 0)->budget.cluster, 2);
+  /* 3 all-reduces of 8 CTAs: 24 SMs, NCCL held to the GPU's cap of 4;
+   * the GPU's epoch moves, so the lease is told. */
+  assert_int_equal(hr__state_comm_add(&s, 1, &cr, &comm, &changed), HR_OK);
+  assert_int_equal(changed, BIT(0));
+  assert_int_equal(hr__state_budget(&s, 0, HR_MODE_PARTITION, &b), HR_OK);
+  assert_int_equal(b.epoch, 2);
+  assert_int_equal(b.headroom, 24);
+  assert_int_equal(b.grid, 108);
+  assert_int_equal(b.nccl_max_ctas, 4);
+  /* A report names the lease: its reply is in partition mode, and a
+   * barrier timeout raises the floor under the partition too (the
+   * headroom was at the ceiling, 32: raised 30, floor 2 + 30). */
+  rr = report_req(0, HR_INCIDENT_BARRIER_TIMEOUT, lease);
+  changed = 0;
+  assert_int_equal(hr__state_report(&s, 1, &rr, 1, &inc, &b, &changed),
+                   HR_OK);
+  assert_int_equal(hr__state_gpu(&s, 0)->raised, 30);
+  assert_int_equal(b.mode, HR_MODE_PARTITION);
+  assert_int_equal(b.headroom, b.partition_comm_sms);
+  assert_int_equal(b.headroom, 32);
+  assert_int_equal(b.grid, 100);
+
+  /* A policy whose ceiling is below one step: no partition on any GPU.
+   * A new partition lease is refused and takes nothing (the ids say so);
+   * the one already held falls back to the headroom-mode numbers. */
+  hr__policy_default(&p);
+  p.max_headroom = 4;
+  changed = 0;
+  hr__state_set_policy(&s, &p, &changed);
+  assert_int_equal(changed, BIT(0) | BIT(1));
+  lr = lease_req(1, 2, HR_MODE_PARTITION);
+  memset(&b, 0, sizeof(b));
+  assert_int_equal(hr__state_lease_add(&s, 2, &lr, &lease, &b, &changed),
+                   HR_EUNSUPPORTED);
+  assert_int_equal(hr__state_gpu(&s, 1)->n_leases, 0);
+  assert_int_equal(b.partition_granularity, 0);  /* for the caller's why */
+  assert_int_equal(hr__state_budget(&s, 0, HR_MODE_PARTITION, &b),
+                   HR_EUNSUPPORTED);
+  assert_int_equal(b.headroom, hr__state_gpu(&s, 0)->budget.headroom);
+  lr = lease_req(1, 2, HR_MODE_HEADROOM);
+  assert_int_equal(hr__state_lease_add(&s, 2, &lr, &lease, &b, &changed),
+                   HR_OK);
+  assert_int_equal(lease, 2);
+  hr__state_free(&s);
+
+  /* A GPU that cannot be split at all. */
+  state_split(&s, 1, 0);
+  lr = lease_req(0, 2, HR_MODE_PARTITION);
+  assert_int_equal(hr__state_lease_add(&s, 1, &lr, &lease, NULL, &changed),
+                   HR_EUNSUPPORTED);
+  assert_int_equal(hr__state_gpu(&s, 0)->n_leases, 0);
+  hr__state_free(&s);
+
+  /* Steps of 2 (co-scheduling ignored): 2 SMs for NCCL, 130 for the mega
+   * kernel. */
+  state_split(&s, 1, 2);
+  assert_int_equal(hr__state_lease_add(&s, 1, &lr, &lease, &b, &changed),
+                   HR_OK);
+  assert_int_equal(b.headroom, 2);
+  assert_int_equal(b.grid, 130);
+  assert_int_equal(b.partition_granularity, 2);
   hr__state_free(&s);
 }
 
@@ -746,6 +866,7 @@ int main(void)
     cmocka_unit_test(test_only_own),
     cmocka_unit_test(test_ids_never_reused),
     cmocka_unit_test(test_lease_cluster_and_modes),
+    cmocka_unit_test(test_partition_leases),
     cmocka_unit_test(test_drop_client),
     cmocka_unit_test(test_report_raises),
     cmocka_unit_test(test_report_mode_and_no_raise),
