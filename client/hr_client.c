@@ -158,6 +158,12 @@ void hr__client_note_budget(hr_client *c, const hr_budget *b)
   int g = b->gpu;
   if(g < 0 || g >= HR_MAX_GPUS || !c->gen)
     return;
+  /* The reply to an agnostic or partition lease (or to a report on one)
+   * carries that lease's numbers, not the GPU's: taken for the GPU's,
+   * they would hand every other lease on it headroom 0 or the comm
+   * partition. The GPU's own budget comes in the events. */
+  if(b->mode == HR_MODE_AGNOSTIC || b->mode == HR_MODE_PARTITION)
+    return;
   /* Replies and events can describe the same epoch twice; never go back
    * to an older one. */
   if(c->gpu_budget_gen[g] == c->gen && b->epoch < c->gpu_budget[g].epoch)
