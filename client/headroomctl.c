@@ -51,16 +51,20 @@ static const char usage_text[] =
 "    status --pretty\n"
 "                The same as tables: per GPU the SMs, headroom, grid,\n"
 "                epoch, NCCL cap, comm CTAs in flight, headroom raised by\n"
-"                incidents and the counts; then the footprints, leases,\n"
-"                recent incidents and clients.\n"
+"                incidents and the counts; what a partition-mode lease\n"
+"                gets there (green-context step, comm and mega SMs, NCCL\n"
+"                cap); then the footprints, leases (with their mode:\n"
+"                headroom, cooperative, agnostic or partition), recent\n"
+"                incidents and clients.\n"
 "    metrics     Print the daemon's counters and gauges in the Prometheus\n"
 "                text format (names headroom_*): uptime, clients, requests\n"
 "                by type, error replies by code, the request latency\n"
 "                histogram, time clients ran without a daemon, and per GPU\n"
-"                its budget, clients, footprints, leases by mode, headroom\n"
-"                raised and incidents by kind. For node_exporter's\n"
-"                textfile collector, write it to a temporary file and\n"
-"                rename that into place (see docs/operations.md).\n"
+"                its budget and partition numbers, clients, footprints,\n"
+"                leases by mode, headroom raised and incidents by kind.\n"
+"                For node_exporter's textfile collector, write it to a\n"
+"                temporary file and rename that into place (see\n"
+"                docs/operations.md).\n"
 "    metrics --json\n"
 "                The same as one JSON line (the protocol's metrics reply).\n"
 "    watch [--gpu N]\n"
@@ -254,6 +258,21 @@ static void print_pretty(const hr_status *st)
            g->n_incidents);
   }
 
+  /* Partition mode: what a partition lease gets on each GPU. */
+  printf("\nPARTITION MODE (green contexts)\n");
+  printf("%-4s %5s %9s %9s %9s\n", "GPU", "STEP", "COMM_SMS", "MEGA_SMS",
+         "NCCL_CAP");
+  for(i = 0; i < st->n_gpus; i++) {
+    const hr_budget *b = &st->gpus[i].budget;
+    if(b->partition_granularity > 0)
+      printf("%-4d %5d %9d %9d %9d\n", st->gpus[i].info.index,
+             b->partition_granularity, b->partition_comm_sms,
+             b->sms - b->partition_comm_sms, b->partition_nccl_max_ctas);
+    else
+      printf("%-4d %5s %9s %9s %9s  (unsupported here)\n",
+             st->gpus[i].info.index, "-", "-", "-", "-");
+  }
+
   printf("\nFOOTPRINTS\n");
   printf("%-4s %6s %7s %-20s %5s %4s %11s\n", "GPU", "ID", "CLIENT", "NAME",
          "CTAS", "CGA", "CONCURRENT");
@@ -395,6 +414,18 @@ static int gpu_clients(const hr_metrics_gpu *g) { return g->clients; }
 static int gpu_comms(const hr_metrics_gpu *g) { return g->comms; }
 static int gpu_ctas(const hr_metrics_gpu *g) { return g->comm_ctas; }
 static int gpu_raised(const hr_metrics_gpu *g) { return g->raised; }
+static int gpu_part_step(const hr_metrics_gpu *g)
+{
+  return g->partition_granularity;
+}
+static int gpu_part_sms(const hr_metrics_gpu *g)
+{
+  return g->partition_comm_sms;
+}
+static int gpu_part_nccl(const hr_metrics_gpu *g)
+{
+  return g->partition_nccl_max_ctas;
+}
 
 static void print_daemon_metrics(const hr_metrics *m)
 {
@@ -474,6 +505,14 @@ static void print_gpu_metrics(const hr_metrics *m)
                m->gpus[i].epoch);
   gpu_family(m, "headroom_gpu_nccl_max_ctas", "NCCL CTA cap per "
              "communicator (maxCTAs) in the budget.", gpu_nccl);
+  gpu_family(m, "headroom_gpu_partition_granularity", "SMs per green-context "
+             "step for partition-mode leases; 0: partition mode is refused "
+             "on the GPU.", gpu_part_step);
+  gpu_family(m, "headroom_gpu_partition_comm_sms", "SMs of the comm "
+             "partition a partition-mode lease gets (0: none).", gpu_part_sms);
+  gpu_family(m, "headroom_gpu_partition_nccl_max_ctas", "NCCL CTA cap per "
+             "communicator (maxCTAs) inside the comm partition.",
+             gpu_part_nccl);
   gpu_family(m, "headroom_gpu_clients", "Clients holding a footprint or a "
              "lease on the GPU.", gpu_clients);
   gpu_family(m, "headroom_gpu_footprints", "Communication footprints "
