@@ -50,3 +50,15 @@ $(TESTBIN)/test_calibration: $(OBJDIR)/tests/integration/test_calibration.o \
 
 # make install into a DESTDIR, and what it installs works.
 INTEG_TESTS += tests/integration/test_install.sh
+
+# headroomd serving partition mode: partition budgets, pushes, status,
+# metrics and headroomctl, partition_ignore_coscheduling, refusals.
+INTEG_TESTS += $(TESTBIN)/test_partition_daemon
+
+$(TESTBIN)/test_partition_daemon: \
+    $(OBJDIR)/tests/integration/test_partition_daemon.o \
+    $(OBJDIR)/tests/integration/harness.o $(LIBDIR)/libheadroom.a \
+    $(BINDIR)/headroomd $(BINDIR)/headroomctl
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o %.a,$^) \
+	  $(LDLIBS_CJSON) $(LDLIBS_CMOCKA) -ldl
