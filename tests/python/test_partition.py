@@ -105,6 +105,39 @@ class TestDegraded(unittest.TestCase):
         self.assertEqual(out["create"], ["NoGPU", -20])
 
 
+class TestWithDaemon(hrtest.DaemonTestCase):
+    """headroomd's budgets (2 GPUs of 132 SMs, default policy)."""
+
+    def test_partition_lease(self):
+        c = self.client()
+        h = c.lease(0, cluster=2)
+        p = c.lease(0, cluster=2, mode=headroom.Mode.PARTITION)
+        b = p.budget()
+        self.assertIs(b.mode, headroom.Mode.PARTITION)
+        self.assertFalse(b.degraded)
+        self.assertEqual((b.partition_granularity, b.partition_comm_sms,
+                          b.partition_nccl_max_ctas), (8, 8, 8))
+        self.assertEqual((b.headroom, b.grid, p.headroom, p.grid),
+                         (8, 124, 8, 124))
+        self.assertEqual(b.nccl_config()["max_ctas"], 8)
+        self.assertEqual(b.nccl_config()["cga_cluster_size"], 1)
+        # The headroom lease beside it keeps its own numbers.
+        self.assertEqual((h.headroom, h.grid), (2, 130))
+        self.assertEqual(h.budget().partition_comm_sms, 8)
+
+    def test_footprint_moves_it(self):
+        a, b = self.client(), self.client()
+        p = a.lease(1, cluster=2, mode="partition")
+        epoch = p.epoch
+        with b.register(1, "dp", ctas=12):
+            self.assertTrue(p.wait_change(epoch, timeout_ms=3000))
+            deadline = 50
+            while p.grid != 116 and deadline:
+                p.wait_change(timeout_ms=100)
+                deadline -= 1
+            self.assertEqual((p.headroom, p.grid), (16, 116))
+
+
 @unittest.skipUnless(os.path.exists(FAKE),
                      "no %s (built where cuda.h is found)" % FAKE)
 class TestWithFakeDriver(unittest.TestCase):
