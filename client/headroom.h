@@ -195,7 +195,9 @@ int hr_comm_register(hr_client *client, int gpu, const char *name, int ctas,
 int hr_comm_unregister(hr_comm *comm);
 
 /* Acquire a lease on `gpu` for a mega kernel of `cluster` CTAs per cluster
- * (1, 2, 4 or 8), launched in `mode`. */
+ * (1, 2, 4 or 8), launched in `mode`. HR_EUNSUPPORTED for HR_MODE_PARTITION
+ * on a GPU that has no partition (partition_granularity 0: no green
+ * contexts, or not one step under the ceiling), daemon or not. */
 int hr_lease_acquire(hr_client *client, int gpu, int cluster, hr_mode mode,
                      hr_lease **out);
 /* Frees `lease` whatever it returns. */
@@ -255,15 +257,26 @@ int hr_report(hr_client *client, const hr_lease *lease, hr_incident_kind kind,
  *
  * A partition is fixed when created. When the daemon changes the GPU's
  * budget (hr_partition_stale() turns 1), create a new one and move new work
- * to its streams; work already enqueued finishes where it is. */
+ * to its streams; work already enqueued finishes where it is. The old comm
+ * partition's SMs may belong to the new mega partition: let the old
+ * streams drain (hr_partition_destroy waits for them) before a mega kernel
+ * runs on the new one. Stale means the budget changed, not always the
+ * split: hr_lease_headroom(lease) == hr_partition_comm_sms(p) says it did
+ * not. docs/partition.md is the guide.
+ *
+ * Thread-safe, except that hr_partition_destroy must not run while another
+ * thread uses the same partition. The library never makes a green context
+ * current; work reaches a partition only through its two streams. */
 typedef struct hr_partition hr_partition;
 
 /* Create the partition for a lease in HR_MODE_PARTITION (HR_EINVAL for any
  * other mode), on the CUDA device with the lease's GPU index. The lease
  * must outlive the partition. HR_ENOGPU without a CUDA driver or device;
- * HR_EUNSUPPORTED when the driver has no green contexts (CUDA 12.4+) or
- * the device cannot be split as the budget says; HR_ECUDA when a driver
- * call fails (the message on stderr names it). */
+ * HR_EUNSUPPORTED when the budget has no partition, the driver lacks green
+ * contexts or green-context streams (CUDA 12.5+), libheadroom was built
+ * without cuda.h, or the device cannot be split as the budget says (a line
+ * on stderr says how it was split); HR_ECUDA when a driver call fails (the
+ * line on stderr names the call and the CUresult). */
 int hr_partition_create(const hr_lease *lease, hr_partition **out);
 
 /* Wait for both streams, then destroy them and the green contexts.
