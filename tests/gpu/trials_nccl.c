@@ -1,0 +1,227 @@
+/*
+ * trials_nccl.c: see trials_nccl.h.
+ */
+#include "trials_nccl.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cuda_runtime.h>
+
+static struct {
+  void *lib;
+  ncclResult_t (*get_version)(int *);
+  ncclResult_t (*get_unique_id)(ncclUniqueId *);
+  ncclResult_t (*init_rank_config)(ncclComm_t *, int, ncclUniqueId, int,
+                                   ncclConfig_t *);
+  ncclResult_t (*finalize)(ncclComm_t);
+  ncclResult_t (*destroy)(ncclComm_t);
+  ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t,
+                             ncclRedOp_t, ncclComm_t, cudaStream_t);
+  ncclResult_t (*all_gather)(const void *, void *, size_t, ncclDataType_t,
+                             ncclComm_t, cudaStream_t);
+  ncclResult_t (*reduce_scatter)(const void *, void *, size_t,
+                                 ncclDataType_t, ncclRedOp_t, ncclComm_t,
+                                 cudaStream_t);
+  const char *(*error_string)(ncclResult_t);
+} nccl;
+
+static const char *nccl_why(ncclResult_t r)
+{
+  return nccl.error_string ? nccl.error_string(r) : "NCCL error";
+}
+
+/* dlsym into a function pointer through memcpy: ISO C has no cast from
+ * an object pointer to a function pointer. */
+static int sym(const char *name, void *fn, size_t size)
+{
+  void *p = dlsym(nccl.lib, name);
+
+  if(!p)
+    return -1;
+  memcpy(fn, &p, size);
+  return 0;
+}
+
+#define SYM(name, field) sym(name, &nccl.field, sizeof(nccl.field))
+
+int tr_nccl_open(char *version, size_t vn, char *why, size_t n)
+{
+  const char *home = getenv("NCCL_HOME");
+  char path[4096];
+  int v = 0;
+
+  if(nccl.lib)
+    goto out;
+  if(home && *home) {
+    snprintf(path, sizeof(path), "%s/lib/libnccl.so.2", home);
+    nccl.lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  }
+  if(!nccl.lib)
+    nccl.lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+  if(!nccl.lib) {
+    snprintf(why, n, "libnccl.so.2 not found ($NCCL_HOME/lib, then the "
+             "loader's path): %s", dlerror());
+    return -1;
+  }
+  if(SYM("ncclGetVersion", get_version) ||
+     SYM("ncclGetUniqueId", get_unique_id) ||
+     SYM("ncclCommInitRankConfig", init_rank_config) ||
+     SYM("ncclCommDestroy", destroy) ||
+     SYM("ncclAllReduce", all_reduce) ||
+     SYM("ncclAllGather", all_gather) ||
+     SYM("ncclReduceScatter", reduce_scatter) ||
+     SYM("ncclGetErrorString", error_string)) {
+    snprintf(why, n, "libnccl.so.2 lacks a function the trials need "
+             "(NCCL 2.17 or later)");
+    dlclose(nccl.lib);
+    memset(&nccl, 0, sizeof(nccl));
+    return -1;
+  }
+  if(SYM("ncclCommFinalize", finalize))
+    nccl.finalize = NULL;               /* before 2.14: destroy alone */
+out:
+  nccl.get_version(&v);
+  /* Codes since 2.9: major * 10000 + minor * 100 + patch. */
+  snprintf(version, vn, "%d.%d.%d", v / 10000, v / 100 % 100, v % 100);
+  return 0;
+}
+
+static void sleep_ms(int ms)
+{
+  struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+  while(nanosleep(&ts, &ts) == -1 && errno == EINTR)
+    ;
+}
+
+int tr_nccl_id_share(const char *dir, const char *name, int rank,
+                     int timeout_ms, ncclUniqueId *id, char *why, size_t n)
+{
+  char path[1024], tmp[1100];
+  ncclResult_t r;
+  FILE *f;
+  int waited;
+
+  snprintf(path, sizeof(path), "%s/nccl-id.%s", dir, name);
+  if(rank == 0) {
+    r = nccl.get_unique_id(id);
+    if(r != ncclSuccess) {
+      snprintf(why, n, "ncclGetUniqueId: %s", nccl_why(r));
+      return -1;
+    }
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    f = fopen(tmp, "wb");
+    if(!f || fwrite(id, sizeof(*id), 1, f) != 1 || fclose(f) != 0 ||
+       rename(tmp, path) != 0) {
+      snprintf(why, n, "cannot write %s: %s", path, strerror(errno));
+      return -1;
+    }
+    return 0;
+  }
+  for(waited = 0; waited <= timeout_ms; waited += 10) {
+    f = fopen(path, "rb");
+    if(f) {
+      size_t got = fread(id, sizeof(*id), 1, f);
+      fclose(f);
+      if(got == 1)
+        return 0;
+    }
+    sleep_ms(10);
+  }
+  snprintf(why, n, "no NCCL id from rank 0 in %s after %d ms", path,
+           timeout_ms);
+  return -1;
+}
+
+int tr_nccl_set_create(tr_nccl_set *s, const char *dir, const char *name,
+                       int rank, const ncclConfig_t *config,
+                       void *const streams[TR_NCOMMS], char *why, size_t n)
+{
+  char cname[128];
+  ncclUniqueId id;
+  ncclResult_t r;
+  int c;
+
+  memset(s, 0, sizeof(*s));
+  for(c = 0; c < TR_NCOMMS; c++) {
+    ncclConfig_t cfg = *config;
+    s->stream[c] = streams[c];
+    if(cudaMalloc(&s->send[c], TR_MAX_BYTES) != cudaSuccess ||
+       cudaMalloc(&s->recv[c], TR_MAX_BYTES) != cudaSuccess ||
+       cudaMemset(s->send[c], 0, TR_MAX_BYTES) != cudaSuccess ||
+       cudaMemset(s->recv[c], 0, TR_MAX_BYTES) != cudaSuccess) {
+      snprintf(why, n, "buffers of %s: %s", name,
+               cudaGetErrorString(cudaGetLastError()));
+      return -1;
+    }
+    snprintf(cname, sizeof(cname), "%s.%d", name, c);
+    if(tr_nccl_id_share(dir, cname, rank, 60000, &id, why, n))
+      return -1;
+    r = nccl.init_rank_config(&s->comm[c], 2, id, rank, &cfg);
+    if(r != ncclSuccess) {
+      s->comm[c] = NULL;
+      snprintf(why, n, "ncclCommInitRankConfig(%s): %s", cname, nccl_why(r));
+      return -1;
+    }
+  }
+  return 0;
+}
+
+void tr_nccl_set_destroy(tr_nccl_set *s)
+{
+  int c;
+
+  for(c = 0; c < TR_NCOMMS; c++) {
+    if(s->comm[c]) {
+      if(nccl.finalize)
+        nccl.finalize(s->comm[c]);
+      nccl.destroy(s->comm[c]);
+    }
+    cudaFree(s->send[c]);
+    cudaFree(s->recv[c]);
+  }
+  memset(s, 0, sizeof(*s));
+}
+
+int tr_nccl_run(tr_nccl_set *s, const tr_coll *c, char *why, size_t n)
+{
+  const size_t elems = c->bytes / sizeof(float);
+  cudaStream_t st;
+  ncclComm_t comm;
+  ncclResult_t r;
+
+  if(c->comm < 0 || c->comm >= TR_NCOMMS || c->bytes > TR_MAX_BYTES ||
+     !s->comm[c->comm]) {
+    snprintf(why, n, "bad collective");
+    return -1;
+  }
+  comm = s->comm[c->comm];
+  st = (cudaStream_t)s->stream[c->comm];
+  /* 2 ranks: the gathered or scattered side is half the larger buffer. */
+  switch(c->op) {
+  case TR_ALL_REDUCE:
+    r = nccl.all_reduce(s->send[c->comm], s->recv[c->comm], elems, ncclFloat,
+                        ncclSum, comm, st);
+    break;
+  case TR_ALL_GATHER:
+    r = nccl.all_gather(s->send[c->comm], s->recv[c->comm], elems / 2,
+                        ncclFloat, comm, st);
+    break;
+  case TR_REDUCE_SCATTER:
+  default:
+    r = nccl.reduce_scatter(s->send[c->comm], s->recv[c->comm], elems / 2,
+                            ncclFloat, ncclSum, comm, st);
+    break;
+  }
+  if(r != ncclSuccess) {
+    snprintf(why, n, "%s of %zu bytes on communicator %d: %s",
+             tr_op_name(c->op), c->bytes, c->comm, nccl_why(r));
+    return -1;
+  }
+  return 0;
+}
