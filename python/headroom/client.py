@@ -563,6 +563,7 @@ class Partition:
         self._lease = lease            # the lease must outlive the partition
         self._lib = lease._lib
         self._ptr = None
+        self._pid = os.getpid()
         out = ctypes.c_void_p()
         check(self._lib.hr_partition_create(lease._handle(),
                                             ctypes.byref(out)),
@@ -577,6 +578,8 @@ class Partition:
         if ptr is None:
             return
         self._lease._partitions.discard(self)
+        if os.getpid() != self._pid:
+            return           # a forked child has no CUDA of the parent's
         self._lib.hr_partition_destroy(ptr)
 
     def __enter__(self) -> "Partition":
