@@ -15,6 +15,13 @@
  * A phase run twice writes the same bytes, which is checked (y of the
  * variant against y of the normal launch, bitwise).
  *
+ * Then, at T >= 1024 (the mid and big tiles), the GEMM variants
+ * (HR__MOE_VAR_*): the mma.sync big tile against the default wgmma one,
+ * units token tile major, weights without the L2 hint, the mid tile on
+ * wgmma (each changes one tile shape, the others run as usual); y of
+ * each against the default's (bitwise where the sums are the same ones)
+ * and the default's against the CPU reference on sampled tokens.
+ *
  * Timing as bench/bench_moe.py: inputs rotating between several sets, a
  * warm-up, then each rep timed alone with CUDA events, the host given a
  * head start (a spinning kernel) so launch overhead never shows; the
@@ -24,6 +31,7 @@
  *     build/tests/moe_phases [--reps N] [--shapes a,b] [--tokens 1,16,..]
  *                            [--out FILE]
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +41,7 @@
 
 #include "gpu_util.h"
 #include "moe_bench.h"
+#include "moe_ref.h"
 
 #define MAX_SETS 8
 #define MAX_TOKENS 16
@@ -42,6 +51,29 @@ static const char *const phase_names[] = { "route", "GEMM1", "GEMM2", "combine" 
 static const unsigned phase_bits[] = { HR__MOE_PHASE_ROUTE, HR__MOE_PHASE_GEMM1,
                                        HR__MOE_PHASE_GEMM2, HR__MOE_PHASE_COMBINE };
 #define NPHASES 4
+
+static const char *const gemm_names[] = { "default (wgmma 256x128)", "mma.sync 256x128",
+                                          "token tile major", "weights no L2 hint",
+                                          "token tile major, no hint",
+                                          "mid tile on wgmma 128x64" };
+static const unsigned gemm_bits[] = { 0, HR__MOE_VAR_SYNC_BIG, HR__MOE_VAR_TT_MAJOR,
+                                      HR__MOE_VAR_A_NORMAL,
+                                      HR__MOE_VAR_TT_MAJOR | HR__MOE_VAR_A_NORMAL,
+                                      HR__MOE_VAR_MID_WG };
+#define NGEMM 6
+
+/* Relative L2 difference of two bf16 arrays. */
+static double rel_l2(const uint16_t *a, const uint16_t *ref, size_t n)
+{
+  double d = 0, r = 0;
+  size_t i;
+  for(i = 0; i < n; i++) {
+    const double x = hr_moe_bf16_to_float(a[i]), y = hr_moe_bf16_to_float(ref[i]);
+    d += (x - y) * (x - y);
+    r += y * y;
+  }
+  return r > 0 ? sqrt(d / r) : sqrt(d);
+}
 
 /* One input set on the device (x, ids, wts for T tokens). */
 typedef struct input_set {
@@ -122,11 +154,12 @@ static float time_variant(bench *b, const hr__moe_variant *v)
   return b->reps % 2 ? ms[b->reps / 2] : 0.5f * (ms[b->reps / 2 - 1] + ms[b->reps / 2]);
 }
 
-/* y of one launch of v on set 0, into host memory `out`. */
+/* y of one launch of v on the last set (whose host copies gt_moe keeps,
+ * for the CPU reference), into host memory `out`. */
 static void y_of(bench *b, const hr__moe_variant *v, uint16_t *out)
 {
   const size_t n = (size_t)b->T * b->g.s.H * 2;
-  launch(b, v, 0);
+  launch(b, v, b->nsets - 1);
   sync_ok(b);
   GT_CUDA(cudaMemcpy(out, b->g.y, n, cudaMemcpyDeviceToHost));
 }
@@ -165,9 +198,9 @@ int main(int argc, char **argv)
   const char *shapes = "qwen3-30b-a3b,deepseek-v3", *out_path = NULL;
   int tokens[MAX_TOKENS], ntok, reps = 20, i, si, ti, kk, ph;
   char mach[256], date[64], cmd[1024] = "";
-  char *table = NULL;
-  size_t table_len = 0;
-  FILE *tf;
+  char *table = NULL, *vtable = NULL;
+  size_t table_len = 0, vtable_len = 0;
+  FILE *tf, *vf;
   time_t now = time(NULL);
 
   ntok = parse_list("1,16,128,1024,8192", tokens, MAX_TOKENS);
@@ -198,8 +231,14 @@ int main(int argc, char **argv)
   strftime(date, sizeof(date), "%Y-%m-%d %H:%M UTC", gmtime(&now));
 
   tf = open_memstream(&table, &table_len);
-  if(!tf)
+  vf = open_memstream(&vtable, &vtable_len);
+  if(!tf || !vf)
     return 1;
+  fprintf(vf, "\nGEMM variants at T >= 1024 (same inputs; TFLOP/s = "
+              "2 T k 3 H I / time; y against the default's: bitwise or rel L2; "
+              "the default's against the CPU reference on sampled tokens):\n\n"
+              "| shape | T | kernel | variant | ms | TFLOP/s | y |\n"
+              "|---|---|---|---|---|---|---|\n");
   fprintf(tf, "# Mega-MoE phase timings (%s)\n\n", date);
   {
     struct cudaDeviceProp prop;
@@ -254,7 +293,7 @@ int main(int argc, char **argv)
         GT_CUDA(cudaMemcpy(b.set[i].wts, b.g.wts, (size_t)T * s->k * 4, cudaMemcpyDeviceToDevice));
       }
       for(kk = 0; kk < 2; kk++) {
-        hr__moe_variant v = { kk, 0, 0 };
+        hr__moe_variant v = { kk, 0, 0, 0 };
         float t0, rep_ms[NPHASES], skip_ms[NPHASES];
         int same = 1;
         t0 = time_variant(&b, &v);
@@ -276,6 +315,31 @@ int main(int argc, char **argv)
         fflush(tf);
         fprintf(stderr, "%-14s T=%-5d %-8s %8.3f ms\n", s->name, T,
                 kk ? "agnostic" : "barrier", t0);
+        if(T < 1024)
+          continue;
+        for(i = 0; i < NGEMM; i++) {
+          hr__moe_variant gv = { kk, 0, 0, gemm_bits[i] };
+          const float ms = time_variant(&b, &gv);
+          const double flops = 2.0 * T * s->k * 3.0 * s->H * s->I;
+          char ycell[96];
+          y_of(&b, &gv, y1);
+          if(i == 0) {
+            double max_abs;
+            memcpy(b.g.y_h, y1, ybytes);
+            snprintf(ycell, sizeof(ycell), "vs CPU ref %.1e (%zu non-finite)",
+                     gt_check_sampled(&b.g, s->sample, &max_abs), gt_count_nonfinite(&b.g));
+            memcpy(y0, y1, ybytes);
+          } else if(memcmp(y0, y1, ybytes) == 0) {
+            snprintf(ycell, sizeof(ycell), "bitwise");
+          } else {
+            snprintf(ycell, sizeof(ycell), "rel L2 %.1e", rel_l2(y1, y0, ybytes / 2));
+          }
+          fprintf(vf, "| %s | %d | %s | %s | %.3f | %.1f | %s |\n", s->name, T,
+                  kk ? "agnostic" : "barrier", gemm_names[i], ms, flops / (ms * 1e-3) / 1e12,
+                  ycell);
+          fflush(vf);
+          fprintf(stderr, "  %-28s %8.3f ms  %s\n", gemm_names[i], ms, ycell);
+        }
       }
       for(i = 0; i < b.nsets; i++) {
         cudaFree(b.set[i].x);
@@ -288,14 +352,17 @@ int main(int argc, char **argv)
     gt_moe_free(&b.g);
   }
   fclose(tf);
+  fclose(vf);
   fputs(table, stdout);
+  fputs(vtable, stdout);
   if(out_path) {
     FILE *f = fopen(out_path, "w");
-    if(!f || fputs(table, f) < 0 || fclose(f) != 0) {
+    if(!f || fputs(table, f) < 0 || fputs(vtable, f) < 0 || fclose(f) != 0) {
       fprintf(stderr, "FAIL: cannot write %s\n", out_path);
       return 1;
     }
   }
   free(table);
+  free(vtable);
   return 0;
 }

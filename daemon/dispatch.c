@@ -538,9 +538,11 @@ void hr__dispatch_flush(hr__daemon *d)
         continue;
       }
       hr__info("gpu %d: budget epoch %u: grid %d, headroom %d, nccl max "
-               "CTAs %d, cluster %d", g, rep.u.budget.epoch,
-               rep.u.budget.grid, rep.u.budget.headroom,
-               rep.u.budget.nccl_max_ctas, rep.u.budget.cluster);
+               "CTAs %d, cluster %d; partition %d SMs, nccl max CTAs %d",
+               g, rep.u.budget.epoch, rep.u.budget.grid,
+               rep.u.budget.headroom, rep.u.budget.nccl_max_ctas,
+               rep.u.budget.cluster, rep.u.budget.partition_comm_sms,
+               rep.u.budget.partition_nccl_max_ctas);
       /* Closed connections stay linked until libuv has closed them, so
        * the list is safe to walk while sends disconnect clients. */
       for(c = d->conns; c; c = next) {

@@ -304,7 +304,7 @@ static __device__ int agn_place(const hr__moe_params &p, const moe_route &rt, in
       return 1;
     }
     {
-      const moe_unit un = unit_decode(u, rt, p.E, pl.nf2, pl.bn);
+      const moe_unit un = unit_decode(u, rt, p, pl.nf2, pl.bn);
       if(ld_acquire_gpu(p.g1_done + agn_tile_of(rt, un, pl.bn)) >= pl.need1) {
         *slot = u;
         return 1;
@@ -349,6 +349,7 @@ static __device__ int agn_gemm_run(const hr__moe_params &p, const moe_route &rt,
   int kt = 0, slot = 0, u = 0, i, mt, j;
   int claim = -1;                      /* thread 0: a ticket in flight */
 
+  pipe = moe_pipe<C>(pipe);
   __syncthreads();                     /* the last run's ring is read */
   if(tid == 0) {
     sh.ring[0] = first;
@@ -370,9 +371,9 @@ static __device__ int agn_gemm_run(const hr__moe_params &p, const moe_route &rt,
     }
     cp_async_commit();
   }
-  un = unit_decode(first, rt, p.E, nf, C::BN);
+  un = unit_decode(first, rt, p, nf, C::BN);
   for(;;) {
-    cp_async_wait<C::STAGES - 2>();             /* this step has landed */
+    moe_step_landed<C>();                       /* this step has landed */
     __syncthreads();                            /* and the last slot is free */
     if(tid == 0 && sh.finished >= 0) {
       agn_finished<STAGE>(p, sh.finished);
@@ -401,7 +402,7 @@ static __device__ int agn_gemm_run(const hr__moe_params &p, const moe_route &rt,
     }
     {
       const uint32_t a = smem_addr(pipe + slot * C::STAGE_BYTES);
-      tile_mma<C>(acc, a, a + C::A_BYTES, wm, wn, wk, un.nvalid);
+      tile_step<C>(acc, a, a + C::A_BYTES, wm, wn, wk, un.nvalid);
     }
     if(++slot == C::STAGES)
       slot = 0;
@@ -421,7 +422,7 @@ static __device__ int agn_gemm_run(const hr__moe_params &p, const moe_route &rt,
       u++;
       if(sh.ring[u & (HR__MOE_RING - 1)] < 0)
         break;
-      un = unit_decode(sh.ring[u & (HR__MOE_RING - 1)], rt, p.E, nf, C::BN);
+      un = unit_decode(sh.ring[u & (HR__MOE_RING - 1)], rt, p, nf, C::BN);
     }
   }
   cp_async_wait<0>();
@@ -492,7 +493,7 @@ static __device__ __noinline__ int agn_tasks(const hr__moe_params &p, int ticket
       ticket = agn_gemm_run<C, 1>(p, rt, pipe, agn_wrap(ticket - sh.pl.g1, sh.pl.u1));
     } else if(ticket < sh.pl.cb) {
       const int u = agn_wrap(ticket - sh.pl.g2, sh.pl.u2);
-      const moe_unit un = unit_decode(u, rt, p.E, sh.pl.nf2, C::BN);
+      const moe_unit un = unit_decode(u, rt, p, sh.pl.nf2, C::BN);
       if(!sh.all1 && !agn_wait_cta(p, p.g1_done + agn_tile_of(rt, un, C::BN),
                                    sh.pl.need1, HR__MOE_WAIT_GEMM1))
         return 0;
@@ -583,8 +584,12 @@ hr__moe_agnostic_kernel(const __grid_constant__ hr__moe_params p)
     ok = agn_tasks<moe_tile_tiny>(p, ticket);
   else if(sh.pl.tile == MOE_TILE_NARROW)
     ok = agn_tasks<moe_tile_narrow>(p, ticket);
+  else if(sh.pl.tile == MOE_TILE_MID && (p.variant & HR__MOE_VAR_MID_WG))
+    ok = agn_tasks<moe_tile_mid_wg>(p, ticket);
   else if(sh.pl.tile == MOE_TILE_MID)
     ok = agn_tasks<moe_tile_mid>(p, ticket);
+  else if(p.variant & HR__MOE_VAR_SYNC_BIG)
+    ok = agn_tasks<moe_tile_big_sync>(p, ticket);
   else
     ok = agn_tasks<moe_tile_big>(p, ticket);
   if(ok)

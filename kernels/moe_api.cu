@@ -377,6 +377,7 @@ static int launch(hr_moe *m, const hr_lease *lease, int grid, int mode,
   if(v) {
     p.skip = v->skip;
     p.repeat = v->repeat;
+    p.variant = v->gemm;
   }
 
   /* A cooperative grid larger than the device: CUDA would refuse it too,

@@ -21,9 +21,11 @@ typedef struct hr__moe_variant {
                           kernel, ordinary launch, clusters of 2 */
   unsigned skip;       /* HR__MOE_PHASE_* bits: phases left out */
   unsigned repeat;     /* HR__MOE_PHASE_* bits: phases run twice */
+  unsigned gemm;       /* HR__MOE_VAR_* bits: variants of the GEMMs */
 } hr__moe_variant;
 
-/* hr_moe_forward_grid (or _agnostic_grid) with the variant's phases. */
+/* hr_moe_forward_grid (or _agnostic_grid) with the variant's phases and
+ * GEMMs. */
 int hr__moe_forward_variant(hr_moe *m, int grid, const hr__moe_variant *v,
                             const hr_moe_args *args, void *stream);
 

@@ -56,7 +56,7 @@
 #define HR__MOE_RING 8
 
 template <int BM_, int BN_, int BK_, int WM_, int WN_, int WK_, int STAGES_,
-          int A_STREAM_ = 0>
+          int A_STREAM_ = 0, int WG_ = 0>
 struct moe_tile {
   static constexpr int BM = BM_;          /* weight rows per unit */
   static constexpr int BN = BN_;          /* tokens per unit */
@@ -67,8 +67,12 @@ struct moe_tile {
   static constexpr int STAGES = STAGES_;
   /* 1: weight tiles are marked evict-first in L2 (see moe_loader) */
   static constexpr int A_STREAM = A_STREAM_;
-  static constexpr int MT = BM / WM / 16; /* 16-row MMA tiles per warp */
-  static constexpr int NT = BN / WN / 8;  /* 8-token MMA tiles per warp */
+  /* 1: wgmma, the two warpgroups taking BM/2 rows each, all BN tokens, in
+   * 64-row blocks (tile_wgmma); 0: mma.sync, warps WM x WN x WK */
+  static constexpr int WG = WG_;
+  /* per warp (per warpgroup with WG: 64-row blocks) */
+  static constexpr int MT = WG ? BM / 2 / 64 : BM / WM / 16; /* 16-row MMA tiles */
+  static constexpr int NT = WG ? BN / 8 : BN / WN / 8;       /* 8-token MMA tiles */
   static constexpr int KS = BK / 16 / WK; /* 16-deep MMA steps per warp */
   static constexpr int ROW_BYTES = BK * 2;
   static constexpr int CPR = BK / 8;      /* 16-byte chunks per row */
@@ -87,8 +91,17 @@ struct moe_tile {
   static_assert(MT >= 1 && NT >= 2 && NT % 2 == 0 && KS >= 1, "warp tile");
   static_assert(A_PASSES >= 1 && B_PASSES >= 1 && BM % RPP == 0 && BN % RPP == 0,
                 "loader passes");
-  static_assert(PIPE_BYTES + RED_BYTES + OUT_BYTES <= HR__MOE_GEMM_SMEM,
+  /* With WG the pipeline starts on the next 1024 bytes (moe_pipe). */
+  static_assert(PIPE_BYTES + RED_BYTES + OUT_BYTES + (WG ? 1024 : 0) <= HR__MOE_GEMM_SMEM,
                 "shared memory");
+  static_assert(!WG || (BK == 64 && WM == 8 && WN == 1 && WK == 1 && BN <= 128 &&
+                        BM % 128 == 0), "wgmma tile: 128-byte rows, 2 warpgroups");
+
+  /* The 16-row MMA tile that warp `warp`'s accumulators acc[mt] hold. */
+  static __device__ __forceinline__ int m16(int warp, int mt)
+  {
+    return WG ? (warp >> 2) * (BM / 32) + mt * 4 + (warp & 3) : (warp % WM) * MT + mt;
+  }
 };
 
 /* The tile shapes. Tiny and big can be set at build time, for tuning
@@ -126,6 +139,9 @@ typedef moe_tile<HR_MOE_TINY_BM, 16, HR_MOE_TINY_BK, HR_MOE_TINY_BM / 16, 1,
                  8 / (HR_MOE_TINY_BM / 16), HR_MOE_TINY_STAGES> moe_tile_tiny;
 typedef moe_tile<128, 32, 128, 8, 1, 1, 5> moe_tile_narrow;
 typedef moe_tile<128, 64, 128, 4, 2, 1, 4> moe_tile_mid;
+/* The mid tile on wgmma (128-byte rows, so BK 64 and more stages): the
+ * benchmark's variant HR__MOE_VAR_MID_WG. */
+typedef moe_tile<128, 64, 64, 8, 1, 1, 6, 0, 1> moe_tile_mid_wg;
 /* Hundreds of tokens per expert: 256 weight rows by 128 tokens, 64 x 64
  * per warp. Each token tile is read by every weight tile of its expert
  * while a weight tile is read by one or two units, so weight loads are
@@ -135,7 +151,15 @@ typedef moe_tile<128, 64, 128, 4, 2, 1, 4> moe_tile_mid;
  * and miss each other's token rows in L2. See docs/kernels.md.) */
 typedef moe_tile<HR_MOE_BIG_BM, HR_MOE_BIG_BN, 64, HR_MOE_BIG_WM,
                  8 / HR_MOE_BIG_WM, 1, HR_MOE_BIG_STAGES, HR_MOE_BIG_A_STREAM>
-    moe_tile_big;
+    moe_tile_big_sync;
+/* The same tile on wgmma: the tensor cores read both operands straight
+ * from the loader's shared tiles (whose swizzle is wgmma's 128-byte one),
+ * no ldmatrix, no fragments in registers. The default; the mma.sync tile
+ * above stays for the benchmark's comparison (HR__MOE_VAR_SYNC_BIG). */
+typedef moe_tile<256, 128, 64, 8, 1, 1, 3, 1, 1> moe_tile_big;
+static_assert(moe_tile_big::BM == moe_tile_big_sync::BM &&
+                  moe_tile_big::BN == moe_tile_big_sync::BN,
+              "the variant covers the same units");
 
 /* Which tile, by the average pairs per expert that has any: the narrowest
  * whose width leaves room for the experts above the average. */
@@ -200,12 +224,15 @@ struct moe_unit {
 
 /* Unit u of a stage with `nf` row tiles per expert and token tiles of bn:
  * expert e owns units [tile_off[e] * nf, tile_off[e+1] * nf), row tile
- * major, token tile minor. */
+ * major, token tile minor (so the units that share a weight tile are
+ * adjacent and start together); token tile major in the benchmark's
+ * variant HR__MOE_VAR_TT_MAJOR. */
 static __device__ __forceinline__ moe_unit unit_decode(int u, const moe_route &rt,
-                                                       int E, int nf, int bn)
+                                                       const hr__moe_params &p, int nf,
+                                                       int bn)
 {
   moe_unit un;
-  int lo = 0, hi = E, ntt, r, tt;
+  int lo = 0, hi = p.E, ntt, r, tt;
   while(hi - lo > 1) {             /* tile_off[lo]*nf <= u < tile_off[hi]*nf */
     int mid = (lo + hi) >> 1;
     if(rt.tile_off[mid] * nf <= u)
@@ -216,8 +243,13 @@ static __device__ __forceinline__ moe_unit unit_decode(int u, const moe_route &r
   ntt = rt.tile_off[lo + 1] - rt.tile_off[lo];
   r = u - rt.tile_off[lo] * nf;
   un.e = lo;
-  un.ft = r / ntt;
-  tt = r - un.ft * ntt;
+  if(p.variant & HR__MOE_VAR_TT_MAJOR) {
+    tt = r / nf;
+    un.ft = r - tt * nf;
+  } else {
+    un.ft = r / ntt;
+    tt = r - un.ft * ntt;
+  }
   un.nvalid = min(bn, rt.cnt[lo] - tt * bn);
   un.pos0 = rt.off[lo] + tt * bn;
   return un;
@@ -267,7 +299,7 @@ struct moe_loader {
     int j;
     if(u < 0)
       return;
-    next = unit_decode(u, rt, p.E, nf, C::BN);
+    next = unit_decode(u, rt, p, nf, C::BN);
     if(STAGE == 1) {
 #pragma unroll
       for(j = 0; j < C::B_PASSES; j++) {
@@ -286,7 +318,9 @@ struct moe_loader {
     slot = 0;
     mine = units_mine;
     ring = units_ring;
-    a_policy = C::A_STREAM ? l2_policy_evict_first() : 0;
+    a_policy = !C::A_STREAM                           ? 0
+               : (p.variant & HR__MOE_VAR_A_NORMAL) ? l2_policy_evict_normal()
+                                                    : l2_policy_evict_first();
     look_ahead(p, rt, nf, 0);
   }
 
@@ -393,6 +427,97 @@ static __device__ __forceinline__ void tile_mma(float (&acc)[C::MT][C::NT][4],
   }
 }
 
+/* The wgmma tile's step: acc += A(slot) * B(slot), warpgroup wg taking
+ * rows [wg * BM/2, (wg + 1) * BM/2) in 64-row blocks, the 16-deep slices
+ * in order. The MMA is as wide as the unit's tokens need (16 to 128
+ * columns: a function of the routing, so the same for every grid); columns
+ * at and past nvalid may hold anything and are never stored. Waits for its
+ * MMAs before returning, so the slot is free after the next
+ * __syncthreads, as with tile_mma. */
+template <class C, int N>
+static __device__ __forceinline__ void tile_wgmma_n(float (&acc)[C::MT][C::NT][4],
+                                                    uint32_t a_base, uint32_t b_base)
+{
+  const int wg = threadIdx.x >> 7;
+  int kk, mt;
+  wgmma_fence();
+#pragma unroll
+  for(kk = 0; kk < C::KS; kk++) {
+    const uint64_t db = wgmma_desc_sw128(b_base + kk * 32);
+#pragma unroll
+    for(mt = 0; mt < C::MT; mt++)
+      wgmma_m64k16<N>(acc[mt],
+                      wgmma_desc_sw128(a_base + (wg * C::MT + mt) * 64 * C::ROW_BYTES + kk * 32),
+                      db, 1);
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+#pragma unroll
+  for(mt = 0; mt < C::MT; mt++)
+    wgmma_fence_acc(acc[mt]);
+}
+
+template <class C>
+static __device__ __forceinline__ void tile_wgmma(float (&acc)[C::MT][C::NT][4],
+                                                  uint32_t a_base, uint32_t b_base,
+                                                  int nvalid)
+{
+  if constexpr(C::BN > 64) {
+    if(nvalid > 64) {
+      tile_wgmma_n<C, 128>(acc, a_base, b_base);
+      return;
+    }
+  }
+  if constexpr(C::BN > 32) {
+    if(nvalid > 32) {
+      tile_wgmma_n<C, 64>(acc, a_base, b_base);
+      return;
+    }
+  }
+  if constexpr(C::BN > 16) {
+    if(nvalid > 16) {
+      tile_wgmma_n<C, 32>(acc, a_base, b_base);
+      return;
+    }
+  }
+  tile_wgmma_n<C, 16>(acc, a_base, b_base);
+}
+
+/* One pipeline step of either kind of tile. WG tiles read shared memory
+ * through the async proxy: the caller fenced its copies (moe_step_landed). */
+template <class C>
+static __device__ __forceinline__ void tile_step(float (&acc)[C::MT][C::NT][4],
+                                                 uint32_t a_base, uint32_t b_base,
+                                                 int wm, int wn, int wk, int nvalid)
+{
+  if constexpr(C::WG)
+    tile_wgmma<C>(acc, a_base, b_base, nvalid);
+  else
+    tile_mma<C>(acc, a_base, b_base, wm, wn, wk, nvalid);
+}
+
+/* The step's loads have landed in this thread's part of the slot; after
+ * the __syncthreads that follows, in everyone's. wgmma reads them through
+ * the async proxy, so each thread fences its own copies first. */
+template <class C>
+static __device__ __forceinline__ void moe_step_landed(void)
+{
+  cp_async_wait<C::STAGES - 2>();
+  if constexpr(C::WG)
+    fence_proxy_async_shared();
+}
+
+/* The pipeline's start in the CTA's shared memory: wgmma's swizzled tiles
+ * must start on 1024 bytes (the stage sizes are multiples of 1024). */
+template <class C>
+static __device__ __forceinline__ uint8_t *moe_pipe(uint8_t *smem)
+{
+  if constexpr(C::WG)
+    return smem + ((1024u - (smem_addr(smem) & 1023u)) & 1023u);
+  else
+    return smem;
+}
+
 /* The unit's results to global memory: the K-split partial sums added in
  * shared memory (slice 0 + 1 + 2 ..., in that order), then staged so that
  * the stores are whole 16-byte chunks of output rows. Starts and ends with
@@ -403,6 +528,7 @@ __device__ void tile_store(const hr__moe_params &p, const moe_unit &un,
                            int wm, int wn, int wk)
 {
   const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  const int warp = tid >> 5;
   float *red = (float *)(pipe + C::PIPE_BYTES);
   uint16_t *out = (uint16_t *)(pipe + C::PIPE_BYTES + C::RED_BYTES);
   /* STAGE 1: BM/2 features per token row; STAGE 2: BM. */
@@ -439,7 +565,7 @@ __device__ void tile_store(const hr__moe_params &p, const moe_unit &un,
   if(wk == 0) {
 #pragma unroll
     for(mt = 0; mt < C::MT; mt++) {
-      const int m16 = wm * C::MT + mt;
+      const int m16 = C::m16(warp, mt);
 #pragma unroll
       for(j = 0; j < C::NT; j++) {
         const int n = (wn * C::NT + j) * 8 + 2 * t4;
@@ -500,15 +626,16 @@ __device__ void moe_gemm_stage(const hr__moe_params &p, const moe_route &rt,
 
   if(steps == 0)
     return;
+  pipe = moe_pipe<C>(pipe);
   ld.init(p, rt, nf, mine, NULL);
   for(i = 0; i < C::STAGES - 1; i++) {          /* fill the pipeline */
     if(i < steps)
       ld.issue(p, rt, pipe, nf, nk);
     cp_async_commit();
   }
-  un = unit_decode(moe_unit_wrap(blockIdx.x, units1), rt, p.E, nf, C::BN);
+  un = unit_decode(moe_unit_wrap(blockIdx.x, units1), rt, p, nf, C::BN);
   for(s = 0; s < steps; s++) {
-    cp_async_wait<C::STAGES - 2>();             /* step s has landed */
+    moe_step_landed<C>();                       /* step s has landed */
     __syncthreads();                            /* and slot s-1 is free */
     if(s + C::STAGES - 1 < steps)
       ld.issue(p, rt, pipe, nf, nk);
@@ -523,7 +650,7 @@ __device__ void moe_gemm_stage(const hr__moe_params &p, const moe_route &rt,
     }
     {
       const uint32_t a = smem_addr(pipe + slot * C::STAGE_BYTES);
-      tile_mma<C>(acc, a, a + C::A_BYTES, wm, wn, wk, un.nvalid);
+      tile_step<C>(acc, a, a + C::A_BYTES, wm, wn, wk, un.nvalid);
     }
     if(++slot == C::STAGES)
       slot = 0;
@@ -531,7 +658,7 @@ __device__ void moe_gemm_stage(const hr__moe_params &p, const moe_route &rt,
       tile_store<C, STAGE>(p, un, acc, pipe, wm, wn, wk);
       kt = 0;
       if(++u < mine)
-        un = unit_decode(moe_unit_wrap(blockIdx.x + u * gridDim.x, units1), rt, p.E,
+        un = unit_decode(moe_unit_wrap(blockIdx.x + u * gridDim.x, units1), rt, p,
                          nf, C::BN);
     }
   }

@@ -107,8 +107,12 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
     moe_gemm_stage<moe_tile_tiny, 1>(p, rt, smem);
   else if(tile == MOE_TILE_NARROW)
     moe_gemm_stage<moe_tile_narrow, 1>(p, rt, smem);
+  else if(tile == MOE_TILE_MID && (p.variant & HR__MOE_VAR_MID_WG))
+    moe_gemm_stage<moe_tile_mid_wg, 1>(p, rt, smem);
   else if(tile == MOE_TILE_MID)
     moe_gemm_stage<moe_tile_mid, 1>(p, rt, smem);
+  else if(p.variant & HR__MOE_VAR_SYNC_BIG)
+    moe_gemm_stage<moe_tile_big_sync, 1>(p, rt, smem);
   else
     moe_gemm_stage<moe_tile_big, 1>(p, rt, smem);
   if(!grid_barrier(p, 1, &s_ok))
@@ -119,8 +123,12 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
     moe_gemm_stage<moe_tile_tiny, 2>(p, rt, smem);
   else if(tile == MOE_TILE_NARROW)
     moe_gemm_stage<moe_tile_narrow, 2>(p, rt, smem);
+  else if(tile == MOE_TILE_MID && (p.variant & HR__MOE_VAR_MID_WG))
+    moe_gemm_stage<moe_tile_mid_wg, 2>(p, rt, smem);
   else if(tile == MOE_TILE_MID)
     moe_gemm_stage<moe_tile_mid, 2>(p, rt, smem);
+  else if(p.variant & HR__MOE_VAR_SYNC_BIG)
+    moe_gemm_stage<moe_tile_big_sync, 2>(p, rt, smem);
   else
     moe_gemm_stage<moe_tile_big, 2>(p, rt, smem);
   if(!grid_barrier(p, 2, &s_ok))

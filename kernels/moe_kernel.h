@@ -102,6 +102,19 @@ enum {
   HR__MOE_PHASE_COMBINE = 8
 };
 
+/* The benchmark's variants of the GEMMs at large T, bits of `variant`
+ * (all 0 in production): the mma.sync big tile instead of the wgmma one;
+ * units of an expert token tile major instead of row tile major; weight
+ * loads of the big tile with no L2 hint instead of evict-first. Each is a
+ * permutation of the work or the same sums, so y stays correct; and the
+ * mid tile on wgmma. */
+enum {
+  HR__MOE_VAR_SYNC_BIG = 1,
+  HR__MOE_VAR_TT_MAJOR = 2,
+  HR__MOE_VAR_A_NORMAL = 4,
+  HR__MOE_VAR_MID_WG = 8      /* the mid tile (T ~ 1024) on wgmma */
+};
+
 /* Everything one launch needs, passed by value as a __grid_constant__. */
 typedef struct hr__moe_params {
   /* inputs and output (bf16 as raw 16-bit words) */
@@ -129,6 +142,7 @@ typedef struct hr__moe_params {
   /* The benchmark's variants: HR__MOE_PHASE_* bits of the phases to leave
    * out and to run twice. 0 in every launch through headroom_moe.h. */
   unsigned skip, repeat;
+  unsigned variant;           /* HR__MOE_VAR_* bits */
 } hr__moe_params;
 
 #ifdef __CUDACC__

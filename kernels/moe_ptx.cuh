@@ -38,6 +38,14 @@ static __device__ __forceinline__ uint64_t l2_policy_evict_first(void)
   return p;
 }
 
+/* The same with no preference (the benchmark's comparison). */
+static __device__ __forceinline__ uint64_t l2_policy_evict_normal(void)
+{
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(p));
+  return p;
+}
+
 static __device__ __forceinline__ void cp_async_commit(void)
 {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
@@ -152,6 +160,135 @@ static __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi)
 static __device__ __forceinline__ uint16_t to_bf16(float f)
 {
   return (uint16_t)(pack_bf16x2(f, 0.0f) & 0xffffu);
+}
+
+/* ---- wgmma (sm_90a): the warpgroup MMAs of the big tile ------------------ */
+
+/* cp.async wrote the tiles through the generic proxy; wgmma reads shared
+ * memory through the async proxy. Each thread fences its own copies after
+ * waiting for them, before the __syncthreads that hands the stage over. */
+static __device__ __forceinline__ void fence_proxy_async_shared(void)
+{
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+/* Before a warpgroup's first wgmma of a step: orders the accumulator
+ * registers' earlier reads and writes before the MMAs. */
+static __device__ __forceinline__ void wgmma_fence(void)
+{
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+
+static __device__ __forceinline__ void wgmma_commit(void)
+{
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+/* Wait until at most N committed wgmma groups of this warpgroup are in
+ * flight. */
+template <int N>
+static __device__ __forceinline__ void wgmma_wait(void)
+{
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory");
+}
+
+/* The accumulators are written by the asynchronous MMAs behind the
+ * compiler's back: after wgmma_wait, this keeps each read of them from
+ * being moved above the wait. */
+template <int NT>
+static __device__ __forceinline__ void wgmma_fence_acc(float (&d)[NT][4])
+{
+#pragma unroll
+  for(int j = 0; j < NT; j++)
+#pragma unroll
+    for(int i = 0; i < 4; i++)
+      asm volatile("" : "+f"(d[j][i]) :: "memory");
+}
+
+/* Shared-memory matrix descriptor of a K-major tile stored as the loader
+ * stores it: rows of 128 bytes (64 bf16 of K), the 16-byte chunks of row r
+ * XOR-ed with r & 7, which is the 128-byte swizzle; 8-row groups 1024
+ * bytes apart (the stride byte offset); the leading byte offset is unused
+ * in this layout. The tile must start on 1024 bytes, and the k-th 16-deep
+ * slice starts k * 32 bytes further (the swizzle is applied to the
+ * address bits, so the slice's chunks are found where the loader put
+ * them). */
+static __device__ __forceinline__ uint64_t wgmma_desc_sw128(uint32_t saddr)
+{
+  return (uint64_t)((saddr & 0x3ffffu) >> 4) | ((uint64_t)1 << 16) |
+         ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+
+/* d[64 x N] (+)= A[64 x 16] * B[N x 16]^T, both K-major in shared memory
+ * (descriptors da, db), bf16 in, fp32 accumulators; scale_d 0 starts the
+ * sum from zero. Thread t of the warpgroup holds, for each 8-column block
+ * j, d[j][0..1] = row 16 * (t / 32) + (t % 32) / 4, columns 8j + 2 (t % 4)
+ * + 0..1, and d[j][2..3] the same 8 rows further: the mma.sync m16n8
+ * layout, warp w owning rows 16w..16w+15. N is 16 to 128. */
+template <int N, int NT>
+static __device__ __forceinline__ void wgmma_m64k16(float (&d)[NT][4], uint64_t da,
+                                                    uint64_t db, int scale_d)
+{
+  static_assert(N % 16 == 0 && N / 8 <= NT, "accumulators");
+  if constexpr(N == 128) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+                 "%64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+                   "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+                   "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+                   "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+                   "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+                   "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+                   "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+                   "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),
+                   "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+                   "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
+                   "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
+                   "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+                   "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+                 : "l"(da), "l"(db), "r"(scale_d));
+  } else if constexpr(N == 64) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "%32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+                   "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+                   "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+                   "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+                   "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+                 : "l"(da), "l"(db), "r"(scale_d));
+  } else if constexpr(N == 32) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+                 "%16, %17, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+                   "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+                 : "l"(da), "l"(db), "r"(scale_d));
+  } else if constexpr(N == 16) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7}, "
+                 "%8, %9, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+                   "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3])
+                 : "l"(da), "l"(db), "r"(scale_d));
+  }
 }
 
 #endif /* HR_MOE_PTX_CUH */
