@@ -9,6 +9,8 @@
 # NCCL itself is opened at run time. Elsewhere a stub says why and skips.
 TRIALS_BIN := $(TESTBIN)/test_overlap_trials
 GPU_TESTS += $(TRIALS_BIN)
+# Its CPU half (the plan, the ranks' scripts, the hub) on every machine.
+UNIT_TESTS += $(TESTBIN)/test_overlap_plan
 TRIALS ?= 200
 TRIALS_ARGS ?=
 
@@ -46,6 +48,12 @@ $(TRIALS_BIN): tests/gpu/trials_stub.c
 	$(CC) $(CFLAGS) -DTR_WHY='"$(TRIALS_WHY)"' -o $@ $<
 
 endif
+
+$(TESTBIN)/test_overlap_plan: $(OBJDIR)/tests/gpu/test_overlap_plan.o \
+                              $(OBJDIR)/tests/gpu/trials_plan.o \
+                              $(OBJDIR)/tests/gpu/trials_sync.o
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_CMOCKA)
 
 .PHONY: gpu-trials
 gpu-trials: deps
