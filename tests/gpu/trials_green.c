@@ -12,13 +12,14 @@
 typedef CUresult (*get_green_fn)(CUstream, CUgreenCtx *);
 typedef CUresult (*stream_create_fn)(CUstream *, CUgreenCtx, unsigned int, int);
 
-/* A driver function by name, as of CUDA 12.4 (where both appeared). */
+/* A driver function by name, with the ABI of CUDA 12.5 (by which both
+ * exist; libheadroom asks for the same version). */
 static void *driver_fn(const char *name)
 {
   enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
   void *fn = NULL;
 
-  if(cudaGetDriverEntryPointByVersion(name, &fn, 12040, cudaEnableDefault,
+  if(cudaGetDriverEntryPointByVersion(name, &fn, 12050, cudaEnableDefault,
                                       &q) != cudaSuccess ||
      q != cudaDriverEntryPointSuccess)
     return NULL;
@@ -42,7 +43,7 @@ int tr_green_streams(void *stream, int n, void **out, char *why, size_t wn)
   memcpy(&create, &p, sizeof(p));
   if(!get_green || !create) {
     snprintf(why, wn, "the driver has no cuStreamGetGreenCtx or "
-             "cuGreenCtxStreamCreate (CUDA 12.4+)");
+             "cuGreenCtxStreamCreate (CUDA 12.5+)");
     return -1;
   }
   r = get_green((CUstream)stream, &green);

@@ -6,7 +6,7 @@
  * for the cross order: queued on one stream, two communicators issued in
  * opposite orders on the two ranks deadlock NCCL by themselves). These
  * streams are made in the same comm partition (cuStreamGetGreenCtx, then
- * cuGreenCtxStreamCreate, CUDA 12.4+, found through the runtime's driver
+ * cuGreenCtxStreamCreate, CUDA 12.5+, found through the runtime's driver
  * entry points so that nothing links libcuda).
  */
 #ifndef HR_TRIALS_GREEN_H
