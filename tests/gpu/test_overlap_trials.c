@@ -527,7 +527,9 @@ out:
     if(system(cmd) != 0)
       printf("  could not remove %s\n", dir);
   }
-  printf("%s: %s\n", NAME, rc ? "FAIL" : "PASS (every selected test passed)");
+  printf("%s: %s\n", NAME, rc ? "FAIL" : o->no_gpu ?
+         "DRY-RUN (the harness ran end to end; nothing ran on a GPU)" :
+         "PASS (every selected test passed)");
   return rc;
 }
 
