@@ -16,9 +16,9 @@
  * variant against y of the normal launch, bitwise).
  *
  * Then, at T >= 1024 (the mid and big tiles), the GEMM variants
- * (HR__MOE_VAR_*): the mma.sync big tile against the default wgmma one,
- * units token tile major, weights without the L2 hint, the mid tile on
- * wgmma (each changes one tile shape, the others run as usual); y of
+ * (HR__MOE_VAR_*): the default against what it replaced (the mma.sync big
+ * tile, row tile major, weights evict-first; the mma.sync mid tile), each
+ * changing one tile shape while the others run as usual; y of
  * each against the default's (bitwise where the sums are the same ones)
  * and the default's against the CPU reference on sampled tokens.
  *
@@ -52,15 +52,17 @@ static const unsigned phase_bits[] = { HR__MOE_PHASE_ROUTE, HR__MOE_PHASE_GEMM1,
                                        HR__MOE_PHASE_GEMM2, HR__MOE_PHASE_COMBINE };
 #define NPHASES 4
 
-static const char *const gemm_names[] = { "default (wgmma 256x128)", "mma.sync 256x128",
-                                          "token tile major", "weights no L2 hint",
-                                          "token tile major, no hint",
-                                          "mid tile on wgmma 128x64" };
-static const unsigned gemm_bits[] = { 0, HR__MOE_VAR_SYNC_BIG, HR__MOE_VAR_TT_MAJOR,
-                                      HR__MOE_VAR_A_NORMAL,
-                                      HR__MOE_VAR_TT_MAJOR | HR__MOE_VAR_A_NORMAL,
-                                      HR__MOE_VAR_MID_WG };
-#define NGEMM 6
+/* The GEMM variants: the default, then what it replaced, one change at a
+ * time (kernels/moe_kernel.h). */
+static const char *const gemm_names[] = {
+  "default", "previous big tile (mma.sync, 3 stages, row tile major, evict-first)",
+  "big tile row tile major", "big tile weights evict-first", "mid tile on mma.sync"
+};
+static const unsigned gemm_bits[] = {
+  0, HR__MOE_VAR_SYNC_BIG | HR__MOE_VAR_FT_MAJOR | HR__MOE_VAR_A_EVICT_FIRST,
+  HR__MOE_VAR_FT_MAJOR, HR__MOE_VAR_A_EVICT_FIRST, HR__MOE_VAR_MID_SYNC
+};
+#define NGEMM 5
 
 /* Relative L2 difference of two bf16 arrays. */
 static double rel_l2(const uint16_t *a, const uint16_t *ref, size_t n)

@@ -64,8 +64,9 @@
 static_assert(SMEM_BYTES > 228 * 1024 / 2, "one CTA per SM");
 static_assert(SMEM_BYTES + 256 <= 227 * 1024, "fits an SM, with the static part");
 
-/* Outputs per combine task: COMBINE_ELEMS / H tokens, at least one (64
- * tokens of the small shape, 8 of Qwen3, 2 of DeepSeek-V3). */
+/* Outputs per combine task: COMBINE_ELEMS / H tokens (64 tokens of the
+ * small shape, 8 of Qwen3, 2 of DeepSeek-V3), at most T / 128 so that
+ * there are 128 tasks or more, and at least one. */
 #define COMBINE_ELEMS 16384
 
 /* The ticket ranges of this launch, kept in shared memory: every thread
@@ -90,6 +91,7 @@ struct agn_shared {
   int val;                 /* thread 0 -> CTA */
   int nonempty;            /* experts with pairs */
   int polls;               /* thread 0: stop checks */
+  int aborted;             /* thread 0 saw the abort word, not yet recorded */
   int all1;                /* thread 0 has seen every GEMM1 unit finished */
   /* thread 0's state in a GEMM run (in shared memory: registers are short
    * there): claims go on; the ring position of the claim in flight; the
@@ -177,18 +179,37 @@ static __device__ __noinline__ int agn_wait(const hr__moe_params &p, const unsig
  * CTA failed or the host asked to abort. Asked every 8th task, the abort
  * word (in host memory: a read crosses PCIe) every 32nd; a task is
  * microseconds to a fraction of a millisecond. */
-static __device__ int agn_stop(const hr__moe_params &p, int *polls)
+static __device__ __forceinline__ int agn_stop_poll(const hr__moe_params &p)
 {
-  const int n = ++*polls;
+  const int n = ++sh.polls;
   if((n & 7) != 0)
     return 0;
   if(moe_failed(p))
     return 1;
   if((n & 31) == 0 && ld_relaxed_sys(&p.host->abort_seq) >= p.seq) {
-    moe_fail_at(p, HR__MOE_FAIL_ABORT, HR__MOE_WAIT_CLAIM, 0, 0);
+    sh.aborted = 1;
     return 1;
   }
   return 0;
+}
+
+/* The abort seen by agn_stop_poll, recorded (unless another CTA already
+ * recorded a failure). Apart from agn_stop_poll because inside a GEMM run
+ * there must be no call: a function call among wgmma instructions makes
+ * the compiler serialize all of them. */
+static __device__ void agn_stop_record(const hr__moe_params &p)
+{
+  if(sh.aborted) {
+    sh.aborted = 0;
+    moe_fail_at(p, HR__MOE_FAIL_ABORT, HR__MOE_WAIT_CLAIM, 0, 0);
+  }
+}
+
+static __device__ int agn_stop(const hr__moe_params &p)
+{
+  const int stop = agn_stop_poll(p);
+  agn_stop_record(p);
+  return stop;
 }
 
 /* The whole CTA waits on thread 0's wait; the same answer in every
@@ -209,7 +230,7 @@ static __device__ int agn_claim(const hr__moe_params &p)
   __syncthreads();
   if(threadIdx.x == 0) {
     const int t = (int)atomicAdd(&p.agn->ticket, 1u);
-    sh.val = agn_stop(p, &sh.polls) ? -1 : t;
+    sh.val = agn_stop(p) ? -1 : t;
   }
   __syncthreads();
   return sh.val;
@@ -280,15 +301,15 @@ static __device__ void agn_scatter(const hr__moe_params &p, const moe_route &rt,
  * unit of this stage, and for GEMM2 one whose GEMM1 tiles are finished);
  * otherwise the run ends there and the ticket waits in sh.pending (-1 if
  * the CTA is to leave). 1 while the run goes on. */
-template <int STAGE>
+template <class C, int STAGE>
 static __device__ int agn_place(const hr__moe_params &p, const moe_route &rt, int pos, int ticket)
 {
   const agn_plan &pl = sh.pl;
   const int lo = STAGE == 1 ? pl.g1 : pl.g2, hi = STAGE == 1 ? pl.g2 : pl.cb;
   int *slot = &sh.ring[pos & (HR__MOE_RING - 1)];
 
-  if(agn_stop(p, &sh.polls))
-    ticket = -1;
+  if(agn_stop_poll(p))
+    ticket = -1;                       /* recorded after the run: agn_tasks */
   if(ticket >= lo && ticket < hi) {
     const int u = agn_wrap(ticket - lo, STAGE == 1 ? pl.u1 : pl.u2);
     if(STAGE == 1) {
@@ -304,7 +325,7 @@ static __device__ int agn_place(const hr__moe_params &p, const moe_route &rt, in
       return 1;
     }
     {
-      const moe_unit un = unit_decode(u, rt, p, pl.nf2, pl.bn);
+      const moe_unit un = unit_decode(u, rt, p, pl.nf2, C::BN, moe_tt_major<C>(p));
       if(ld_acquire_gpu(p.g1_done + agn_tile_of(rt, un, pl.bn)) >= pl.need1) {
         *slot = u;
         return 1;
@@ -354,7 +375,7 @@ static __device__ int agn_gemm_run(const hr__moe_params &p, const moe_route &rt,
   if(tid == 0) {
     sh.ring[0] = first;
     sh.finished = -1;
-    sh.open = agn_place<STAGE>(p, rt, 1, (int)atomicAdd(&p.agn->ticket, 1u));
+    sh.open = agn_place<C, STAGE>(p, rt, 1, (int)atomicAdd(&p.agn->ticket, 1u));
   }
   __syncthreads();
   ld.init(p, rt, nf, 0, sh.ring);
@@ -365,13 +386,13 @@ static __device__ int agn_gemm_run(const hr__moe_params &p, const moe_route &rt,
       if(starts) {
         /* unit lu started and looked at lu + 1: claim lu + 2 */
         if(tid == 0 && sh.open)
-          sh.open = agn_place<STAGE>(p, rt, lu + 2, (int)atomicAdd(&p.agn->ticket, 1u));
+          sh.open = agn_place<C, STAGE>(p, rt, lu + 2, (int)atomicAdd(&p.agn->ticket, 1u));
         __syncthreads();
       }
     }
     cp_async_commit();
   }
-  un = unit_decode(first, rt, p, nf, C::BN);
+  un = unit_decode(first, rt, p, nf, C::BN, moe_tt_major<C>(p));
   for(;;) {
     moe_step_landed<C>();                       /* this step has landed */
     __syncthreads();                            /* and the last slot is free */
@@ -404,15 +425,15 @@ static __device__ int agn_gemm_run(const hr__moe_params &p, const moe_route &rt,
       const uint32_t a = smem_addr(pipe + slot * C::STAGE_BYTES);
       tile_step<C>(acc, a, a + C::A_BYTES, wm, wn, wk, un.nvalid);
     }
-    if(++slot == C::STAGES)
-      slot = 0;
     if(++kt == nk) {
-      tile_store<C, STAGE>(p, un, acc, pipe, wm, wn, wk);
+      tile_store<C, STAGE>(p, un, acc, pipe, pipe + slot * C::STAGE_BYTES, wm, wn, wk);
       if(tid == 0)
         sh.finished = agn_tile_of(rt, un, C::BN);
     }
+    if(++slot == C::STAGES)
+      slot = 0;
     if(tid == 0 && claim >= 0) {
-      sh.open = agn_place<STAGE>(p, rt, sh.claim_pos, claim);
+      sh.open = agn_place<C, STAGE>(p, rt, sh.claim_pos, claim);
       claim = -1;
     }
     if(kt == nk) {
@@ -422,7 +443,7 @@ static __device__ int agn_gemm_run(const hr__moe_params &p, const moe_route &rt,
       u++;
       if(sh.ring[u & (HR__MOE_RING - 1)] < 0)
         break;
-      un = unit_decode(sh.ring[u & (HR__MOE_RING - 1)], rt, p, nf, C::BN);
+      un = unit_decode(sh.ring[u & (HR__MOE_RING - 1)], rt, p, nf, C::BN, moe_tt_major<C>(p));
     }
   }
   cp_async_wait<0>();
@@ -464,7 +485,7 @@ static __device__ int agn_combine(const hr__moe_params &p, const moe_route &rt, 
     return 0;
   for(i = tid; i < nt * chunks; i += HR__MOE_THREADS) {
     const int t = i / chunks;
-    moe_combine_chunk(p, t0 + t, i - t * chunks);
+    moe_combine_chunk<1>(p, t0 + t, i - t * chunks);
   }
   __syncthreads();
   if(tid == 0 && atom_add_acq_rel_gpu(&p.agn->combine_done, 1u) ==
@@ -477,23 +498,26 @@ static __device__ int agn_combine(const hr__moe_params &p, const moe_route &rt, 
 
 /* The tasks past the scatters, in the launch's tile shape C: GEMM runs,
  * combine tasks, until the tickets run out (1) or the launch failed (0).
- * One copy per tile shape, so that what the compiler keeps in registers
- * across the loop is one shape's. */
+ * One copy per tile shape (agn_tasks_call), so that what the compiler
+ * keeps in registers across the loop is one shape's. */
 template <class C>
-static __device__ __noinline__ int agn_tasks(const hr__moe_params &p, int ticket)
+static __device__ __forceinline__ int agn_tasks(const hr__moe_params &p, int ticket)
 {
   const moe_route rt = agn_rt();
   uint8_t *const pipe = agn_smem();
   for(;;) {
-    if(ticket < 0)
+    if(ticket < 0) {
+      if(threadIdx.x == 0)
+        agn_stop_record(p);
       return 0;
+    }
     if(ticket < sh.pl.g2) {
       if(!agn_wait_cta(p, &p.agn->scatter_done, sh.pl.need_s, HR__MOE_WAIT_SCATTER))
         return 0;
       ticket = agn_gemm_run<C, 1>(p, rt, pipe, agn_wrap(ticket - sh.pl.g1, sh.pl.u1));
     } else if(ticket < sh.pl.cb) {
       const int u = agn_wrap(ticket - sh.pl.g2, sh.pl.u2);
-      const moe_unit un = unit_decode(u, rt, p, sh.pl.nf2, C::BN);
+      const moe_unit un = unit_decode(u, rt, p, sh.pl.nf2, C::BN, moe_tt_major<C>(p));
       if(!sh.all1 && !agn_wait_cta(p, p.g1_done + agn_tile_of(rt, un, C::BN),
                                    sh.pl.need1, HR__MOE_WAIT_GEMM1))
         return 0;
@@ -506,6 +530,25 @@ static __device__ __noinline__ int agn_tasks(const hr__moe_params &p, int ticket
       return 1;
     }
   }
+}
+
+/* agn_tasks in a function of its own for the mma.sync tiles; inlined in
+ * the kernel for the wgmma ones, because a call to a function holding
+ * wgmma instructions makes the compiler serialize them (it cannot follow
+ * their pipeline across the call). */
+template <class C>
+static __device__ __noinline__ int agn_tasks_call(const hr__moe_params &p, int ticket)
+{
+  return agn_tasks<C>(p, ticket);
+}
+
+template <class C>
+static __device__ __forceinline__ int agn_tasks_for(const hr__moe_params &p, int ticket)
+{
+  if constexpr(C::WG)
+    return agn_tasks<C>(p, ticket);
+  else
+    return agn_tasks_call<C>(p, ticket);
 }
 
 /* ---- the kernel ----------------------------------------------------------- */
@@ -527,11 +570,14 @@ static __device__ __noinline__ int agn_begin(const hr__moe_params &p)
     if(fail != 0 && fail != p.seq)
       moe_fail(p, HR__MOE_FAIL_STALE, -1, 0);
     sh.polls = 0;
+    sh.aborted = 0;
     sh.all1 = 0;
     sh.nonempty = 0;
     sh.pl.P = min((pairs + HR__MOE_AGN_PIECE - 1) / HR__MOE_AGN_PIECE,
                   HR__MOE_AGN_MAX_PIECES);
-    sh.pl.tpc = max(1, COMBINE_ELEMS / p.H);
+    /* at small T one token a task, so the combine spreads over the
+     * grid as the barrier kernel's does */
+    sh.pl.tpc = max(1, min(COMBINE_ELEMS / p.H, p.T / 128));
   }
   __syncthreads();
   if(!sh.val)
@@ -581,17 +627,17 @@ hr__moe_agnostic_kernel(const __grid_constant__ hr__moe_params p)
     return;
   /* The tile shape follows the routing: the same in every CTA. */
   if(sh.pl.tile == MOE_TILE_TINY)
-    ok = agn_tasks<moe_tile_tiny>(p, ticket);
+    ok = agn_tasks_for<moe_tile_tiny>(p, ticket);
   else if(sh.pl.tile == MOE_TILE_NARROW)
-    ok = agn_tasks<moe_tile_narrow>(p, ticket);
-  else if(sh.pl.tile == MOE_TILE_MID && (p.variant & HR__MOE_VAR_MID_WG))
-    ok = agn_tasks<moe_tile_mid_wg>(p, ticket);
+    ok = agn_tasks_for<moe_tile_narrow>(p, ticket);
+  else if(sh.pl.tile == MOE_TILE_MID && (p.variant & HR__MOE_VAR_MID_SYNC))
+    ok = agn_tasks_for<moe_tile_mid_sync>(p, ticket);
   else if(sh.pl.tile == MOE_TILE_MID)
-    ok = agn_tasks<moe_tile_mid>(p, ticket);
+    ok = agn_tasks_for<moe_tile_mid>(p, ticket);
   else if(p.variant & HR__MOE_VAR_SYNC_BIG)
-    ok = agn_tasks<moe_tile_big_sync>(p, ticket);
+    ok = agn_tasks_for<moe_tile_big_sync>(p, ticket);
   else
-    ok = agn_tasks<moe_tile_big>(p, ticket);
+    ok = agn_tasks_for<moe_tile_big>(p, ticket);
   if(ok)
     agn_leave(p);
 }

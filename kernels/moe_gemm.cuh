@@ -70,6 +70,10 @@ struct moe_tile {
   /* 1: wgmma, the two warpgroups taking BM/2 rows each, all BN tokens, in
    * 64-row blocks (tile_wgmma); 0: mma.sync, warps WM x WN x WK */
   static constexpr int WG = WG_;
+  /* Units of an expert token tile major (the big tiles): the units that
+   * read one token tile, a dozen or more, start together and share it in
+   * L2; row tile major otherwise (unit_decode). */
+  static constexpr int TT_MAJOR = BN >= 128;
   /* per warp (per warpgroup with WG: 64-row blocks) */
   static constexpr int MT = WG ? BM / 2 / 64 : BM / WM / 16; /* 16-row MMA tiles */
   static constexpr int NT = WG ? BN / 8 : BN / WN / 8;       /* 8-token MMA tiles */
@@ -85,8 +89,12 @@ struct moe_tile {
   static constexpr int PIPE_BYTES = STAGES * STAGE_BYTES;
   static constexpr int ACC = MT * NT * 4;  /* accumulators per thread */
   static constexpr int RED_BYTES = (WK - 1) * WM * WN * 32 * ACC * 4;
-  static constexpr int OUT_STRIDE = BM + 8; /* bf16; rows padded 16 bytes */
-  static constexpr int OUT_BYTES = BN * OUT_STRIDE * 2;
+  /* Output staging, bf16 rows padded 16 bytes. mma.sync tiles: after the
+   * pipeline, a whole tile. WG tiles: in the slot the unit's last step
+   * has just used, half the tile (one warpgroup's rows) at a time, so the
+   * shared memory goes to pipeline stages instead (tile_store). */
+  static constexpr int OUT_STRIDE = WG ? BM / 2 + 8 : BM + 8;
+  static constexpr int OUT_BYTES = WG ? 0 : BN * OUT_STRIDE * 2;
   static_assert(WM * WN * WK * 32 == HR__MOE_THREADS, "8 warps");
   static_assert(MT >= 1 && NT >= 2 && NT % 2 == 0 && KS >= 1, "warp tile");
   static_assert(A_PASSES >= 1 && B_PASSES >= 1 && BM % RPP == 0 && BN % RPP == 0,
@@ -96,6 +104,7 @@ struct moe_tile {
                 "shared memory");
   static_assert(!WG || (BK == 64 && WM == 8 && WN == 1 && WK == 1 && BN <= 128 &&
                         BM % 128 == 0), "wgmma tile: 128-byte rows, 2 warpgroups");
+  static_assert(!WG || BN * OUT_STRIDE * 2 <= STAGE_BYTES, "half a tile fits a slot");
 
   /* The 16-row MMA tile that warp `warp`'s accumulators acc[mt] hold. */
   static __device__ __forceinline__ int m16(int warp, int mt)
@@ -138,10 +147,12 @@ struct moe_tile {
 typedef moe_tile<HR_MOE_TINY_BM, 16, HR_MOE_TINY_BK, HR_MOE_TINY_BM / 16, 1,
                  8 / (HR_MOE_TINY_BM / 16), HR_MOE_TINY_STAGES> moe_tile_tiny;
 typedef moe_tile<128, 32, 128, 8, 1, 1, 5> moe_tile_narrow;
-typedef moe_tile<128, 64, 128, 4, 2, 1, 4> moe_tile_mid;
-/* The mid tile on wgmma (128-byte rows, so BK 64 and more stages): the
- * benchmark's variant HR__MOE_VAR_MID_WG. */
-typedef moe_tile<128, 64, 64, 8, 1, 1, 6, 0, 1> moe_tile_mid_wg;
+typedef moe_tile<128, 64, 128, 4, 2, 1, 4> moe_tile_mid_sync;
+/* The mid tile on wgmma (128-byte rows, so BK 64 and twice the stages),
+ * the default; the mma.sync one above is the benchmark's comparison
+ * (HR__MOE_VAR_MID_SYNC). (Measured with 6 stages: Qwen3-30B-A3B T = 1024
+ * 0.50 ms against 0.76, DeepSeek-V3 5.80 against 5.84; y bitwise.) */
+typedef moe_tile<128, 64, 64, 8, 1, 1, 8, 0, 1> moe_tile_mid;
 /* Hundreds of tokens per expert: 256 weight rows by 128 tokens, 64 x 64
  * per warp. Each token tile is read by every weight tile of its expert
  * while a weight tile is read by one or two units, so weight loads are
@@ -154,12 +165,17 @@ typedef moe_tile<HR_MOE_BIG_BM, HR_MOE_BIG_BN, 64, HR_MOE_BIG_WM,
     moe_tile_big_sync;
 /* The same tile on wgmma: the tensor cores read both operands straight
  * from the loader's shared tiles (whose swizzle is wgmma's 128-byte one),
- * no ldmatrix, no fragments in registers. The default; the mma.sync tile
- * above stays for the benchmark's comparison (HR__MOE_VAR_SYNC_BIG). */
-typedef moe_tile<256, 128, 64, 8, 1, 1, 3, 1, 1> moe_tile_big;
+ * no ldmatrix, no fragments in registers, and the output is staged in a
+ * used slot, so 4 stages fit instead of 3. The default; the mma.sync tile
+ * above stays for the benchmark's comparison (HR__MOE_VAR_SYNC_BIG).
+ * (Measured on DeepSeek-V3 at T = 8192, 3 stages: 25.8 ms against 33.4
+ * for mma.sync, y bitwise the same.) */
+typedef moe_tile<256, 128, 64, 8, 1, 1, 4, 1, 1> moe_tile_big;
 static_assert(moe_tile_big::BM == moe_tile_big_sync::BM &&
-                  moe_tile_big::BN == moe_tile_big_sync::BN,
-              "the variant covers the same units");
+                  moe_tile_big::BN == moe_tile_big_sync::BN &&
+                  moe_tile_mid::BM == moe_tile_mid_sync::BM &&
+                  moe_tile_mid::BN == moe_tile_mid_sync::BN,
+              "the variants cover the same units");
 
 /* Which tile, by the average pairs per expert that has any: the narrowest
  * whose width leaves room for the experts above the average. */
@@ -224,12 +240,11 @@ struct moe_unit {
 
 /* Unit u of a stage with `nf` row tiles per expert and token tiles of bn:
  * expert e owns units [tile_off[e] * nf, tile_off[e+1] * nf), row tile
- * major, token tile minor (so the units that share a weight tile are
- * adjacent and start together); token tile major in the benchmark's
- * variant HR__MOE_VAR_TT_MAJOR. */
+ * major (the units that share a weight tile adjacent), or with tt_major
+ * token tile major (those that share a token tile adjacent). */
 static __device__ __forceinline__ moe_unit unit_decode(int u, const moe_route &rt,
                                                        const hr__moe_params &p, int nf,
-                                                       int bn)
+                                                       int bn, int tt_major)
 {
   moe_unit un;
   int lo = 0, hi = p.E, ntt, r, tt;
@@ -243,7 +258,7 @@ static __device__ __forceinline__ moe_unit unit_decode(int u, const moe_route &r
   ntt = rt.tile_off[lo + 1] - rt.tile_off[lo];
   r = u - rt.tile_off[lo] * nf;
   un.e = lo;
-  if(p.variant & HR__MOE_VAR_TT_MAJOR) {
+  if(tt_major) {
     tt = r / nf;
     un.ft = r - tt * nf;
   } else {
@@ -253,6 +268,14 @@ static __device__ __forceinline__ moe_unit unit_decode(int u, const moe_route &r
   un.nvalid = min(bn, rt.cnt[lo] - tt * bn);
   un.pos0 = rt.off[lo] + tt * bn;
   return un;
+}
+
+/* The unit order of tile C in this launch: C's own, or row tile major in
+ * the benchmark's variant HR__MOE_VAR_FT_MAJOR. */
+template <class C>
+static __device__ __forceinline__ int moe_tt_major(const hr__moe_params &p)
+{
+  return C::TT_MAJOR && !(p.variant & HR__MOE_VAR_FT_MAJOR);
 }
 
 /* Unit u of a stage that the benchmark may run twice over (units1 units
@@ -299,7 +322,7 @@ struct moe_loader {
     int j;
     if(u < 0)
       return;
-    next = unit_decode(u, rt, p, nf, C::BN);
+    next = unit_decode(u, rt, p, nf, C::BN, moe_tt_major<C>(p));
     if(STAGE == 1) {
 #pragma unroll
       for(j = 0; j < C::B_PASSES; j++) {
@@ -319,8 +342,8 @@ struct moe_loader {
     mine = units_mine;
     ring = units_ring;
     a_policy = !C::A_STREAM                           ? 0
-               : (p.variant & HR__MOE_VAR_A_NORMAL) ? l2_policy_evict_normal()
-                                                    : l2_policy_evict_first();
+               : (p.variant & HR__MOE_VAR_A_EVICT_FIRST) ? l2_policy_evict_first()
+                                                         : l2_policy_evict_normal();
     look_ahead(p, rt, nf, 0);
   }
 
@@ -520,20 +543,26 @@ static __device__ __forceinline__ uint8_t *moe_pipe(uint8_t *smem)
 
 /* The unit's results to global memory: the K-split partial sums added in
  * shared memory (slice 0 + 1 + 2 ..., in that order), then staged so that
- * the stores are whole 16-byte chunks of output rows. Starts and ends with
- * every thread past __syncthreads. */
+ * the stores are whole 16-byte chunks of output rows. mma.sync tiles stage
+ * the whole tile after the pipeline; WG tiles stage in `slot`, the slot
+ * the unit's last step used (its MMAs are complete, and the loads that
+ * will reuse it are issued after the next step's __syncthreads), one
+ * warpgroup's rows at a time. Starts with every thread past
+ * __syncthreads. */
 template <class C, int STAGE>
 __device__ void tile_store(const hr__moe_params &p, const moe_unit &un,
-                           float (&acc)[C::MT][C::NT][4], uint8_t *pipe,
+                           float (&acc)[C::MT][C::NT][4], uint8_t *pipe, uint8_t *slot,
                            int wm, int wn, int wk)
 {
   const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
   const int warp = tid >> 5;
   float *red = (float *)(pipe + C::PIPE_BYTES);
-  uint16_t *out = (uint16_t *)(pipe + C::PIPE_BYTES + C::RED_BYTES);
-  /* STAGE 1: BM/2 features per token row; STAGE 2: BM. */
+  uint16_t *out = (uint16_t *)(C::WG ? slot : pipe + C::PIPE_BYTES + C::RED_BYTES);
+  /* STAGE 1: BM/2 features per token row; STAGE 2: BM. A pass stages all
+   * of them, or with WG half: warpgroup `pass`'s. */
   const int cols = STAGE == 1 ? C::BM / 2 : C::BM;
-  int mt, j, i, s;
+  const int pass_cols = C::WG ? cols / 2 : cols;
+  int mt, j, i, s, pass;
 
   if(C::WK > 1) {
     const int piece = wm * C::WN + wn;
@@ -562,39 +591,46 @@ __device__ void tile_store(const hr__moe_params &p, const moe_unit &un,
     }
   }
 
-  if(wk == 0) {
+  for(pass = 0; pass < (C::WG ? 2 : 1); pass++) {
+    const int f0 = pass * pass_cols;           /* first feature staged */
+    /* WG: every warpgroup's MMAs are done with the slot; then, the last
+     * pass is stored */
+    if(C::WG)
+      __syncthreads();
+    if(wk == 0 && (!C::WG || (warp >> 2) == pass)) {
 #pragma unroll
-    for(mt = 0; mt < C::MT; mt++) {
-      const int m16 = C::m16(warp, mt);
+      for(mt = 0; mt < C::MT; mt++) {
+        const int m16 = C::m16(warp, mt);
 #pragma unroll
-      for(j = 0; j < C::NT; j++) {
-        const int n = (wn * C::NT + j) * 8 + 2 * t4;
-        const float *c = acc[mt][j];
-        if(STAGE == 1) {
-          /* c0,c1: gate of feature m16*8+g for tokens n, n+1; c2,c3: up */
-          const int f = m16 * 8 + g;
-          out[n * C::OUT_STRIDE + f] = to_bf16(hr__swiglu(c[0], c[2]));
-          out[(n + 1) * C::OUT_STRIDE + f] = to_bf16(hr__swiglu(c[1], c[3]));
-        } else {
-          const int f = m16 * 16 + g;
-          out[n * C::OUT_STRIDE + f] = to_bf16(c[0]);
-          out[(n + 1) * C::OUT_STRIDE + f] = to_bf16(c[1]);
-          out[n * C::OUT_STRIDE + f + 8] = to_bf16(c[2]);
-          out[(n + 1) * C::OUT_STRIDE + f + 8] = to_bf16(c[3]);
+        for(j = 0; j < C::NT; j++) {
+          const int n = (wn * C::NT + j) * 8 + 2 * t4;
+          const float *c = acc[mt][j];
+          if(STAGE == 1) {
+            /* c0,c1: gate of feature m16*8+g for tokens n, n+1; c2,c3: up */
+            const int f = m16 * 8 + g - f0;
+            out[n * C::OUT_STRIDE + f] = to_bf16(hr__swiglu(c[0], c[2]));
+            out[(n + 1) * C::OUT_STRIDE + f] = to_bf16(hr__swiglu(c[1], c[3]));
+          } else {
+            const int f = m16 * 16 + g - f0;
+            out[n * C::OUT_STRIDE + f] = to_bf16(c[0]);
+            out[(n + 1) * C::OUT_STRIDE + f] = to_bf16(c[1]);
+            out[n * C::OUT_STRIDE + f + 8] = to_bf16(c[2]);
+            out[(n + 1) * C::OUT_STRIDE + f + 8] = to_bf16(c[3]);
+          }
         }
       }
     }
-  }
-  __syncthreads();
-  {
-    const int chunks = cols / 8;
-    uint16_t *dst = STAGE == 1 ? p.h : p.ypair;
-    const int ld = STAGE == 1 ? p.I : p.H;
-    const int col0 = un.ft * cols;
-    for(i = tid; i < un.nvalid * chunks; i += HR__MOE_THREADS) {
-      const int n = i / chunks, c = i - n * chunks;
-      *(uint4 *)(dst + (size_t)(un.pos0 + n) * ld + col0 + c * 8) =
-          *(const uint4 *)(out + n * C::OUT_STRIDE + c * 8);
+    __syncthreads();
+    {
+      const int chunks = pass_cols / 8;
+      uint16_t *dst = STAGE == 1 ? p.h : p.ypair;
+      const int ld = STAGE == 1 ? p.I : p.H;
+      const int col0 = un.ft * cols + f0;
+      for(i = tid; i < un.nvalid * chunks; i += HR__MOE_THREADS) {
+        const int n = i / chunks, c = i - n * chunks;
+        *(uint4 *)(dst + (size_t)(un.pos0 + n) * ld + col0 + c * 8) =
+            *(const uint4 *)(out + n * C::OUT_STRIDE + c * 8);
+      }
     }
   }
 }
@@ -633,7 +669,7 @@ __device__ void moe_gemm_stage(const hr__moe_params &p, const moe_route &rt,
       ld.issue(p, rt, pipe, nf, nk);
     cp_async_commit();
   }
-  un = unit_decode(moe_unit_wrap(blockIdx.x, units1), rt, p, nf, C::BN);
+  un = unit_decode(moe_unit_wrap(blockIdx.x, units1), rt, p, nf, C::BN, moe_tt_major<C>(p));
   for(s = 0; s < steps; s++) {
     moe_step_landed<C>();                       /* step s has landed */
     __syncthreads();                            /* and slot s-1 is free */
@@ -652,14 +688,15 @@ __device__ void moe_gemm_stage(const hr__moe_params &p, const moe_route &rt,
       const uint32_t a = smem_addr(pipe + slot * C::STAGE_BYTES);
       tile_step<C>(acc, a, a + C::A_BYTES, wm, wn, wk, un.nvalid);
     }
+    if(++kt == nk)
+      tile_store<C, STAGE>(p, un, acc, pipe, pipe + slot * C::STAGE_BYTES, wm, wn, wk);
     if(++slot == C::STAGES)
       slot = 0;
-    if(++kt == nk) {
-      tile_store<C, STAGE>(p, un, acc, pipe, wm, wn, wk);
+    if(kt == nk) {
       kt = 0;
       if(++u < mine)
         un = unit_decode(moe_unit_wrap(blockIdx.x + u * gridDim.x, units1), rt, p,
-                         nf, C::BN);
+                         nf, C::BN, moe_tt_major<C>(p));
     }
   }
   cp_async_wait<0>();

@@ -44,7 +44,7 @@ static __device__ void moe_combine(const hr__moe_params &p)
   for(i = (long long)blockIdx.x * HR__MOE_THREADS + threadIdx.x; i < total;
       i += (long long)gridDim.x * HR__MOE_THREADS) {
     const int t = (int)(i / chunks), c = (int)(i - (long long)t * chunks);
-    moe_combine_chunk(p, t, c);
+    moe_combine_chunk<4>(p, t, c);
   }
 }
 
@@ -107,8 +107,8 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
     moe_gemm_stage<moe_tile_tiny, 1>(p, rt, smem);
   else if(tile == MOE_TILE_NARROW)
     moe_gemm_stage<moe_tile_narrow, 1>(p, rt, smem);
-  else if(tile == MOE_TILE_MID && (p.variant & HR__MOE_VAR_MID_WG))
-    moe_gemm_stage<moe_tile_mid_wg, 1>(p, rt, smem);
+  else if(tile == MOE_TILE_MID && (p.variant & HR__MOE_VAR_MID_SYNC))
+    moe_gemm_stage<moe_tile_mid_sync, 1>(p, rt, smem);
   else if(tile == MOE_TILE_MID)
     moe_gemm_stage<moe_tile_mid, 1>(p, rt, smem);
   else if(p.variant & HR__MOE_VAR_SYNC_BIG)
@@ -123,8 +123,8 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
     moe_gemm_stage<moe_tile_tiny, 2>(p, rt, smem);
   else if(tile == MOE_TILE_NARROW)
     moe_gemm_stage<moe_tile_narrow, 2>(p, rt, smem);
-  else if(tile == MOE_TILE_MID && (p.variant & HR__MOE_VAR_MID_WG))
-    moe_gemm_stage<moe_tile_mid_wg, 2>(p, rt, smem);
+  else if(tile == MOE_TILE_MID && (p.variant & HR__MOE_VAR_MID_SYNC))
+    moe_gemm_stage<moe_tile_mid_sync, 2>(p, rt, smem);
   else if(tile == MOE_TILE_MID)
     moe_gemm_stage<moe_tile_mid, 2>(p, rt, smem);
   else if(p.variant & HR__MOE_VAR_SYNC_BIG)

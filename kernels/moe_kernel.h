@@ -102,17 +102,18 @@ enum {
   HR__MOE_PHASE_COMBINE = 8
 };
 
-/* The benchmark's variants of the GEMMs at large T, bits of `variant`
- * (all 0 in production): the mma.sync big tile instead of the wgmma one;
- * units of an expert token tile major instead of row tile major; weight
- * loads of the big tile with no L2 hint instead of evict-first. Each is a
- * permutation of the work or the same sums, so y stays correct; and the
- * mid tile on wgmma. */
+/* The benchmark's variants of the GEMMs, bits of `variant` (all 0 in
+ * production), to compare with what came before: the mma.sync big tile
+ * (3 stages) instead of the wgmma one; the big tile's units row tile
+ * major instead of token tile major; its weight loads evict-first in L2
+ * instead of no preference; the mma.sync mid tile instead of the wgmma
+ * one. Each is the same sums in the same order (y bitwise the same) or a
+ * permutation of the work. */
 enum {
   HR__MOE_VAR_SYNC_BIG = 1,
-  HR__MOE_VAR_TT_MAJOR = 2,
-  HR__MOE_VAR_A_NORMAL = 4,
-  HR__MOE_VAR_MID_WG = 8      /* the mid tile (T ~ 1024) on wgmma */
+  HR__MOE_VAR_FT_MAJOR = 2,
+  HR__MOE_VAR_A_EVICT_FIRST = 4,
+  HR__MOE_VAR_MID_SYNC = 8
 };
 
 /* Everything one launch needs, passed by value as a __grid_constant__. */
