@@ -277,7 +277,9 @@ def bench_shape(libs, name, tokens, reps, copy_bw, gemm, l2_bytes, rows,
 
 def machine():
     try:
-        return subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+        # GPU 0, the one the benchmark runs on (one line on a machine of several)
+        return subprocess.run(["nvidia-smi", "-i", "0",
+                               "--query-gpu=name,driver_version,memory.total",
                                "--format=csv,noheader"], capture_output=True,
                               text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):

@@ -12,17 +12,21 @@
  *
  * Work unit = (expert, BM weight rows, BN tokens) with the whole K; units
  * are dealt round-robin over the CTAs (unit u to CTA u % grid). Within an
- * expert, units that share weight rows are adjacent, so at large T the
- * CTAs that read the same weight tile run side by side and share it in L2;
- * at small T (a few tokens per expert) every expert's rows are spread over
- * all CTAs and each weight byte is streamed from memory once.
+ * expert, units that share weight rows are adjacent (the big tile: units
+ * that share a token tile), so the CTAs that read the same tile run side
+ * by side and share it in L2; at small T (a few tokens per expert) every
+ * expert's rows are spread over all CTAs and each weight byte is streamed
+ * from memory once.
  *
  * One CTA = 8 warps. K is walked in BK steps through a STAGES-deep
  * cp.async pipeline that runs across unit boundaries: the loads for the
  * next unit are in flight while the current one finishes (and the token
  * indices it gathers are fetched one unit ahead). Shared tiles are rows of
  * BK bf16 with the 16-byte chunks XOR-swizzled by row, so ldmatrix reads
- * are free of bank conflicts. Warps split the tile WM x WN ways and, for
+ * are free of bank conflicts; with BK = 64 (rows of 128 bytes) that is
+ * wgmma's 128-byte swizzle, and the mid and big tiles hand the tiles to
+ * wgmma as they are (tile_wgmma). mma.sync warps split the tile WM x WN
+ * ways and, for
  * the narrow tiles of small T, also split each stage's K WK ways; the WK
  * partial sums meet in shared memory at the end of the unit, always added
  * in the same order. So the K order of every sum depends on the tile shape
@@ -30,10 +34,11 @@
  * the grid.
  *
  * Four tile shapes, by the pairs per expert that has any:
- *   tiny (<= 12), narrow (<= 24), mid (< 96): 128 weight rows by 16, 32
- *        or 64 tokens, the weights streamed in 256-byte row pieces (the
- *        work is reading each touched expert once: T up to ~1024)
- *   big: 256 x 128, where the MMAs dominate
+ *   tiny (<= 12), narrow (<= 24): 128 weight rows by 16 or 32 tokens,
+ *        the weights streamed in 256-byte row pieces (the work is reading
+ *        each touched expert once: T up to ~128), mma.sync
+ *   mid (< 96): 128 x 64, 8 stages of 64, wgmma (T ~ 1024)
+ *   big: 256 x 128, 4 stages of 64, wgmma, where the MMAs dominate
  *
  * GEMM1 interleaves gate and up rows per 16-row MMA tile (rows 0..7 gate
  * of 8 features, rows 8..15 up of the same 8), so each thread holds the
@@ -153,13 +158,11 @@ typedef moe_tile<128, 64, 128, 4, 2, 1, 4> moe_tile_mid_sync;
  * (HR__MOE_VAR_MID_SYNC). (Measured with 6 stages: Qwen3-30B-A3B T = 1024
  * 0.50 ms against 0.76, DeepSeek-V3 5.80 against 5.84; y bitwise.) */
 typedef moe_tile<128, 64, 64, 8, 1, 1, 8, 0, 1> moe_tile_mid;
-/* Hundreds of tokens per expert: 256 weight rows by 128 tokens, 64 x 64
- * per warp. Each token tile is read by every weight tile of its expert
- * while a weight tile is read by one or two units, so weight loads are
- * marked evict-first in L2. (Measured on DeepSeek-V3 at T = 8192: 32.0 ms
- * against 33.3 for 128 x 128 tiles without the hint; the profile still
- * shows about 60 GB of DRAM traffic where 17 GB would do: CTAs drift apart
- * and miss each other's token rows in L2. See docs/kernels.md.) */
+/* Hundreds of tokens per expert: 256 weight rows by 128 tokens. This is
+ * the mma.sync version, 64 x 64 per warp, 3 stages, which the wgmma tile
+ * below replaced; it stays as the benchmark's comparison (with the
+ * benchmark's variant bits for its old unit order and L2 hint it is the
+ * kernel as it was: DeepSeek-V3 T = 8192 in 32.2 ms against 22.8). */
 typedef moe_tile<HR_MOE_BIG_BM, HR_MOE_BIG_BN, 64, HR_MOE_BIG_WM,
                  8 / HR_MOE_BIG_WM, 1, HR_MOE_BIG_STAGES, HR_MOE_BIG_A_STREAM>
     moe_tile_big_sync;
