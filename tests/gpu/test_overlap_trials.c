@@ -87,7 +87,7 @@ static const char usage_text[] =
 "  --trials N            randomized trials per mode, tests 2 and 3 (200;\n"
 "                        or $HR_TRIALS)\n"
 "  --tests LIST          comma-separated: repro,headroom,partition,incident\n"
-"                        (all, in that order)\n"
+"                        (all; test 1, repro, runs last)\n"
 "  --seed S              the plan's and the data's seed (else $HR_TEST_SEED,\n"
 "                        else the clock; printed either way)\n"
 "  --timeout-ms MS       barrier timeout of every trial launch (2000)\n"
@@ -312,8 +312,13 @@ static void nccl_environment(void)
   /* One node: NCCL's bootstrap stays on loopback unless told otherwise. */
   setenv("NCCL_SOCKET_IFNAME", getenv("NCCL_SOCKET_IFNAME") ?
          getenv("NCCL_SOCKET_IFNAME") : "lo", 1);
-  printf("  environment: NCCL_NVLS_ENABLE=0 NCCL_SOCKET_IFNAME=%s\n",
-         getenv("NCCL_SOCKET_IFNAME"));
+  /* Connect every peer at init, not inside the first collective that
+   * needs it: such a first call blocks the host until the peer makes the
+   * same call, and the cross order issues the first collectives of two
+   * communicators in opposite orders (trials_nccl.c also warms up). */
+  setenv("NCCL_RUNTIME_CONNECT", "0", 1);
+  printf("  environment: NCCL_NVLS_ENABLE=0 NCCL_RUNTIME_CONNECT=0 "
+         "NCCL_SOCKET_IFNAME=%s\n", getenv("NCCL_SOCKET_IFNAME"));
 }
 
 static void banner(const launch_opts *lo, int argc, char **argv,

@@ -138,6 +138,43 @@ int tr_nccl_id_share(const char *dir, const char *name, int rank,
   return -1;
 }
 
+/* Run every collective the trials can issue once, on every communicator,
+ * in the same order on both ranks, and wait for each. NCCL (2.22 and
+ * later) connects a communicator's peers lazily, on the host, inside the
+ * first call that needs each algorithm, and that call blocks until the
+ * peer makes the matching call: two ranks that issue their first
+ * collectives on two communicators in opposite orders (the cross order
+ * does, by design) would wait for each other on the host forever, before
+ * any kernel runs. Applications meet the same trap; they warm up too (or
+ * set NCCL_RUNTIME_CONNECT=0, which the launcher also does). */
+static int warm_up(tr_nccl_set *s, const char *name, char *why, size_t n)
+{
+  int c, op;
+  size_t bytes;
+
+  for(c = 0; c < TR_NCOMMS; c++) {
+    for(op = 0; op < TR_NOPS; op++) {
+      for(bytes = (size_t)1 << 20; bytes <= TR_MAX_BYTES; bytes <<= 1) {
+        tr_coll k;
+        cudaError_t ce;
+
+        k.comm = c;
+        k.op = (tr_op)op;
+        k.bytes = bytes;
+        if(tr_nccl_run(s, &k, why, n))
+          return -1;
+        ce = cudaStreamSynchronize((cudaStream_t)s->stream[c]);
+        if(ce != cudaSuccess) {
+          snprintf(why, n, "warm-up of %s.%d: %s", name, c,
+                   cudaGetErrorString(ce));
+          return -1;
+        }
+      }
+    }
+  }
+  return 0;
+}
+
 int tr_nccl_set_create(tr_nccl_set *s, const char *dir, const char *name,
                        int rank, const ncclConfig_t *config,
                        void *const streams[TR_NCOMMS], char *why, size_t n)
@@ -169,7 +206,7 @@ int tr_nccl_set_create(tr_nccl_set *s, const char *dir, const char *name,
       return -1;
     }
   }
-  return 0;
+  return warm_up(s, name, why, n);
 }
 
 void tr_nccl_set_destroy(tr_nccl_set *s)
