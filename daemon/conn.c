@@ -287,11 +287,22 @@ static uint64_t now_ms(const hr__daemon *d)
   return d->loop ? uv_now(d->loop) : 0;
 }
 
+/* A line answered here rather than by the dispatcher is still a line the
+ * daemon answered: counted as one (status's requests, and the metrics) so
+ * that the requests add up to the replies. */
+static void count_refused(hr__daemon *d, hr_msg_type type, hr_wire_error code,
+                          uint64_t t0)
+{
+  d->requests++;
+  hr__metrics_refused(&d->metrics, type, code, uv_hrtime() - t0);
+}
+
 /* A line past the client's rate is answered, not served. It is decoded
  * only for its id, so the client can match the error to its request. */
 static void refuse_line(hr__conn *c, const char *line, size_t len, int cut)
 {
   const hr__config *cfg = &c->d->cfg;
+  uint64_t t0 = uv_hrtime();
   hr_proto_error perr;
   hr_request req;
   char why[160];
@@ -300,12 +311,14 @@ static void refuse_line(hr__conn *c, const char *line, size_t len, int cut)
   (void)hr_proto_decode_request(line, len, &req, &perr);
   if(req.id < 0)
     req.id = -1;
-  hr__metrics_error(&c->d->metrics, HR_WERR_LIMIT_EXCEEDED);
   hr__conn_send_error(c, req.id, HR_WERR_LIMIT_EXCEEDED,
                       "over %d messages a second, %d at once "
                       "(max_messages_per_second, max_message_burst)%s",
                       cfg->max_messages_per_second, cfg->max_message_burst,
                       cut ? "; disconnecting" : "");
+  /* By the type it named; one that does not decode is "invalid", as the
+   * dispatcher would have counted it. */
+  count_refused(c->d, req.type, HR_WERR_LIMIT_EXCEEDED, t0);
   if(!cut)
     return;
   snprintf(why, sizeof(why), "flooding: %d messages in a row over "
@@ -362,10 +375,13 @@ void hr__conn_feed(hr__conn *c, const char *p, size_t n)
     size_t take = nl ? (size_t)(nl - p) : n;
 
     if(c->rlen + take > HR_PROTO_MAX_LINE - 1) {
+      uint64_t t0 = uv_hrtime();
       hr__notice("client %lld (pid %d): message over %d bytes; closing",
                  (long long)c->id, c->peer.pid, HR_PROTO_MAX_LINE);
       hr__conn_send_error(c, -1, HR_WERR_TOO_LARGE,
                           "message longer than %d bytes", HR_PROTO_MAX_LINE);
+      /* Never read, so never decoded: "invalid". */
+      count_refused(c->d, HR_MSG_NONE, HR_WERR_TOO_LARGE, t0);
       hr__conn_drain(c, "message too large");
       return;
     }

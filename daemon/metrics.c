@@ -51,6 +51,16 @@ void hr__metrics_latency(hr__metrics *m, uint64_t ns)
   bump(&m->latency_sum_us, (int64_t)((ns + 500) / 1000));
 }
 
+void hr__metrics_refused(hr__metrics *m, hr_msg_type type,
+                         hr_wire_error code, uint64_t ns)
+{
+  if(!m)
+    return;
+  hr__metrics_request(m, type);
+  hr__metrics_error(m, code);
+  hr__metrics_latency(m, ns);
+}
+
 void hr__metrics_resumed(hr__metrics *m, int64_t degraded_ms)
 {
   if(!m || degraded_ms <= 0)

@@ -39,6 +39,14 @@ void hr__metrics_error(hr__metrics *m, hr_wire_error code);
 /* One request's latency, framed to reply queued, in nanoseconds. */
 void hr__metrics_latency(hr__metrics *m, uint64_t ns);
 
+/* One line answered with an error before it was served (over the client's
+ * message rate, or over the size limit), `ns` after it was framed: counted
+ * as a request of `type` (HR_MSG_NONE: it was not read), an error of
+ * `code` and a latency, as a served line is, so that the requests add up
+ * to the successful replies plus the errors. */
+void hr__metrics_refused(hr__metrics *m, hr_msg_type type,
+                         hr_wire_error code, uint64_t ns);
+
 /* A hello from a client that ran `degraded_ms` (> 0) without a daemon. */
 void hr__metrics_resumed(hr__metrics *m, int64_t degraded_ms);
 

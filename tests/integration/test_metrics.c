@@ -865,6 +865,81 @@ static void test_resumed_clients(void **state)
   hr_client_close(b);
 }
 
+/* Lines answered by the connection code rather than served (over the
+ * message rate, over the size limit) are requests too: the requests add
+ * up to the successful replies plus the error replies, and each has a
+ * latency, whoever answered it. */
+static void test_refused_lines_add_up(void **state)
+{
+  static char big[HR_PROTO_MAX_LINE + 16];
+  static char lines[32 * 64];
+  int64_t sum_req = 0, sum_err = 0;
+  int i, ok = 0, errs = 0, limited = 0;
+  size_t len = 0;
+  hr_request req;
+  hr_reply rep;
+  th_raw r, o, m;
+  (void)state;
+
+  assert_int_equal(th_daemon_start(&daemon_, "max_messages_per_second = 1\n"
+                                   "max_message_burst = 10\n"), 0);
+  /* hello takes one of the 10: of 16 policy_gets in one write, 9 are
+   * served (the rate adds at most one more) and the rest refused, fewer
+   * in a row than would cut the client off. */
+  assert_int_equal(th_raw_open(&r, daemon_.socket), 0);
+  ok++;
+  for(i = 0; i < 16; i++)
+    len += (size_t)snprintf(lines + len, sizeof(lines) - len,
+                            "{\"id\":%d,\"type\":\"policy_get\"}\n", 10 + i);
+  assert_int_equal(th_raw_send(&r, lines, len), 0);
+  for(i = 0; i < 16; i++) {
+    assert_int_equal(th_raw_reply(&r, &rep, 3000), 0);
+    assert_true(rep.id == 10 + i);
+    if(rep.type == HR_MSG_POLICY_GET) {
+      ok++;
+    } else {
+      assert_int_equal(rep.type, HR_MSG_ERROR);
+      assert_int_equal(rep.u.error.code, HR_WERR_LIMIT_EXCEEDED);
+      errs++;
+      limited++;
+    }
+  }
+  assert_in_range(limited, 5, 7);
+
+  /* A line over 64 KiB: too_large, and the connection is closed. */
+  assert_int_equal(th_raw_open(&o, daemon_.socket), 0);
+  ok++;
+  memset(big, 'x', sizeof(big) - 1);
+  big[sizeof(big) - 1] = '\n';
+  assert_int_equal(th_raw_send(&o, big, sizeof(big)), 0);
+  expect_error(&o, -1, HR_WERR_TOO_LARGE);
+  errs++;
+  th_raw_close(&o);
+
+  /* Read the counters from a third client: its hello and this metrics
+   * request are counted, the metrics request's latency not yet. */
+  assert_int_equal(th_raw_open(&m, daemon_.socket), 0);
+  ok++;
+  memset(&req, 0, sizeof(req));
+  req.type = HR_MSG_METRICS;
+  req.id = 2;
+  assert_int_equal(th_raw_request(&m, &req, &rep), 0);
+  assert_int_equal(rep.type, HR_MSG_METRICS);
+  for(i = 0; i < HR_MSG_COUNT; i++)
+    sum_req += rep.u.metrics.requests[i];
+  for(i = 0; i < HR_WERR_COUNT; i++)
+    sum_err += rep.u.metrics.errors[i];
+  assert_int_equal(rep.u.metrics.requests[HR_MSG_POLICY_GET], 16);
+  assert_int_equal(rep.u.metrics.requests[HR_MSG_NONE], 1);
+  assert_int_equal(rep.u.metrics.errors[HR_WERR_LIMIT_EXCEEDED], limited);
+  assert_int_equal(rep.u.metrics.errors[HR_WERR_TOO_LARGE], 1);
+  assert_int_equal(sum_err, errs);
+  assert_int_equal(sum_req, ok + errs + 1);
+  assert_int_equal(rep.u.metrics.latency_count, sum_req - 1);
+  th_raw_close(&m);
+  th_raw_close(&r);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -875,6 +950,7 @@ int main(void)
     cmocka_unit_test_setup_teardown(test_agnostic_degraded, setup,
                                     teardown),
     cmocka_unit_test_setup_teardown(test_resumed_clients, setup, teardown),
+    cmocka_unit_test_teardown(test_refused_lines_add_up, teardown),
   };
 
   return cmocka_run_group_tests(tests, NULL, NULL);
