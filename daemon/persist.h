@@ -9,7 +9,8 @@
  * Writes are atomic (temporary file, fsync, rename, fsync of the folder),
  * so a crash leaves the old file or the new one, never half of either. A
  * file that fails to parse or check is moved aside as
- * state.json.corrupt-<unix time> and never trusted.
+ * state.json.corrupt-<unix time> (.1, .2, ... after it when that name is
+ * taken: one never replaces another) and never trusted.
  */
 #ifndef HR_DAEMON_PERSIST_H
 #define HR_DAEMON_PERSIST_H

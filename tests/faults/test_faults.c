@@ -16,7 +16,8 @@
  *    before the last one.
  *  - a damaged state file (truncated, garbage, empty, out of range) is
  *    moved aside, logged at err, and not trusted; the daemon starts
- *    fresh and saves a good file again.
+ *    fresh and saves a good file again. Damaged files found by restarts
+ *    in quick succession are each kept under a name of their own.
  *
  * HEADROOM_TIME_SCALE (default 1) stretches the time bounds for slow runs
  * (test-asan, test-valgrind).
@@ -601,12 +602,65 @@ static void test_damaged_state_file(void **state)
   free(good);
 }
 
+/* Every state.json.corrupt-* file: how many, and whether one holds
+ * exactly `want`. */
+static int asides_holding(const char *want, int *found)
+{
+  DIR *d = opendir(daemon_.state_dir);
+  struct dirent *e;
+  char path[600], *text;
+  size_t len;
+  int n = 0;
+
+  assert_non_null(d);
+  *found = 0;
+  while((e = readdir(d))) {
+    if(strncmp(e->d_name, "state.json.corrupt-", 19))
+      continue;
+    n++;
+    snprintf(path, sizeof(path), "%s/%s", daemon_.state_dir, e->d_name);
+    text = read_all(path, &len);
+    if(len == strlen(want) && !memcmp(text, want, len))
+      *found = 1;
+    free(text);
+  }
+  closedir(d);
+  return n;
+}
+
+/* A daemon restarted in a loop on damaged files sets each one aside
+ * under its own name, however fast it goes (the name holds the second,
+ * so two restarts in one second once kept only the last file). */
+static void test_damaged_twice_in_a_second(void **state)
+{
+  static const char *bad[] = {"{\"format\":1,", "garbage", "[]"};
+  char file[400];
+  int k, found;
+  (void)state;
+
+  assert_int_equal(th_daemon_start(&daemon_, NULL), 0);
+  assert_int_equal(th_daemon_stop(&daemon_), 0);
+  snprintf(file, sizeof(file), "%s/state.json", daemon_.state_dir);
+  for(k = 0; k < 3; k++) {
+    write_all(file, bad[k], strlen(bad[k]));
+    assert_int_equal(th_daemon_restart(&daemon_), 0);
+    assert_int_equal(th_daemon_stop(&daemon_), 0);
+  }
+  assert_int_equal(log_count("is corrupt"), 3);
+  for(k = 0; k < 3; k++) {
+    assert_int_equal(asides_holding(bad[k], &found), 3);
+    if(!found)
+      fail_msg("damaged file %d (%s) was not kept", k, bad[k]);
+  }
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(test_kill_under_load, teardown),
     cmocka_unit_test_teardown(test_kill_during_saves, teardown),
     cmocka_unit_test_teardown(test_damaged_state_file, teardown),
+    cmocka_unit_test_teardown(test_damaged_twice_in_a_second, teardown),
   };
   signal(SIGPIPE, SIG_IGN);
   return cmocka_run_group_tests_name("faults", tests, NULL, NULL);

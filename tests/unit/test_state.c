@@ -753,6 +753,27 @@ static int count_entries(const char *dir, const char *prefix)
   return n;
 }
 
+static long file_size(const char *path)
+{
+  struct stat st;
+
+  if(stat(path, &st))
+    return -1;
+  return (long)st.st_size;
+}
+
+static void write_text(const char *dir, const char *name, const char *text)
+{
+  char path[256];
+  FILE *f;
+
+  snprintf(path, sizeof(path), "%s/%s", dir, name);
+  f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  assert_int_equal(fclose(f), 0);
+}
+
 static void test_persist_files(void **state)
 {
   hr__persist p;
@@ -790,22 +811,42 @@ static void test_persist_files(void **state)
   snprintf(path, sizeof(path), "%s/state.json.corrupt-1234", sub);
   assert_int_equal(access(path, F_OK), 0);
   hr__state_free(&b);
+  assert_int_equal(file_size(path), 40);
+
+  /* Another damaged file in the same second (a daemon restarted in a
+   * loop): both are kept, the first one untouched. */
+  write_text(sub, "state.json", "{\"format\":1,");
+  state_of(&b, 2);
+  assert_int_equal(hr__persist_load(&p, &b, 1234), HR_OK);
+  hr__state_free(&b);
+  assert_int_equal(file_size(path), 40);
+  snprintf(path, sizeof(path), "%s/state.json.corrupt-1234.1", sub);
+  assert_int_equal(file_size(path), 12);
+  /* And a third: the next free name. */
+  write_text(sub, "state.json", "[]");
+  state_of(&b, 2);
+  assert_int_equal(hr__persist_load(&p, &b, 1234), HR_OK);
+  hr__state_free(&b);
+  snprintf(path, sizeof(path), "%s/state.json.corrupt-1234.2", sub);
+  assert_int_equal(file_size(path), 2);
+  assert_int_equal(count_entries(sub, "state.json.corrupt-"), 3);
+  snprintf(path, sizeof(path), "%s/state.json", sub);
+  assert_int_equal(access(path, F_OK), -1);
 
   /* Garbage of the right shape but the wrong type. */
-  snprintf(path, sizeof(path), "%s/state.json", sub);
   f = fopen(path, "w");
   assert_non_null(f);
   fputs("{\"format\":1,\"next_incident\":\"x\",\"gpus\":[]}\n", f);
   fclose(f);
   state_of(&b, 2);
   assert_int_equal(hr__persist_load(&p, &b, 1235), HR_OK);
-  assert_int_equal(count_entries(sub, "state.json.corrupt-"), 2);
+  assert_int_equal(count_entries(sub, "state.json.corrupt-"), 4);
   hr__state_free(&b);
 
   /* No file at all: fresh, nothing moved. */
   state_of(&b, 2);
   assert_int_equal(hr__persist_load(&p, &b, 1236), HR_OK);
-  assert_int_equal(count_entries(sub, "state.json.corrupt-"), 2);
+  assert_int_equal(count_entries(sub, "state.json.corrupt-"), 4);
   hr__state_free(&b);
   hr__state_free(&a);
 }
