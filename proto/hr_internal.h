@@ -27,6 +27,7 @@ const char *hr__wire_error_name_i(int i);
 const char *hr__incident_kind_name_i(int i);
 const char *hr__topology_source_name_i(int i);
 const char *hr__budget_source_name_i(int i);
+const char *hr__status_detail_name_i(int i);
 
 /* 1 for a mega kernel cluster size the protocol accepts: 1, 2, 4 or 8. */
 int hr__cluster_valid(int cluster);

@@ -147,6 +147,18 @@ const char *hr_budget_source_name(hr_budget_source s)
   return budget_source_names[s];
 }
 
+static const char *const status_detail_names[HR_STATUS_DETAIL_COUNT] = {
+  [HR_STATUS_FULL] = "full",
+  [HR_STATUS_SUMMARY] = "summary",
+};
+
+const char *hr_status_detail_name(hr_status_detail detail)
+{
+  if((int)detail < 0 || detail >= HR_STATUS_DETAIL_COUNT)
+    return NULL;
+  return status_detail_names[detail];
+}
+
 const char *hr_mode_name(hr_mode mode)
 {
   if((int)mode < 0 || mode >= HR_MODE_COUNT)
@@ -203,4 +215,9 @@ const char *hr__topology_source_name_i(int i)
 const char *hr__budget_source_name_i(int i)
 {
   return hr_budget_source_name((hr_budget_source)i);
+}
+
+const char *hr__status_detail_name_i(int i)
+{
+  return hr_status_detail_name((hr_status_detail)i);
 }

@@ -220,6 +220,21 @@ typedef struct hr_req_subscribe {
   int gpu;                          /* -1: every GPU */
 } hr_req_subscribe;
 
+/* How much a status reply holds (§5.6): everything, or the budgets and
+ * the counts without a list, whose size does not grow with the clients. */
+typedef enum hr_status_detail {
+  HR_STATUS_FULL = 0,               /* every client, footprint, lease and
+                                     * recent incident, listed */
+  HR_STATUS_SUMMARY,                /* budgets and counts only */
+  HR_STATUS_DETAIL_COUNT
+} hr_status_detail;
+
+const char *hr_status_detail_name(hr_status_detail detail); /* "summary" */
+
+typedef struct hr_req_status {
+  hr_status_detail detail;          /* HR_STATUS_FULL: left out */
+} hr_req_status;
+
 typedef struct hr_req_policy_set {
   unsigned fields;                  /* HR_POLICY_* bits present */
   hr_policy policy;
@@ -236,8 +251,9 @@ typedef struct hr_request {
     hr_req_release release;
     hr_req_report report;
     hr_req_subscribe subscribe;
+    hr_req_status status;
     hr_req_policy_set policy_set;
-    /* status, policy_get and metrics carry nothing */
+    /* policy_get and metrics carry nothing */
   } u;
 } hr_request;
 
@@ -278,6 +294,12 @@ typedef struct hr_status_gpu {
   int comm_ctas;                    /* CTAs in flight, all footprints */
   int raised;                       /* headroom added by incidents */
   int n_clients;                    /* clients holding state on this GPU */
+  /* What the GPU holds, counted, in either kind of status: a decoder
+   * fills them from the lists of a full one. */
+  int comm_count;                   /* footprints */
+  int lease_count[HR_MODE_COUNT];   /* leases by mode */
+  int incident_count;               /* incidents kept (at most 32) */
+  /* The lists: full status only (a summary has none: 0 and NULL). */
   int n_comms, n_leases, n_incidents;
   hr_status_comm *comms;
   hr_status_lease *leases;
@@ -290,7 +312,12 @@ typedef struct hr_status {
   int64_t requests;                 /* served since start */
   hr_topology_source topology_source;
   hr_policy policy;
-  int n_clients;
+  hr_status_detail detail;
+  /* A summary sent in answer to a full request, because the full status
+   * would have passed HR_PROTO_MAX_LINE. Summary only. */
+  bool truncated;
+  int client_count;                 /* connected clients, in either kind */
+  int n_clients;                    /* listed: full status only */
   hr_status_client *clients;
   int n_gpus;
   hr_status_gpu *gpus;

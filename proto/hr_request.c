@@ -89,6 +89,11 @@ static void encode_body(hr__enc *e, cJSON *o, const hr_request *req)
     if(req->u.subscribe.gpu != -1)  /* -1: every GPU, left out */
       hr__enc_i64(e, o, "gpu", req->u.subscribe.gpu, 0, HR_MAX_GPUS - 1);
     break;
+  case HR_MSG_STATUS:
+    if(req->u.status.detail != HR_STATUS_FULL) /* the default, left out */
+      hr__enc_name(e, o, "detail",
+                   hr_status_detail_name(req->u.status.detail));
+    break;
   case HR_MSG_POLICY_SET:
     if(!req->u.policy_set.fields || (req->u.policy_set.fields &
                                      ~(unsigned)HR__POLICY_ALL))
@@ -96,7 +101,7 @@ static void encode_body(hr__enc *e, cJSON *o, const hr_request *req)
     hr__policy_encode(e, o, "policy", &req->u.policy_set.policy,
                       req->u.policy_set.fields);
     break;
-  default:                          /* status, policy_get, metrics */
+  default:                          /* policy_get, metrics */
     break;
   }
 }
@@ -181,6 +186,15 @@ static void decode_report(hr__dec *d, const cJSON *o, hr_req_report *r)
                  sizeof(r->message));
 }
 
+static void decode_status(hr__dec *d, const cJSON *o, hr_req_status *r)
+{
+  int detail = HR_STATUS_FULL;
+
+  hr__dec_enum(d, o, "detail", HR__OPTIONAL, hr__status_detail_name_i,
+               HR_STATUS_DETAIL_COUNT, &detail);
+  r->detail = (hr_status_detail)detail;
+}
+
 static void decode_policy_set(hr__dec *d, const cJSON *o,
                               hr_req_policy_set *r)
 {
@@ -219,10 +233,13 @@ static void decode_body(hr__dec *d, const cJSON *o, hr_request *req)
     hr__dec_int(d, o, "gpu", HR__OPTIONAL, 0, HR_MAX_GPUS - 1,
                 &req->u.subscribe.gpu);
     break;
+  case HR_MSG_STATUS:
+    decode_status(d, o, &req->u.status);
+    break;
   case HR_MSG_POLICY_SET:
     decode_policy_set(d, o, &req->u.policy_set);
     break;
-  default:                          /* status, policy_get, metrics */
+  default:                          /* policy_get, metrics */
     break;
   }
 }

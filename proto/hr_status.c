@@ -9,6 +9,13 @@
  * the encoder answers HR_ETOOLARGE past the line cap rather than sending a
  * message no peer would accept, and the daemon keeps only the most recent
  * incidents per GPU so that a flapping kernel cannot grow it without end.
+ *
+ * A summary status has the same head and GPUs but counts where the full
+ * one has lists, so its size depends on the GPUs alone (64 of them fit a
+ * line): the daemon sends one when asked, and instead of a full status
+ * that would not fit. It leaves the lists out rather than sending them
+ * empty, so that a reader from before summaries refuses it instead of
+ * taking it for an idle node.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -93,7 +100,22 @@ static void encode_incident(hr__enc *e, cJSON *o,
     hr__enc_string(e, o, "message", in->message, sizeof(in->message));
 }
 
-static void encode_gpu(hr__enc *e, cJSON *o, const hr_status_gpu *g)
+/* A summary's counts in place of the lists. */
+static void encode_counts(hr__enc *e, cJSON *o, const hr_status_gpu *g)
+{
+  cJSON *modes;
+  int m;
+
+  hr__enc_i64(e, o, "comm_count", g->comm_count, 0, HR__INT32_MAX);
+  modes = hr__enc_object(e, o, "lease_count");
+  for(m = 0; !e->rc && m < HR_MODE_COUNT; m++)
+    hr__enc_i64(e, modes, hr_mode_name((hr_mode)m), g->lease_count[m], 0,
+                HR__INT32_MAX);
+  hr__enc_i64(e, o, "incident_count", g->incident_count, 0, HR__INT32_MAX);
+}
+
+static void encode_gpu(hr__enc *e, cJSON *o, const hr_status_gpu *g,
+                       hr_status_detail detail)
 {
   cJSON *list;
   int i;
@@ -104,6 +126,10 @@ static void encode_gpu(hr__enc *e, cJSON *o, const hr_status_gpu *g)
   hr__enc_i64(e, o, "comm_ctas", g->comm_ctas, 0, HR__INT32_MAX);
   hr__enc_i64(e, o, "raised", g->raised, 0, HR_MAX_SMS);
   hr__enc_i64(e, o, "clients", g->n_clients, 0, HR__INT32_MAX);
+  if(detail == HR_STATUS_SUMMARY) {
+    encode_counts(e, o, g);
+    return;
+  }
   if(!array_ok(g->n_comms, g->comms) || !array_ok(g->n_leases, g->leases) ||
      !array_ok(g->n_incidents, g->incidents))
     hr__enc_fail(e, HR_EINVAL);
@@ -130,15 +156,24 @@ void hr__status_encode(hr__enc *e, cJSON *parent, const char *name,
   hr__enc_name(e, o, "topology_source",
                hr_topology_source_name(s->topology_source));
   hr__policy_encode(e, o, "policy", &s->policy, HR__POLICY_ALL);
-  if(!array_ok(s->n_clients, s->clients) || !array_ok(s->n_gpus, s->gpus) ||
-     s->n_gpus > HR_MAX_GPUS)
+  if(!array_ok(s->n_gpus, s->gpus) || s->n_gpus > HR_MAX_GPUS)
     hr__enc_fail(e, HR_EINVAL);
-  list = hr__enc_array(e, o, "clients");
-  for(i = 0; !e->rc && i < s->n_clients; i++)
-    encode_client(e, hr__enc_object(e, list, NULL), &s->clients[i]);
+  if(s->detail == HR_STATUS_SUMMARY) {
+    hr__enc_name(e, o, "detail", hr_status_detail_name(s->detail));
+    hr__enc_bool(e, o, "truncated", s->truncated);
+    hr__enc_i64(e, o, "client_count", s->client_count, 0, HR__INT32_MAX);
+  } else {
+    /* Full, the default, is left out; only a summary can be truncated. */
+    if(s->detail != HR_STATUS_FULL || s->truncated ||
+       !array_ok(s->n_clients, s->clients))
+      hr__enc_fail(e, HR_EINVAL);
+    list = hr__enc_array(e, o, "clients");
+    for(i = 0; !e->rc && i < s->n_clients; i++)
+      encode_client(e, hr__enc_object(e, list, NULL), &s->clients[i]);
+  }
   list = hr__enc_array(e, o, "gpus");
   for(i = 0; !e->rc && i < s->n_gpus; i++)
-    encode_gpu(e, hr__enc_object(e, list, NULL), &s->gpus[i]);
+    encode_gpu(e, hr__enc_object(e, list, NULL), &s->gpus[i], s->detail);
 }
 
 /* ---- Decoding ---------------------------------------------------------- */
@@ -252,10 +287,45 @@ static void incident_item(hr__dec *d, const cJSON *o, void *p)
   decode_incident(d, o, p);
 }
 
-static void gpu_item(hr__dec *d, const cJSON *o, void *p)
+/* The counts of a full status, from its lists. */
+static void count_lists(hr_status_gpu *g)
 {
-  hr_status_gpu *g = p;
-  void *items;
+  int i;
+
+  g->comm_count = g->n_comms;
+  g->incident_count = g->n_incidents;
+  memset(g->lease_count, 0, sizeof(g->lease_count));
+  for(i = 0; i < g->n_leases; i++)
+    if((int)g->leases[i].mode >= 0 && g->leases[i].mode < HR_MODE_COUNT)
+      g->lease_count[g->leases[i].mode]++;
+}
+
+static void decode_counts(hr__dec *d, const cJSON *o, hr_status_gpu *g)
+{
+  const cJSON *modes;
+  size_t mark;
+  int m;
+
+  hr__dec_int(d, o, "comm_count", HR__REQUIRED, 0, HR__INT32_MAX,
+              &g->comm_count);
+  modes = hr__dec_object(d, o, "lease_count", HR__REQUIRED);
+  if(modes) {
+    mark = hr__dec_enter(d, "lease_count");
+    /* By mode name; a mode this side lacks is ignored, one the daemon
+     * lacks reads as 0, as in metrics. */
+    for(m = 0; m < HR_MODE_COUNT; m++) {
+      g->lease_count[m] = 0;
+      hr__dec_int(d, modes, hr_mode_name((hr_mode)m), HR__OPTIONAL, 0,
+                  HR__INT32_MAX, &g->lease_count[m]);
+    }
+    hr__dec_leave(d, mark);
+  }
+  hr__dec_int(d, o, "incident_count", HR__REQUIRED, 0, HR__INT32_MAX,
+              &g->incident_count);
+}
+
+static void gpu_head(hr__dec *d, const cJSON *o, hr_status_gpu *g)
+{
   int source;
 
   hr__gpu_info_decode(d, o, &g->info);
@@ -271,6 +341,22 @@ static void gpu_item(hr__dec *d, const cJSON *o, void *p)
   hr__dec_int(d, o, "raised", HR__REQUIRED, 0, HR_MAX_SMS, &g->raised);
   hr__dec_int(d, o, "clients", HR__REQUIRED, 0, HR__INT32_MAX,
               &g->n_clients);
+}
+
+static void gpu_summary_item(hr__dec *d, const cJSON *o, void *p)
+{
+  hr_status_gpu *g = p;
+
+  gpu_head(d, o, g);
+  decode_counts(d, o, g);
+}
+
+static void gpu_item(hr__dec *d, const cJSON *o, void *p)
+{
+  hr_status_gpu *g = p;
+  void *items;
+
+  gpu_head(d, o, g);
   decode_list(d, o, "comms", MAX_ITEMS, sizeof(hr_status_comm), comm_item,
               &items, &g->n_comms);
   g->comms = items;
@@ -280,6 +366,8 @@ static void gpu_item(hr__dec *d, const cJSON *o, void *p)
   decode_list(d, o, "incidents", MAX_ITEMS, sizeof(hr_status_incident),
               incident_item, &items, &g->n_incidents);
   g->incidents = items;
+  if(!d->rc)
+    count_lists(g);
 }
 
 void hr__status_decode(hr__dec *d, const cJSON *parent, const char *name,
@@ -288,7 +376,7 @@ void hr__status_decode(hr__dec *d, const cJSON *parent, const char *name,
   const cJSON *o = hr__dec_object(d, parent, name, HR__REQUIRED);
   unsigned fields;
   void *items;
-  int source = 0;
+  int source = 0, detail;
   size_t mark;
 
   memset(s, 0, sizeof(*s));
@@ -302,10 +390,23 @@ void hr__status_decode(hr__dec *d, const cJSON *parent, const char *name,
                hr__topology_source_name_i, HR_TOPO_COUNT, &source);
   s->topology_source = (hr_topology_source)source;
   hr__policy_decode(d, o, "policy", &s->policy, HR__POLICY_ALL, &fields);
-  decode_list(d, o, "clients", MAX_ITEMS, sizeof(hr_status_client),
-              client_item, &items, &s->n_clients);
-  s->clients = items;
-  decode_list(d, o, "gpus", HR_MAX_GPUS, sizeof(hr_status_gpu), gpu_item,
+  /* Absent: full, as from a daemon from before summaries. */
+  detail = HR_STATUS_FULL;
+  hr__dec_enum(d, o, "detail", HR__OPTIONAL, hr__status_detail_name_i,
+               HR_STATUS_DETAIL_COUNT, &detail);
+  s->detail = (hr_status_detail)detail;
+  if(s->detail == HR_STATUS_SUMMARY) {
+    hr__dec_bool(d, o, "truncated", HR__REQUIRED, &s->truncated);
+    hr__dec_int(d, o, "client_count", HR__REQUIRED, 0, HR__INT32_MAX,
+                &s->client_count);
+  } else {
+    decode_list(d, o, "clients", MAX_ITEMS, sizeof(hr_status_client),
+                client_item, &items, &s->n_clients);
+    s->clients = items;
+    s->client_count = s->n_clients;
+  }
+  decode_list(d, o, "gpus", HR_MAX_GPUS, sizeof(hr_status_gpu),
+              s->detail == HR_STATUS_SUMMARY ? gpu_summary_item : gpu_item,
               &items, &s->n_gpus);
   s->gpus = items;
   hr__dec_leave(d, mark);

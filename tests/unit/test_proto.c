@@ -509,6 +509,19 @@ static void test_request_report(void **state)
   assert_string_equal(out.u.report.message, "");
 }
 
+/* `in` encodes to exactly `want` ('\n' included). */
+static void expect_request_bytes(const hr_request *in, const char *want)
+{
+  hr_buf b;
+
+  encoded_request(in, &b);
+  if(b.len != strlen(want) || memcmp(b.data, want, b.len))
+    print_error("encoded %.*s\n   want %s", (int)b.len, b.data, want);
+  assert_int_equal(b.len, strlen(want));
+  assert_memory_equal(b.data, want, b.len);
+  hr_buf_free(&b);
+}
+
 static void test_request_small(void **state)
 {
   hr_request in, out;
@@ -519,6 +532,35 @@ static void test_request_small(void **state)
   in.type = HR_MSG_STATUS;
   in.id = 10;
   roundtrip_request(&in, &out);
+
+  assert_int_equal(out.u.status.detail, HR_STATUS_FULL);
+  expect_request_bytes(&in, "{\"id\":10,\"type\":\"status\"}\n");
+  in.u.status.detail = HR_STATUS_SUMMARY;
+  roundtrip_request(&in, &out);
+  assert_int_equal(out.u.status.detail, HR_STATUS_SUMMARY);
+  expect_request_bytes(&in, "{\"id\":10,\"type\":\"status\","
+                       "\"detail\":\"summary\"}\n");
+  /* "full" may be sent; it is the default, so it is never written. */
+  {
+    static const char full[] = "{\"id\":3,\"type\":\"status\","
+                               "\"detail\":\"full\"}";
+    hr_proto_error err;
+    assert_int_equal(hr_proto_decode_request(full, strlen(full), &out, &err),
+                     HR_OK);
+    assert_int_equal(out.u.status.detail, HR_STATUS_FULL);
+  }
+  {
+    hr_buf b;
+    hr_buf_init(&b, 0);
+    in.u.status.detail = HR_STATUS_DETAIL_COUNT;
+    assert_int_equal(hr_proto_encode_request(&in, &b), HR_EINVAL);
+    in.u.status.detail = (hr_status_detail)-1;
+    assert_int_equal(hr_proto_encode_request(&in, &b), HR_EINVAL);
+    assert_int_equal(b.len, 0);
+    hr_buf_free(&b);
+  }
+  memset(&in, 0, sizeof(in));
+  in.id = 10;
 
   in.type = HR_MSG_POLICY_GET;
   roundtrip_request(&in, &out);
@@ -856,6 +898,16 @@ static void test_reply_status(void **state)
   sample_status(&in.u.status);
   roundtrip_reply(&in, &out);
   assert_status_equal(&out.u.status, &in.u.status);
+  /* A full status is counted from its lists as it is read. */
+  assert_int_equal(out.u.status.detail, HR_STATUS_FULL);
+  assert_false(out.u.status.truncated);
+  assert_int_equal(out.u.status.client_count, 3);
+  assert_int_equal(out.u.status.gpus[2].comm_count, 2);
+  assert_int_equal(out.u.status.gpus[2].lease_count[HR_MODE_HEADROOM], 1);
+  assert_int_equal(out.u.status.gpus[2].lease_count[HR_MODE_COOPERATIVE], 1);
+  assert_int_equal(out.u.status.gpus[2].lease_count[HR_MODE_AGNOSTIC], 0);
+  assert_int_equal(out.u.status.gpus[2].incident_count, 4);
+  assert_int_equal(out.u.status.gpus[0].incident_count, 0);
   hr_reply_free(&out);
   assert_null(out.u.status.gpus);
   assert_null(out.u.status.clients);
@@ -871,6 +923,166 @@ static void test_reply_status(void **state)
   assert_status_equal(&out.u.status, &in.u.status);
   assert_null(out.u.status.gpus);
   hr_reply_free(&out);
+}
+
+/* sample_status() as a summary: the counts, and no list. */
+static void sample_summary(hr_status *s, int truncated)
+{
+  int g, m;
+
+  sample_status(s);
+  free(s->clients);
+  s->clients = NULL;
+  s->n_clients = 0;
+  s->detail = HR_STATUS_SUMMARY;
+  s->truncated = truncated;
+  s->client_count = 612;
+  for(g = 0; g < s->n_gpus; g++) {
+    hr_status_gpu *gp = &s->gpus[g];
+    gp->comm_count = 100 * g + 1;
+    for(m = 0; m < HR_MODE_COUNT; m++)
+      gp->lease_count[m] = 10 * g + m;
+    gp->incident_count = g * 2;
+    free(gp->comms);
+    free(gp->leases);
+    free(gp->incidents);
+    gp->comms = NULL;
+    gp->leases = NULL;
+    gp->incidents = NULL;
+    gp->n_comms = gp->n_leases = gp->n_incidents = 0;
+  }
+}
+
+static void test_reply_status_summary(void **state)
+{
+  hr_reply in, out;
+  hr_buf b;
+  int g, m, t;
+
+  (void)state;
+  for(t = 0; t < 2; t++) {
+    memset(&in, 0, sizeof(in));
+    in.type = HR_MSG_STATUS;
+    in.id = 79;
+    sample_summary(&in.u.status, t);
+    roundtrip_reply(&in, &out);
+    assert_int_equal(out.u.status.detail, HR_STATUS_SUMMARY);
+    assert_int_equal(out.u.status.truncated, t);
+    assert_int_equal(out.u.status.client_count, 612);
+    assert_int_equal(out.u.status.n_clients, 0);
+    assert_null(out.u.status.clients);
+    assert_int_equal(out.u.status.n_gpus, 3);
+    for(g = 0; g < 3; g++) {
+      const hr_status_gpu *x = &out.u.status.gpus[g];
+      const hr_status_gpu *y = &in.u.status.gpus[g];
+      assert_budget_equal(&x->budget, &y->budget);
+      assert_int_equal(x->n_clients, y->n_clients);
+      assert_int_equal(x->comm_ctas, y->comm_ctas);
+      assert_int_equal(x->raised, y->raised);
+      assert_int_equal(x->comm_count, y->comm_count);
+      for(m = 0; m < HR_MODE_COUNT; m++)
+        assert_int_equal(x->lease_count[m], y->lease_count[m]);
+      assert_int_equal(x->incident_count, y->incident_count);
+      assert_int_equal(x->n_comms + x->n_leases + x->n_incidents, 0);
+      assert_null(x->comms);
+      assert_null(x->leases);
+      assert_null(x->incidents);
+    }
+    hr_reply_free(&out);
+    /* No list on the wire, not even an empty one: a reader from before
+     * summaries must refuse it rather than see an idle node. */
+    encoded_reply(&in, &b);
+    assert_null(strstr(b.data, "\"clients\":["));
+    assert_null(strstr(b.data, "\"comms\""));
+    assert_null(strstr(b.data, "\"leases\""));
+    assert_null(strstr(b.data, "\"incidents\""));
+    assert_non_null(strstr(b.data, "\"detail\":\"summary\""));
+    hr_buf_free(&b);
+    hr_status_free(&in.u.status);
+  }
+
+  /* Only a summary is ever truncated; a detail must have a name. */
+  memset(&in, 0, sizeof(in));
+  in.type = HR_MSG_STATUS;
+  in.id = 80;
+  sample_status(&in.u.status);
+  hr_buf_init(&b, 0);
+  in.u.status.truncated = 1;
+  assert_int_equal(hr_proto_encode_reply(&in, &b), HR_EINVAL);
+  in.u.status.truncated = 0;
+  in.u.status.detail = HR_STATUS_DETAIL_COUNT;
+  assert_int_equal(hr_proto_encode_reply(&in, &b), HR_EINVAL);
+  assert_int_equal(b.len, 0);
+  hr_buf_free(&b);
+  hr_status_free(&in.u.status);
+}
+
+/* The largest summary there can be, 64 GPUs with every name and number at
+ * its longest, still fits one line: it is what the daemon falls back to. */
+static void test_summary_always_fits(void **state)
+{
+  hr_reply rep, out;
+  hr_proto_error err;
+  hr_status *s = &rep.u.status;
+  hr_buf b;
+  int g, m;
+
+  (void)state;
+  memset(&rep, 0, sizeof(rep));
+  rep.type = HR_MSG_STATUS;
+  rep.id = HR_PROTO_MAX_ID;
+  /* '"' is written as two bytes: the longest name a peer can give. */
+  memset(s->daemon, '"', HR_NAME_MAX - 1);
+  s->uptime_ms = s->requests = HR_PROTO_MAX_ID;
+  s->topology_source = HR_TOPO_DEFAULT;
+  s->policy.min_headroom = s->policy.max_headroom = 1000;
+  s->policy.min_grid = 1000;
+  s->policy.incident_raise = 0;
+  s->detail = HR_STATUS_SUMMARY;
+  s->truncated = 1;
+  s->client_count = 2147483647;
+  s->n_gpus = HR_MAX_GPUS;
+  s->gpus = calloc(HR_MAX_GPUS, sizeof(*s->gpus));
+  assert_non_null(s->gpus);
+  for(g = 0; g < HR_MAX_GPUS; g++) {
+    hr_status_gpu *gp = &s->gpus[g];
+    gp->info.index = g;
+    gp->info.sms = 1024;
+    memset(gp->info.name, '"', HR_NAME_MAX - 1);
+    gp->budget.gpu = g;
+    gp->budget.epoch = 4294967295u;
+    gp->budget.mode = HR_MODE_HEADROOM;
+    gp->budget.sms = 1024;
+    gp->budget.cluster = 8;
+    gp->budget.headroom = 1000;
+    gp->budget.grid = 1000;
+    gp->budget.nccl_min_ctas = 64;
+    gp->budget.nccl_max_ctas = 64;
+    gp->budget.nccl_cga_cluster_size = 8;
+    gp->budget.nccl_nvls_enable = 2;
+    gp->budget.degraded = 0;
+    gp->budget.partition_granularity = 1000;
+    gp->budget.partition_comm_sms = 1000;
+    gp->budget.partition_nccl_max_ctas = 64;
+    gp->budget_source = HR_SOURCE_CALIBRATED;
+    gp->comm_ctas = gp->n_clients = 2147483647;
+    gp->raised = 1024;
+    gp->comm_count = gp->incident_count = 2147483647;
+    for(m = 0; m < HR_MODE_COUNT; m++)
+      gp->lease_count[m] = 2147483647;
+  }
+  hr_buf_init(&b, HR_PROTO_MAX_LINE);
+  assert_int_equal(hr_proto_encode_reply(&rep, &b), HR_OK);
+  /* With room to spare for a few more members in later versions. */
+  assert_true(b.len < HR_PROTO_MAX_LINE * 7 / 8);
+  assert_int_equal(hr_proto_decode_reply(b.data, b.len - 1, &out, &err),
+                   HR_OK);
+  assert_int_equal(out.u.status.n_gpus, HR_MAX_GPUS);
+  assert_int_equal(out.u.status.gpus[63].lease_count[HR_MODE_PARTITION],
+                   2147483647);
+  hr_reply_free(&out);
+  hr_buf_free(&b);
+  hr_status_free(s);
 }
 
 /* Metrics with every counter set and `n_gpus` GPUs; `big` puts every
@@ -1303,6 +1515,13 @@ static const bad_case bad_requests[] = {
   { "{\"id\":10,\"type\":\"subscribe\",\"gpu\":64}", BAD,
     "gpu: must be an integer 0..63", 10 },
   { "{\"id\":10,\"type\":\"subscribe\",\"gpu\":-1}", BAD, "gpu: must be", 10 },
+  /* status. */
+  { "{\"id\":12,\"type\":\"status\",\"detail\":\"short\"}", BAD,
+    "detail: must be \"full\" or \"summary\"", 12 },
+  { "{\"id\":12,\"type\":\"status\",\"detail\":1}", BAD,
+    "detail: must be", 12 },
+  { "{\"id\":12,\"type\":\"status\",\"detail\":\"full\","
+    "\"detail\":\"summary\"}", BAD, "detail: given more than once", 12 },
   /* policy_set. */
   { "{\"id\":11,\"type\":\"policy_set\"}", BAD, "policy: required", 11 },
   { "{\"id\":11,\"type\":\"policy_set\",\"policy\":3}", BAD,
@@ -1434,6 +1653,20 @@ static void test_bad_args(void **state)
 #define METRICS_GPU_HEAD \
   "{\"index\":0,\"sms\":132,\"headroom\":2,\"grid\":130,\"epoch\":1,"
 
+/* A status up to its policy, and a GPU up to its clients, for the rows
+ * below. */
+#define STATUS_HEAD \
+  "{\"id\":1,\"type\":\"status\",\"status\":{\"daemon\":\"d\"," \
+  "\"uptime_ms\":1,\"requests\":1,\"topology_source\":\"cuda\"," \
+  "\"policy\":{\"min_headroom\":2,\"max_headroom\":32,\"min_grid\":64," \
+  "\"incident_raise\":true},"
+#define STATUS_GPU_HEAD \
+  "{\"index\":0,\"sms\":132,\"name\":\"\",\"budget\":{\"gpu\":0," \
+  "\"epoch\":3,\"mode\":\"headroom\",\"sms\":132,\"cluster\":2," \
+  "\"headroom\":16,\"grid\":116,\"nccl\":{\"min_ctas\":1,\"max_ctas\":8," \
+  "\"cga_cluster_size\":1,\"nvls_enable\":0},\"degraded\":false}," \
+  "\"comm_ctas\":0,\"raised\":0,\"clients\":0,"
+
 static void test_bad_replies(void **state)
 {
   static const char budget_ok[] =
@@ -1562,6 +1795,37 @@ static void test_bad_replies(void **state)
       "\"incident_raise\":true},\"clients\":[{\"id\":1,\"pid\":1,\"uid\":0,"
       "\"gid\":0,\"name\":\"x\",\"subscribed\":true}],\"gpus\":[]}}", BAD,
       "status.clients[0].operator: required" },
+    /* A summary: its own members are required, the lists are not. */
+    { STATUS_HEAD "\"detail\":\"brief\",\"gpus\":[]}}", BAD,
+      "status.detail: must be \"full\" or \"summary\"" },
+    { STATUS_HEAD "\"detail\":\"summary\",\"client_count\":3,"
+      "\"gpus\":[]}}", BAD, "status.truncated: required" },
+    { STATUS_HEAD "\"detail\":\"summary\",\"truncated\":1,"
+      "\"client_count\":3,\"gpus\":[]}}", BAD,
+      "status.truncated: must be true or false" },
+    { STATUS_HEAD "\"detail\":\"summary\",\"truncated\":true,"
+      "\"gpus\":[]}}", BAD, "status.client_count: required" },
+    { STATUS_HEAD "\"detail\":\"summary\",\"truncated\":true,"
+      "\"client_count\":3}}", BAD, "status.gpus: required" },
+    { STATUS_HEAD "\"detail\":\"summary\",\"truncated\":true,"
+      "\"client_count\":3,\"gpus\":[" STATUS_GPU_HEAD "\"lease_count\":{},"
+      "\"incident_count\":0}]}}", BAD, "status.gpus[0].comm_count: required" },
+    { STATUS_HEAD "\"detail\":\"summary\",\"truncated\":true,"
+      "\"client_count\":3,\"gpus\":[" STATUS_GPU_HEAD "\"comm_count\":0,"
+      "\"incident_count\":0}]}}", BAD, "status.gpus[0].lease_count: required" },
+    { STATUS_HEAD "\"detail\":\"summary\",\"truncated\":true,"
+      "\"client_count\":3,\"gpus\":[" STATUS_GPU_HEAD "\"comm_count\":0,"
+      "\"lease_count\":{\"partition\":-2},\"incident_count\":0}]}}", BAD,
+      "status.gpus[0].lease_count.partition: must be an integer" },
+    { STATUS_HEAD "\"detail\":\"summary\",\"truncated\":true,"
+      "\"client_count\":3,\"gpus\":[" STATUS_GPU_HEAD "\"comm_count\":0,"
+      "\"lease_count\":{}}]}}", BAD,
+      "status.gpus[0].incident_count: required" },
+    /* A full status still needs its lists. */
+    { STATUS_HEAD "\"gpus\":[]}}", BAD, "status.clients: required" },
+    { STATUS_HEAD "\"detail\":\"full\",\"clients\":[],\"gpus\":["
+      STATUS_GPU_HEAD "\"comm_count\":0,\"lease_count\":{},"
+      "\"incident_count\":0}]}}", BAD, "status.gpus[0].comms: required" },
   };
   size_t i;
   char line[1024];
@@ -2331,6 +2595,8 @@ int main(void)
     cmocka_unit_test(test_reply_others),
     cmocka_unit_test(test_reply_events_and_errors),
     cmocka_unit_test(test_reply_status),
+    cmocka_unit_test(test_reply_status_summary),
+    cmocka_unit_test(test_summary_always_fits),
     cmocka_unit_test(test_reply_metrics),
     cmocka_unit_test(test_metrics_names_forward),
     cmocka_unit_test(test_budget_for_mode),
