@@ -33,7 +33,7 @@ static const char usage_text[] =
 "    headroomctl - query and steer headroomd, the GPU SM broker\n"
 "\n"
 "SYNOPSIS\n"
-"    headroomctl [--socket PATH] [--timeout MS] status [--pretty]\n"
+"    headroomctl [--socket PATH] [--timeout MS] status [--pretty] [--summary]\n"
 "    headroomctl [--socket PATH] [--timeout MS] metrics [--json]\n"
 "    headroomctl [--socket PATH] [--timeout MS] watch [--gpu N]\n"
 "    headroomctl [--socket PATH] [--timeout MS] policy get\n"
@@ -56,6 +56,16 @@ static const char usage_text[] =
 "                cap); then the footprints, leases (with their mode:\n"
 "                headroom, cooperative, agnostic or partition), recent\n"
 "                incidents and clients.\n"
+"    status --summary\n"
+"                Only the daemon, the policy and per GPU its budget and the\n"
+"                counts (clients, footprints, leases by mode, incidents):\n"
+"                no list, so it stays small on a node with any number of\n"
+"                clients. With --pretty, as tables.\n"
+"                When the full status would pass the protocol's 64 KiB\n"
+"                message limit (hundreds of clients), the daemon sends the\n"
+"                summary instead, marked \"truncated\":true in the JSON;\n"
+"                headroomctl then says so on stderr (and in the --pretty\n"
+"                tables) and still exits 0.\n"
 "    metrics     Print the daemon's counters and gauges in the Prometheus\n"
 "                text format (names headroom_*): uptime, clients, requests\n"
 "                by type, error replies by code, the request latency\n"
@@ -103,6 +113,7 @@ static const char usage_text[] =
 "\n"
 "EXAMPLES\n"
 "    headroomctl status --pretty\n"
+"    headroomctl status --summary --pretty\n"
 "    headroomctl metrics > h.prom.$$ && mv h.prom.$$ h.prom\n"
 "    headroomctl watch --gpu 0\n"
 "    sudo headroomctl policy set max_headroom=24 incident_raise=no\n";
@@ -225,16 +236,40 @@ static void print_time(int64_t unix_ms)
     printf("%lld", (long long)unix_ms);
 }
 
+/* Why a summary lists nothing, in place of a table's rows. */
+static void print_not_listed(const hr_status *st)
+{
+  if(st->truncated)
+    printf("(not listed: status truncated, see above)\n");
+  else
+    printf("(not listed: summary)\n");
+}
+
+static int lease_total(const hr_status_gpu *g)
+{
+  int m, n = 0;
+
+  for(m = 0; m < HR_MODE_COUNT; m++)
+    n += g->lease_count[m];
+  return n;
+}
+
 static void print_pretty(const hr_status *st)
 {
   const char *src = hr_topology_source_name(st->topology_source);
+  int summary = st->detail == HR_STATUS_SUMMARY;
   int i, j, any;
 
   printf("%s, up ", st->daemon);
   print_uptime(st->uptime_ms);
   printf(", %lld requests served, topology from %s, %d client%s\n",
-         (long long)st->requests, src ? src : "?", st->n_clients,
-         st->n_clients == 1 ? "" : "s");
+         (long long)st->requests, src ? src : "?", st->client_count,
+         st->client_count == 1 ? "" : "s");
+  if(st->truncated)
+    printf("STATUS TRUNCATED: the full status (%d clients) would pass the "
+           "%d-byte message limit;\nshowing budgets and counts only, no "
+           "footprint, lease, incident or client listed.\n",
+           st->client_count, HR_PROTO_MAX_LINE);
   printf("policy: min_headroom %d, max_headroom %d, min_grid %d, "
          "incident_raise %s\n\n", st->policy.min_headroom,
          st->policy.max_headroom, st->policy.min_grid,
@@ -254,8 +289,8 @@ static void print_pretty(const hr_status *st)
     printf("%-4d %5d %9d %5d %6u %9s %4d %10d %7d %8d %6d %7d %10d\n",
            g->info.index, g->info.sms, g->budget.headroom, g->budget.grid,
            g->budget.epoch, cap, g->budget.nccl_cga_cluster_size,
-           g->comm_ctas, g->raised, g->n_clients, g->n_comms, g->n_leases,
-           g->n_incidents);
+           g->comm_ctas, g->raised, g->n_clients, g->comm_count,
+           lease_total(g), g->incident_count);
   }
 
   /* Partition mode: what a partition lease gets on each GPU. */
@@ -271,6 +306,24 @@ static void print_pretty(const hr_status *st)
     else
       printf("%-4d %5s %9s %9s %9s  (unsupported here)\n",
              st->gpus[i].info.index, "-", "-", "-", "-");
+  }
+
+  if(summary) {
+    /* No list to show: the leases by mode are what is left of them. */
+    printf("\nLEASES BY MODE\n");
+    printf("%-4s", "GPU");
+    for(j = 0; j < HR_MODE_COUNT; j++)
+      printf(" %12s", hr_mode_name((hr_mode)j));
+    printf("\n");
+    for(i = 0; i < st->n_gpus; i++) {
+      printf("%-4d", st->gpus[i].info.index);
+      for(j = 0; j < HR_MODE_COUNT; j++)
+        printf(" %12d", st->gpus[i].lease_count[j]);
+      printf("\n");
+    }
+    printf("\nFOOTPRINTS, LEASES, RECENT INCIDENTS, CLIENTS\n");
+    print_not_listed(st);
+    return;
   }
 
   printf("\nFOOTPRINTS\n");
@@ -560,6 +613,7 @@ typedef enum { CMD_STATUS, CMD_METRICS, CMD_WATCH, CMD_POLICY } ctl_kind;
 typedef struct ctl_cmd {
   ctl_kind kind;
   int pretty;           /* status --pretty */
+  int summary;          /* status --summary */
   int json;             /* metrics --json */
   int gpu;              /* watch --gpu, -1: every GPU */
   hr_request req;       /* policy get/set */
@@ -571,6 +625,8 @@ static int status_parse(int argc, char **argv, ctl_cmd *cmd)
   for(i = 0; i < argc; i++) {
     if(!strcmp(argv[i], "--pretty") || !strcmp(argv[i], "-p"))
       cmd->pretty = 1;
+    else if(!strcmp(argv[i], "--summary"))
+      cmd->summary = 1;
     else
       return usage_error("status: unknown argument '%s'", argv[i]);
   }
@@ -585,9 +641,17 @@ static int cmd_status(hr__conn *c, const ctl_cmd *cmd)
 
   memset(&req, 0, sizeof(req));
   req.type = HR_MSG_STATUS;
+  req.u.status.detail = cmd->summary ? HR_STATUS_SUMMARY : HR_STATUS_FULL;
   rc = request(c, &req, &rep, "status");
   if(rc)
     return rc;
+  /* Said on stderr too, so that a script reading the JSON from stdout
+   * leaves a trace in its log when it did not get the lists. */
+  if(rep.u.status.truncated)
+    fprintf(stderr, "headroomctl: status truncated: the full status of %d "
+            "clients would pass the %d-byte message limit; the daemon sent "
+            "the summary (budgets and counts, no lists)\n",
+            rep.u.status.client_count, HR_PROTO_MAX_LINE);
   if(cmd->pretty) {
     print_pretty(&rep.u.status);
     fflush(stdout);

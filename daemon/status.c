@@ -30,6 +30,9 @@ static void fill_clients(hr__daemon *d, hr_status *st, int *failed)
   for(c = d->conns; c; c = c->next)
     if(!c->closing && c->id)
       n++;
+  st->client_count = n;
+  if(st->detail == HR_STATUS_SUMMARY)
+    return;
   st->clients = array_of((size_t)n, sizeof(*st->clients), failed);
   if(*failed)
     return;
@@ -48,7 +51,8 @@ static void fill_clients(hr__daemon *d, hr_status *st, int *failed)
   }
 }
 
-static void fill_gpu(hr__daemon *d, int gi, hr_status_gpu *sg, int *failed)
+static void fill_gpu(hr__daemon *d, int gi, hr_status_detail detail,
+                     hr_status_gpu *sg, int *failed)
 {
   const hr__gpu *g = hr__state_gpu(&d->state, gi);
   hr_policy_input in;
@@ -67,6 +71,13 @@ static void fill_gpu(hr__daemon *d, int gi, hr_status_gpu *sg, int *failed)
     *failed = 1;
     return;
   }
+  sg->comm_count = g->n_comms;
+  for(i = 0; i < g->n_leases; i++)
+    if((int)g->leases[i].mode >= 0 && g->leases[i].mode < HR_MODE_COUNT)
+      sg->lease_count[g->leases[i].mode]++;
+  sg->incident_count = g->n_incidents;
+  if(detail == HR_STATUS_SUMMARY)
+    return;
   sg->comms = array_of((size_t)g->n_comms, sizeof(*sg->comms), failed);
   sg->leases = array_of((size_t)g->n_leases, sizeof(*sg->leases), failed);
   sg->incidents = array_of((size_t)g->n_incidents, sizeof(*sg->incidents),
@@ -96,13 +107,14 @@ static void fill_gpu(hr__daemon *d, int gi, hr_status_gpu *sg, int *failed)
   sg->n_incidents = g->n_incidents;
 }
 
-int hr__status_build(hr__daemon *d, hr_status *st)
+int hr__status_build(hr__daemon *d, hr_status_detail detail, hr_status *st)
 {
   int failed = 0, g;
 
-  if(!d || !st)
+  if(!d || !st || (detail != HR_STATUS_FULL && detail != HR_STATUS_SUMMARY))
     return HR_EINVAL;
   memset(st, 0, sizeof(*st));
+  st->detail = detail;
   snprintf(st->daemon, sizeof(st->daemon), "headroomd %s", HR_VERSION_STRING);
   st->uptime_ms = (int64_t)((uv_hrtime() - d->start_ns) / 1000000);
   st->requests = d->requests;
@@ -116,7 +128,7 @@ int hr__status_build(hr__daemon *d, hr_status *st)
     goto out;
   st->n_gpus = d->state.n_gpus;
   for(g = 0; g < st->n_gpus && !failed; g++)
-    fill_gpu(d, g, &st->gpus[g], &failed);
+    fill_gpu(d, g, detail, &st->gpus[g], &failed);
 out:
   if(failed) {
     hr_status_free(st);

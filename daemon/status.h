@@ -7,8 +7,10 @@
 #include "daemon.h"
 #include "hr_proto.h"
 
-/* Fill `st` (arrays malloc'd; free with hr_status_free). On failure
- * nothing is left allocated. */
-int hr__status_build(hr__daemon *d, hr_status *st);
+/* Fill `st` with the status `detail` asks for: every list (full), or
+ * the counts alone (summary; no array is allocated). Counts are filled in
+ * both. Arrays are malloc'd; free with hr_status_free. On failure nothing
+ * is left allocated. */
+int hr__status_build(hr__daemon *d, hr_status_detail detail, hr_status *st);
 
 #endif /* HR_DAEMON_STATUS_H */

@@ -551,6 +551,204 @@ static void test_headroomctl(void **state)
   assert_int_equal(th_run(argv, NULL, 5000), 3);
 }
 
+/* ---- a status too large for one message ------------------------------------ */
+
+#define MANY_CLIENTS 560        /* with 63-byte names: over 64 KiB of status */
+
+/* Connect `n` raw clients with the longest names and say hello on each,
+ * all at once; wait for every hello reply. The fds go to `fds`. */
+static void open_many(int *fds, int n)
+{
+  static th_raw r;
+  char line[256], buf[4096];
+  int i;
+
+  for(i = 0; i < n; i++) {
+    assert_int_equal(th_raw_connect(&r, daemon_.socket), 0);
+    snprintf(line, sizeof(line), "{\"id\":1,\"type\":\"hello\",\"versions\":"
+             "[1],\"client\":\"many-%04d-%.53s\"}\n", i,
+             "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx");
+    assert_int_equal(th_raw_send_str(&r, line), 0);
+    fds[i] = r.fd;
+    r.fd = -1;
+  }
+  for(i = 0; i < n; i++) {
+    r.fd = fds[i];
+    r.len = 0;
+    assert_true(th_raw_read_line(&r, buf, sizeof(buf), 10000) > 0);
+    assert_non_null(strstr(buf, "\"type\":\"hello\""));
+    assert_int_equal(r.len, 0);   /* nothing else was sent */
+    r.fd = -1;
+  }
+}
+
+/* Run headroomctl status with `extra` arguments (NULL-terminated, at most
+ * 2), stdout and stderr to files in the daemon's folder; its exit code. */
+static int run_status(const char *extra1, const char *extra2)
+{
+  char cmd[2048];
+
+  snprintf(cmd, sizeof(cmd), "'%s/bin/headroomctl' --socket '%s' status "
+           "%s %s > '%s/status.out' 2> '%s/status.err'", th_build_dir(),
+           daemon_.socket, extra1 ? extra1 : "", extra2 ? extra2 : "",
+           daemon_.dir, daemon_.dir);
+  {
+    char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+    return th_run(argv, NULL, 20000);
+  }
+}
+
+static char *slurp(const char *name)
+{
+  char path[400], *text;
+  FILE *f;
+  long n;
+
+  snprintf(path, sizeof(path), "%s/%s", daemon_.dir, name);
+  f = fopen(path, "r");
+  assert_non_null(f);
+  fseek(f, 0, SEEK_END);
+  n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  text = calloc(1, (size_t)n + 1);
+  assert_non_null(text);
+  assert_int_equal(fread(text, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  return text;
+}
+
+/* The JSON status headroomctl printed: valid against the schema, decoded. */
+static void printed_status(hr_reply *rep)
+{
+  char out[400], *text;
+  char *argv[5];
+  hr_proto_error err;
+  size_t n;
+
+  snprintf(out, sizeof(out), "%s/status.out", daemon_.dir);
+  argv[0] = "/usr/bin/python3";
+  argv[1] = "tests/integration/validate_json.py";
+  argv[2] = "proto/status.schema.json";
+  argv[3] = out;
+  argv[4] = NULL;
+  assert_int_equal(th_run(argv, NULL, 20000), 0);
+  text = slurp("status.out");
+  n = strlen(text);
+  assert_true(n > 2 && text[n - 1] == '\n');
+  assert_true(n <= HR_PROTO_MAX_LINE);
+  assert_int_equal(hr_proto_decode_reply(text, n - 1, rep, &err), HR_OK);
+  assert_int_equal(rep->type, HR_MSG_STATUS);
+  free(text);
+}
+
+/* Hundreds of clients: the full status would pass the 64 KiB message cap.
+ * Every status request is still answered with a status: the summary,
+ * marked truncated, with the counts right; headroomctl says so; and once
+ * the clients are gone the full status is back. */
+static void test_status_too_large_is_summarized(void **state)
+{
+  static int fds[MANY_CLIENTS];
+  hr_client *a = open_client("holder");
+  hr_lease *la;
+  hr_request req;
+  hr_reply rep;
+  th_raw r;
+  char *text;
+  int i;
+  (void)state;
+
+  assert_int_equal(hr_comm_register(a, 0, "dp", 4, 1, 2, NULL), HR_OK);
+  assert_int_equal(hr_lease_acquire(a, 0, 2, HR_MODE_AGNOSTIC, &la), HR_OK);
+  open_many(fds, MANY_CLIENTS);
+
+  /* On the wire: asked for in full, answered with the summary. */
+  assert_int_equal(th_raw_open(&r, daemon_.socket), 0);
+  memset(&req, 0, sizeof(req));
+  req.type = HR_MSG_STATUS;
+  req.id = 7;
+  assert_int_equal(th_raw_request(&r, &req, &rep), 0);
+  if(rep.type == HR_MSG_ERROR)
+    fail_msg("status answered %s: %s", hr_wire_error_name(rep.u.error.code),
+             rep.u.error.message);
+  assert_int_equal(rep.type, HR_MSG_STATUS);
+  assert_true(rep.id == 7);
+  assert_int_equal(rep.u.status.detail, HR_STATUS_SUMMARY);
+  assert_int_equal(rep.u.status.truncated, 1);
+  /* The many, the holder and this one. */
+  assert_int_equal(rep.u.status.client_count, MANY_CLIENTS + 2);
+  assert_int_equal(rep.u.status.n_clients, 0);
+  assert_int_equal(rep.u.status.n_gpus, 2);
+  assert_int_equal(rep.u.status.gpus[0].n_clients, 1);
+  assert_int_equal(rep.u.status.gpus[0].comm_count, 1);
+  assert_int_equal(rep.u.status.gpus[0].lease_count[HR_MODE_AGNOSTIC], 1);
+  assert_int_equal(rep.u.status.gpus[0].lease_count[HR_MODE_HEADROOM], 0);
+  assert_int_equal(rep.u.status.gpus[0].comm_ctas, 8);
+  assert_int_equal(rep.u.status.gpus[1].comm_count, 0);
+  hr_reply_free(&rep);
+  /* Asked for as a summary: the same, not truncated. */
+  req.u.status.detail = HR_STATUS_SUMMARY;
+  assert_int_equal(th_raw_request(&r, &req, &rep), 0);
+  assert_int_equal(rep.type, HR_MSG_STATUS);
+  assert_int_equal(rep.u.status.detail, HR_STATUS_SUMMARY);
+  assert_int_equal(rep.u.status.truncated, 0);
+  assert_int_equal(rep.u.status.client_count, MANY_CLIENTS + 2);
+  hr_reply_free(&rep);
+  th_raw_close(&r);
+
+  /* headroomctl status: the truncated summary, valid against the schema,
+   * exit 0, and a line on stderr that says so. */
+  assert_int_equal(run_status(NULL, NULL), 0);
+  printed_status(&rep);
+  assert_int_equal(rep.u.status.truncated, 1);
+  assert_int_equal(rep.u.status.client_count, MANY_CLIENTS + 2);
+  hr_reply_free(&rep);
+  text = slurp("status.err");
+  assert_non_null(strstr(text, "status truncated"));
+  free(text);
+  assert_int_equal(run_status("--pretty", NULL), 0);
+  text = slurp("status.out");
+  assert_non_null(strstr(text, "STATUS TRUNCATED"));
+  assert_non_null(strstr(text, "LEASES BY MODE"));
+  free(text);
+
+  /* The clients go: the full status is back, and --summary still gives
+   * the summary, untruncated, with nothing on stderr. */
+  for(i = 0; i < MANY_CLIENTS; i++)
+    close(fds[i]);
+  for(i = 0; i < 200; i++) {
+    hr_status st;
+    assert_int_equal(th_status(daemon_.socket, &st), 0);
+    if(st.detail == HR_STATUS_FULL && st.client_count == 2) {
+      hr_status_free(&st);
+      break;
+    }
+    hr_status_free(&st);
+    usleep(10 * 1000);
+  }
+  assert_true(i < 200);
+  assert_int_equal(run_status(NULL, NULL), 0);
+  printed_status(&rep);
+  assert_int_equal(rep.u.status.detail, HR_STATUS_FULL);
+  assert_int_equal(rep.u.status.n_clients, 2);
+  assert_int_equal(rep.u.status.gpus[0].n_leases, 1);
+  hr_reply_free(&rep);
+  assert_int_equal(run_status("--summary", NULL), 0);
+  printed_status(&rep);
+  assert_int_equal(rep.u.status.detail, HR_STATUS_SUMMARY);
+  assert_int_equal(rep.u.status.truncated, 0);
+  assert_int_equal(rep.u.status.client_count, 2);
+  hr_reply_free(&rep);
+  text = slurp("status.err");
+  assert_string_equal(text, "");
+  free(text);
+  assert_int_equal(run_status("--summary", "--pretty"), 0);
+  text = slurp("status.out");
+  assert_non_null(strstr(text, "(not listed: summary)"));
+  assert_null(strstr(text, "TRUNCATED"));
+  free(text);
+  hr_client_close(a);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -575,6 +773,8 @@ int main(void)
     cmocka_unit_test_setup_teardown(test_second_daemon_refuses, setup,
                                     teardown),
     cmocka_unit_test_setup_teardown(test_headroomctl, setup, teardown),
+    cmocka_unit_test_setup_teardown(test_status_too_large_is_summarized,
+                                    setup, teardown),
   };
   signal(SIGPIPE, SIG_IGN);
   return cmocka_run_group_tests_name("broker", tests, NULL, NULL);

@@ -23,14 +23,18 @@
  *     worker sent got exactly one reply, with the right id and an
  *     expected type or error; a killed worker lost at most the one
  *     request in flight on each of its connections;
- *  2. shrink: the workers close all but a few connections (a status of
- *     1000 clients is over the 64 KiB line limit and is answered
- *     too_large); status then lists exactly the clients left, and their
- *     footprints and leases, id for id and owner for owner, and nothing
- *     else;
- *  3. close: with every worker gone, status holds no footprint, no lease
+ *  2. full load: with every connection still open, status is answered
+ *     (the summary, marked truncated, when the full one is over the
+ *     64 KiB line limit, as it is for 1000 clients) and its counts are
+ *     those of metrics: clients, and per GPU footprints and leases by
+ *     mode;
+ *  3. shrink: the workers close all but a few connections (so that the
+ *     full status lists them); status then lists exactly the clients
+ *     left, and their footprints and leases, id for id and owner for
+ *     owner, and nothing else;
+ *  4. close: with every worker gone, status holds no footprint, no lease
  *     and only the asking client;
- *  4. the daemon's RSS (/proc/PID/status: VmRSS before and after, VmHWM
+ *  5. the daemon's RSS (/proc/PID/status: VmRSS before and after, VmHWM
  *     for the peak), printed; after must be within STRESS_RSS_SLACK_KB
  *     (4096) of before.
  *
@@ -362,7 +366,10 @@ static void on_message(wshare *w, slot *s, hr_reply *rep)
       return;
     break;
   case OP_STATUS:
-    if(rep->type == HR_MSG_STATUS || err == HR_WERR_TOO_LARGE)
+    /* Never too_large: past the line cap the daemon sends the summary,
+     * and then only marked truncated (a full status was asked for). */
+    if(rep->type == HR_MSG_STATUS &&
+       (rep->u.status.detail == HR_STATUS_FULL || rep->u.status.truncated))
       return;
     break;
   case OP_POLICY:
@@ -601,6 +608,57 @@ static int cmp_pair(const void *a, const void *b)
   return x[1] < y[1] ? -1 : x[1] > y[1];
 }
 
+/* With every connection open and quiet: status is answered, and what it
+ * counts is what metrics counts, asked on the same connection. */
+static void check_full_load(void)
+{
+  hr_request req;
+  hr_reply met, st;
+  th_raw r;
+  int g, m, same = 1;
+
+  if(th_raw_open(&r, daemon_.socket)) {
+    check(0, "a connection at full load");
+    return;
+  }
+  memset(&req, 0, sizeof(req));
+  req.type = HR_MSG_METRICS;
+  req.id = 2;
+  if(th_raw_request(&r, &req, &met) || met.type != HR_MSG_METRICS) {
+    check(0, "metrics at full load");
+    th_raw_close(&r);
+    return;
+  }
+  req.type = HR_MSG_STATUS;
+  req.id = 3;
+  if(th_raw_request(&r, &req, &st) || st.type != HR_MSG_STATUS) {
+    check(0, "status at full load is a status (never too_large)");
+    th_raw_close(&r);
+    return;
+  }
+  th_raw_close(&r);
+  printf("full load: status is %s%s, %d clients (metrics: %d)\n",
+         st.u.status.detail == HR_STATUS_SUMMARY ? "the summary" : "full",
+         st.u.status.truncated ? ", truncated" : "",
+         st.u.status.client_count, met.u.metrics.clients);
+  if(cfg.clients >= 1000)
+    check(st.u.status.detail == HR_STATUS_SUMMARY && st.u.status.truncated,
+          "status of 1000 clients is the summary, marked truncated");
+  check(st.u.status.client_count == met.u.metrics.clients,
+        "status counts the clients metrics counts");
+  for(g = 0; g < st.u.status.n_gpus && g < met.u.metrics.n_gpus; g++) {
+    const hr_status_gpu *sg = &st.u.status.gpus[g];
+    const hr_metrics_gpu *mg = &met.u.metrics.gpus[g];
+    same &= sg->comm_count == mg->comms && sg->n_clients == mg->clients;
+    for(m = 0; m < HR_MODE_COUNT; m++)
+      same &= sg->lease_count[m] == mg->leases[m];
+  }
+  check(same && st.u.status.n_gpus == met.u.metrics.n_gpus,
+        "status counts per GPU the footprints and leases metrics counts");
+  hr_reply_free(&st);
+  hr_reply_free(&met);
+}
+
 /* Status against what the workers kept: exactly the same clients,
  * footprints and leases (id and owner), nothing else. */
 static void check_exact(void)
@@ -794,7 +852,10 @@ int main(int argc, char **argv)
          (long long)live_sent, (long long)dead_unanswered,
          (long long)dead_sent);
 
-  /* 2. shrink and compare exactly */
+  /* 2. status at full load */
+  check_full_load();
+
+  /* 3. shrink and compare exactly */
   keep = KEEP_TOTAL / cfg.workers;
   if(keep < 1)
     keep = 1;
@@ -805,7 +866,7 @@ int main(int argc, char **argv)
   usleep(500 * 1000);
   check_exact();
 
-  /* 3. everyone gone */
+  /* 4. everyone gone */
   command_all(CMD_EXIT);
   for(k = 0; k < cfg.workers; k++) {
     waitpid(worker_pids[k], &status, 0);
@@ -827,7 +888,7 @@ int main(int argc, char **argv)
     check(0, "status after every client left");
   }
 
-  /* 4. memory */
+  /* 5. memory */
   rss_after = proc_kb(daemon_.pid, "VmRSS:");
   rss_peak = proc_kb(daemon_.pid, "VmHWM:");
   printf("daemon RSS: before %ld KiB, peak %ld KiB, after %ld KiB "
