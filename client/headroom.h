@@ -287,6 +287,24 @@ void hr_partition_destroy(hr_partition *p);
 void *hr_partition_comm_stream(const hr_partition *p);
 void *hr_partition_mega_stream(const hr_partition *p);
 
+/* Which side of a partition. */
+typedef enum hr_partition_side {
+  HR_PARTITION_COMM = 0,   /* NCCL's SMs */
+  HR_PARTITION_MEGA = 1    /* the mega kernel's SMs */
+} hr_partition_side;
+
+/* One more non-blocking stream on `side`, for work that must be able to
+ * run beside the work on the partition's own stream there: typically one
+ * stream per communicator, since collectives of different communicators
+ * queued on one stream run one after the other, and two ranks that queue
+ * them in different orders then wait on each other. The stream belongs to
+ * the partition and is destroyed by hr_partition_destroy (do not destroy
+ * it yourself). At most HR_PARTITION_MAX_STREAMS per partition
+ * (HR_ELIMIT); HR_EUNSUPPORTED, HR_ECUDA as hr_partition_create. */
+#define HR_PARTITION_MAX_STREAMS 32
+int hr_partition_stream_create(hr_partition *p, hr_partition_side side,
+                               void **out);
+
 /* SMs in each partition, as the driver made them. */
 int hr_partition_comm_sms(const hr_partition *p);
 int hr_partition_mega_sms(const hr_partition *p);

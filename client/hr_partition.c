@@ -125,12 +125,22 @@ struct hr_partition {
   int comm_sms, mega_sms;
   CUgreenCtx comm_ctx, mega_ctx;
   CUstream comm_stream, mega_stream;
+  pthread_mutex_t mu;      /* guards the extra streams */
+  int n_extra;
+  CUstream extra[HR_PARTITION_MAX_STREAMS]; /* hr_partition_stream_create */
 };
 
 /* Streams first: a green context's destruction leaves its streams
  * unusable but not freed. */
 static void partition_free(hr_partition *p)
 {
+  int i;
+
+  for(i = 0; i < p->n_extra; i++) {
+    api.stream_sync(p->extra[i]);
+    api.stream_destroy(p->extra[i]);
+  }
+  pthread_mutex_destroy(&p->mu);
   if(p->comm_stream) {
     api.stream_sync(p->comm_stream);
     api.stream_destroy(p->comm_stream);
@@ -199,6 +209,7 @@ int hr_partition_create(const hr_lease *lease, hr_partition **out)
   p->lease = lease;
   p->epoch = b.epoch;
   p->gpu = b.gpu;
+  pthread_mutex_init(&p->mu, NULL);
 
   err = driver_err(api.device_get(&dev, b.gpu), "cuDeviceGet", b.gpu);
   if(err)
@@ -264,6 +275,33 @@ void *hr_partition_mega_stream(const hr_partition *p)
   return p ? (void *)p->mega_stream : NULL;
 }
 
+int hr_partition_stream_create(hr_partition *p, hr_partition_side side,
+                               void **out)
+{
+  CUstream s = NULL;
+  int err;
+
+  if(!p || !out || (side != HR_PARTITION_COMM && side != HR_PARTITION_MEGA))
+    return HR_EINVAL;
+  pthread_mutex_lock(&p->mu);
+  if(p->n_extra >= HR_PARTITION_MAX_STREAMS) {
+    err = HR_ELIMIT;
+    goto out;
+  }
+  err = driver_err(api.stream_create(&s, side == HR_PARTITION_COMM ?
+                                     p->comm_ctx : p->mega_ctx,
+                                     CU_STREAM_NON_BLOCKING, 0),
+                   "cuGreenCtxStreamCreate", p->gpu);
+  if(err)
+    goto out;
+  p->extra[p->n_extra++] = s;
+  *out = (void *)s;
+
+out:
+  pthread_mutex_unlock(&p->mu);
+  return err;
+}
+
 #else /* !HR_HAVE_CUDA_H */
 
 /* Built without cuda.h: the arguments are still checked, as everywhere. */
@@ -303,6 +341,14 @@ void *hr_partition_mega_stream(const hr_partition *p)
 {
   (void)p;
   return NULL;
+}
+
+int hr_partition_stream_create(hr_partition *p, hr_partition_side side,
+                               void **out)
+{
+  if(!p || !out || (side != HR_PARTITION_COMM && side != HR_PARTITION_MEGA))
+    return HR_EINVAL;
+  return HR_EUNSUPPORTED;
 }
 
 #endif /* HR_HAVE_CUDA_H */

@@ -224,6 +224,8 @@ _PROTOTYPES = {
     "hr_partition_destroy": (None, [_partition_p]),
     "hr_partition_comm_stream": (c_void_p, [_partition_p]),
     "hr_partition_mega_stream": (c_void_p, [_partition_p]),
+    "hr_partition_stream_create": (c_int, [_partition_p, c_int,
+                                           POINTER(c_void_p)]),
     "hr_partition_comm_sms": (c_int, [_partition_p]),
     "hr_partition_mega_sms": (c_int, [_partition_p]),
     "hr_partition_epoch": (c_uint32, [_partition_p]),

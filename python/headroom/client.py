@@ -619,6 +619,23 @@ class Partition:
         """The mega partition's CUstream, as an integer."""
         return int(self._lib.hr_partition_mega_stream(self._handle()) or 0)
 
+    def stream(self, side: str = "comm") -> int:
+        """One more non-blocking stream on `side` ("comm" or "mega"), as
+        an integer CUstream (hr_partition_stream_create): one per
+        communicator whose collectives may run at once. It belongs to the
+        partition and goes with close(); at most 32 per partition."""
+        sides = {"comm": 0, "mega": 1}
+        if side not in sides:
+            raise InvalidArgument(_lib.HR_EINVAL,
+                                  "side must be 'comm' or 'mega', not %r"
+                                  % (side,))
+        out = ctypes.c_void_p()
+        check(self._lib.hr_partition_stream_create(self._handle(),
+                                                   sides[side],
+                                                   ctypes.byref(out)),
+              "hr_partition_stream_create(%s)" % side)
+        return int(out.value or 0)
+
     @property
     def comm_sms(self) -> int:
         """SMs of the comm partition, as the driver made it."""

@@ -21,7 +21,7 @@ ifeq ($(HAVE_NVCC)$(if $(TRIALS_NCCL_INC),1),11)
 
 TRIALS_SRCS := test_overlap_trials trials_rank trials_run trials_report \
                trials_repro trials_modes trials_incident trials_plan \
-               trials_sync trials_nccl trials_green trials_daemon
+               trials_sync trials_nccl trials_daemon
 TRIALS_OBJS := $(patsubst %,$(OBJDIR)/tests/gpu/%.o,$(TRIALS_SRCS)) \
                $(OBJDIR)/tests/gpu/trials_hog.cu.o
 

@@ -25,7 +25,6 @@
 
 #include <cuda_runtime.h>
 
-#include "trials_green.h"
 
 typedef struct mode_run {
   hr_mode mode;
@@ -36,7 +35,6 @@ typedef struct mode_run {
   int ctas;                     /* registered per footprint */
   hr_budget b;
   hr_partition *p;
-  void *extra[TR_NCOMMS - 1];   /* more streams in the comm partition */
   void *streams[TR_NCOMMS];
   void *mega_stream;
   tr_nccl_set set;
@@ -106,7 +104,7 @@ static int lease_take(tr_rank *r, mode_run *m, char *why, size_t n)
 
 static int partition_make(tr_rank *r, mode_run *m, char *why, size_t n)
 {
-  int rc = hr_partition_create(m->lease, &m->p);
+  int i, rc = hr_partition_create(m->lease, &m->p);
 
   if(rc) {
     m->p = NULL;
@@ -115,9 +113,16 @@ static int partition_make(tr_rank *r, mode_run *m, char *why, size_t n)
   }
   m->mega_stream = hr_partition_mega_stream(m->p);
   m->streams[0] = hr_partition_comm_stream(m->p);
-  if(tr_green_streams(m->streams[0], TR_NCOMMS - 1, m->extra, why, n))
-    return -1;
-  memcpy(&m->streams[1], m->extra, sizeof(m->extra));
+  /* One stream per communicator, all in the comm partition: collectives of
+   * different communicators queued on one stream would run one after the
+   * other, and the cross order issues them in opposite orders. */
+  for(i = 1; i < TR_NCOMMS; i++) {
+    rc = hr_partition_stream_create(m->p, HR_PARTITION_COMM, &m->streams[i]);
+    if(rc) {
+      snprintf(why, n, "hr_partition_stream_create: %s", hr_strerror(rc));
+      return -1;
+    }
+  }
   tr_log(r, "partition: comm %d SMs, mega %d SMs (driver's split; lease "
          "headroom %d, grid %d, granularity %d), epoch %u", hr_partition_comm_sms(m->p),
          hr_partition_mega_sms(m->p), m->b.headroom, m->b.grid,
@@ -130,14 +135,12 @@ static int partition_make(tr_rank *r, mode_run *m, char *why, size_t n)
   return 0;
 }
 
-static void mode_teardown(tr_rank *r, mode_run *m)
+static void mode_teardown(mode_run *m)
 {
   if(m->have_set)
     tr_nccl_set_destroy(&m->set);
-  if(!r->o.no_gpu)
-    tr_green_streams_free(m->extra, TR_NCOMMS - 1);
   if(m->p)
-    hr_partition_destroy(m->p);
+    hr_partition_destroy(m->p);      /* its extra streams with it */
   footprints_drop(m);
   if(m->lease)
     hr_lease_release(m->lease);
@@ -290,7 +293,7 @@ int tr_test_mode(tr_rank *r, hr_mode mode)
 
 out:
   alarm(0);
-  mode_teardown(r, &m);
+  mode_teardown(&m);
   free(mine);
   free(both);
   return passed;

@@ -161,6 +161,16 @@ class TestWithFakeDriver(unittest.TestCase):
             out["streams"] = [p.comm_stream, p.mega_stream]
             out["epoch"] = [p.epoch, lease.epoch, p.stale]
             out["repr"] = repr(p)
+            fake.fake_cuda_stream_sms.restype = ctypes.c_long
+            fake.fake_cuda_stream_sms.argtypes = [ctypes.c_void_p]
+            extra = [p.stream("comm"), p.stream("mega"), p.stream()]
+            out["extra_sms"] = [fake.fake_cuda_stream_sms(x) for x in extra]
+            out["extra_distinct"] = len(set(extra + out["streams"]))
+            try:
+                p.stream("both")
+                out["bad_side"] = "worked"
+            except headroom.InvalidArgument:
+                out["bad_side"] = "InvalidArgument"
             out["live_open"] = live()
         out["live_closed"] = live()
         try:
@@ -202,7 +212,10 @@ class TestWithFakeDriver(unittest.TestCase):
         self.assertTrue(comm and mega and comm != mega, out["streams"])
         self.assertEqual(out["epoch"], [0, 0, False])
         self.assertIn("comm 8 SMs, mega 124 SMs", out["repr"])
-        self.assertEqual(out["live_open"], [2, 2, 0])
+        self.assertEqual(out["extra_sms"], [8, 124, 8])
+        self.assertEqual(out["extra_distinct"], 5)
+        self.assertEqual(out["bad_side"], "InvalidArgument")
+        self.assertEqual(out["live_open"], [2, 5, 0])
         self.assertEqual(out["live_closed"], [0, 0, 0])
         self.assertEqual(out["after_close"], "InvalidArgument")
         self.assertEqual(out["release"], [True, [0, 0, 0]])

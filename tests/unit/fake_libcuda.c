@@ -328,6 +328,17 @@ static CUresult stream_create(CUstream *out, CUgreenCtx h, unsigned int flags,
   return CUDA_SUCCESS;
 }
 
+/* For the tests: the SM count of the green context a stream was made in,
+ * -1 for anything that is not a live stream of this driver. */
+long fake_cuda_stream_sms(void *h);
+long fake_cuda_stream_sms(void *h)
+{
+  fake_stream *s = (fake_stream *)h;
+  if(!s || s->magic != MAGIC_STREAM || s->ctx->magic != MAGIC_CTX)
+    return -1;
+  return (long)s->ctx->sms;
+}
+
 static CUresult stream_sync(CUstream h)
 {
   fake_stream *s = (fake_stream *)h;

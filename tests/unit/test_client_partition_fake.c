@@ -39,6 +39,7 @@ static void (*fake_set)(const char *key, long v);
 static long (*fake_get)(const char *key);
 static void (*fake_fail)(const char *call, int nth, int code);
 static CUresult (*fake_error_name)(CUresult r, const char **name);
+static long (*fake_stream_sms)(void *stream);
 
 static int group_setup(void **state)
 {
@@ -236,6 +237,64 @@ static void test_create_destroy(void **state)
   hr_client_close(c);
 }
 
+/* Extra streams: made in the side asked for, capped, a failed one leaves
+ * nothing behind, and all of them go with the partition (waited for). */
+static void test_extra_streams(void **state)
+{
+  hr_client *c;
+  hr_lease *l;
+  hr_partition *p = NULL;
+  void *s[HR_PARTITION_MAX_STREAMS + 1];
+  void *none = NULL;
+  long syncs;
+  int i;
+  (void)state;
+
+  setenv("DG_MEGA_MOE_SM_HEADROOM", "10", 1);
+  c = open_degraded();
+  l = partition_lease(c, 0);
+  assert_int_equal(hr_partition_create(l, &p), HR_OK);
+  assert_int_equal(hr_partition_stream_create(NULL, HR_PARTITION_COMM, &s[0]),
+                   HR_EINVAL);
+  assert_int_equal(hr_partition_stream_create(p, (hr_partition_side)2, &s[0]),
+                   HR_EINVAL);
+  assert_int_equal(hr_partition_stream_create(p, HR_PARTITION_COMM, NULL),
+                   HR_EINVAL);
+  assert_int_equal(fake_get("live_streams"), 2);
+
+  assert_int_equal(hr_partition_stream_create(p, HR_PARTITION_COMM, &s[0]),
+                   HR_OK);
+  assert_int_equal(hr_partition_stream_create(p, HR_PARTITION_MEGA, &s[1]),
+                   HR_OK);
+  assert_ptr_not_equal(s[0], hr_partition_comm_stream(p));
+  assert_ptr_not_equal(s[0], s[1]);
+  assert_int_equal(fake_stream_sms(s[0]), hr_partition_comm_sms(p));
+  assert_int_equal(fake_stream_sms(s[1]), hr_partition_mega_sms(p));
+  assert_int_equal(fake_get("live_streams"), 4);
+
+  fake_fail("cuGreenCtxStreamCreate", 1, CUDA_ERROR_OUT_OF_MEMORY);
+  assert_int_equal(hr_partition_stream_create(p, HR_PARTITION_COMM, &none),
+                   HR_ECUDA);
+  assert_null(none);
+  fake_fail("", 0, 0);
+  assert_int_equal(fake_get("live_streams"), 4);
+
+  for(i = 2; i < HR_PARTITION_MAX_STREAMS; i++)
+    assert_int_equal(hr_partition_stream_create(p, i & 1 ? HR_PARTITION_MEGA :
+                                                HR_PARTITION_COMM, &s[i]),
+                     HR_OK);
+  assert_int_equal(hr_partition_stream_create(p, HR_PARTITION_COMM,
+                                              &s[HR_PARTITION_MAX_STREAMS]),
+                   HR_ELIMIT);
+  assert_int_equal(fake_get("live_streams"), 2 + HR_PARTITION_MAX_STREAMS);
+
+  syncs = fake_get("syncs");
+  hr_partition_destroy(p);
+  assert_int_equal(fake_get("syncs"), syncs + 2 + HR_PARTITION_MAX_STREAMS);
+  expect_nothing_alive();
+  hr_client_close(c);
+}
+
 /* Every driver call of hr_partition_create, failed in turn. */
 static void test_each_failure_cleans_up(void **state)
 {
@@ -377,6 +436,7 @@ int main(int argc, char **argv)
     T(test_old_driver),
     T(test_degraded_from_driver),
     T(test_create_destroy),
+    T(test_extra_streams),
     T(test_each_failure_cleans_up),
     T(test_no_such_device),
     T(test_split_not_as_asked),
@@ -405,6 +465,7 @@ int main(int argc, char **argv)
   }
   fake_set = (void (*)(const char *, long))dlsym(fake, "fake_cuda_set");
   fake_get = (long (*)(const char *))dlsym(fake, "fake_cuda_get");
+  fake_stream_sms = (long (*)(void *))dlsym(fake, "fake_cuda_stream_sms");
   fake_fail = (void (*)(const char *, int, int))dlsym(fake, "fake_cuda_fail");
   fake_error_name = (CUresult (*)(CUresult, const char **))dlsym(fake,
                                                                  "cuGetErrorName");
