@@ -56,6 +56,16 @@ static void trim_heap(const hr__daemon *d)
 #endif
 }
 
+/* Drop what was held (the connection is going without it). */
+static void stop_holding(hr__conn *c)
+{
+  if(c->holding) {
+    c->holding = 0;
+    c->d->n_holding--;
+  }
+  hr_buf_free(&c->held);
+}
+
 static void on_handle_closed(uv_handle_t *h)
 {
   hr__conn *c = h->data;
@@ -69,6 +79,7 @@ static void on_handle_closed(uv_handle_t *h)
     d->conns = c->next;
   if(c->next)
     c->next->prev = c->prev;
+  stop_holding(c);
   free(c->rbuf);
   free(c);
   trim_heap(d);
@@ -126,10 +137,18 @@ static void on_linger(uv_timer_t *t)
   close_handles(c);
 }
 
+static int release(hr__conn *c);
+
 static void drain_at(hr__conn *c, hr__log_level level, const char *why)
 {
   if(!c || c->closing)
     return;
+  /* Its last replies go out before the shutdown: what they acknowledge
+   * is saved first, as the loop's check would. */
+  if(c->holding) {
+    hr__daemon_save(c->d);
+    release(c);
+  }
   begin_close(c, level, why);
   if(c->sink)
     return;   /* detached: what was sent is already in the sink */
@@ -183,6 +202,7 @@ int hr__conn_send(hr__conn *c, const hr_buf *msg)
     return HR_ECLOSED;
   s = (uv_stream_t *)&c->pipe;
   queued = c->sink ? c->sink->len : uv_stream_get_write_queue_size(s);
+  queued += c->held.len;
   if(queued + msg->len > c->d->cfg.write_queue_max) {
     char why[160];
     snprintf(why, sizeof(why), "not reading: %zu bytes queued, over "
@@ -197,6 +217,14 @@ int hr__conn_send(hr__conn *c, const hr_buf *msg)
     if(rc)
       hr__conn_close(c, "detached: sink full");
     return rc ? HR_ECLOSED : HR_OK;
+  }
+  if(c->holding) {
+    rc = hr_buf_append(&c->held, msg->data, msg->len);
+    if(rc) {
+      hr__conn_close(c, "out of memory holding a reply");
+      return HR_ECLOSED;
+    }
+    return HR_OK;
   }
   /* Nothing queued (the usual case): write now. A reply that goes out
    * whole costs one write(2); no request to allocate, copy into and
@@ -257,6 +285,53 @@ int hr__conn_send_error(hr__conn *c, int64_t id, hr_wire_error code,
     return rc;
   }
   return hr__conn_send(c, out);
+}
+
+void hr__conn_hold(hr__conn *c)
+{
+  if(!c || c->closing || c->sink || !c->d->persist.enabled || c->holding)
+    return;
+  c->holding = 1;
+  c->d->n_holding++;
+  /* No cap of its own: hr__conn_send holds it to write_queue_max, held
+   * bytes included. Nothing is allocated until something is held. */
+  if(!c->held.data)
+    hr_buf_init(&c->held, SIZE_MAX);
+}
+
+/* Stop holding and send what was held, as one write. Returns 1 when `c`
+ * was holding. */
+static int release(hr__conn *c)
+{
+  hr_buf held;
+
+  if(!c->holding)
+    return 0;
+  c->holding = 0;
+  c->d->n_holding--;
+  if(!c->held.len)
+    return 1;
+  /* Moved out first: hr__conn_send counts c->held toward the queue cap,
+   * and these bytes are leaving it. */
+  held = c->held;
+  memset(&c->held, 0, sizeof(c->held));
+  hr__conn_send(c, &held);
+  hr_buf_free(&held);
+  return 1;
+}
+
+int hr__conn_release_all(hr__daemon *d)
+{
+  hr__conn *c;
+  int n = 0;
+
+  if(!d || !d->n_holding)
+    return 0;
+  /* Closed connections stay linked until libuv has closed them, so the
+   * list is safe to walk while a send cuts a client off. */
+  for(c = d->conns; c && d->n_holding; c = c->next)
+    n += release(c);
+  return n;
 }
 
 /* ---- reading ----------------------------------------------------------- */
@@ -547,6 +622,7 @@ void hr__conn_free_detached(hr__conn *c)
     d->conns = c->next;
   if(c->next)
     c->next->prev = c->prev;
+  stop_holding(c);
   free(c->rbuf);
   free(c);
   /* Its footprints and leases went: tell the others now, as the loop's

@@ -58,6 +58,8 @@ struct hr__conn {
   int handles;                      /* libuv handles not yet closed */
   hr__rate rate;                    /* messages a second */
   hr_buf *sink;                     /* detached: no socket, writes go here */
+  int holding;                      /* sends wait in `held` for the save */
+  hr_buf held;
 };
 
 /* Accept one pending connection on the listener. */
@@ -71,6 +73,19 @@ int hr__conn_send(hr__conn *c, const hr_buf *msg);
 /* Encode and queue an error reply for request `id` (-1: unknown). */
 int hr__conn_send_error(hr__conn *c, int64_t id, hr_wire_error code,
                         const char *fmt, ...) HR__PRINTF(4, 5);
+
+/* Hold back everything sent to `c` from now until the loop's next save
+ * of the learned state is done (hr__conn_release_all, after it): the
+ * reply to a report must not reach the client before the incident it
+ * acknowledges is on disk, or a SIGKILL in between would lose an
+ * incident the client was told was recorded. Held bytes count toward
+ * write_queue_max and keep their order. A no-op without persistence and
+ * for a detached connection (nothing is saved for it to wait for). */
+void hr__conn_hold(hr__conn *c);
+
+/* Send what every connection held; call right after the save. Returns
+ * the number of connections released. */
+int hr__conn_release_all(hr__daemon *d);
 
 /* Close after what is queued has been flushed (bounded by a timer). */
 void hr__conn_drain(hr__conn *c, const char *why);

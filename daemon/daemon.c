@@ -86,14 +86,27 @@ static void save_if_dirty(hr__daemon *d)
   hr__persist_save(&d->persist, &d->state, hr__daemon_time_ms());
 }
 
+void hr__daemon_save(hr__daemon *d)
+{
+  if(d)
+    save_if_dirty(d);
+}
+
 /* Once per loop turn, after all I/O callbacks: many changes in one turn
- * cost one write, and each change is on disk before the loop sleeps. */
+ * cost one write, and each change is on disk before the loop sleeps.
+ * Replies held back for that write (reports: conn.h) go out after it. */
 static void on_check(uv_check_t *h)
 {
   hr__daemon *d = h->data;
 
   hr__dispatch_flush(d); /* events of closes outside a read callback */
   save_if_dirty(d);
+  if(hr__conn_release_all(d)) {
+    /* A release can cut off a client that does not read: its state goes,
+     * and the loop may sleep next, so push and save that now. */
+    hr__dispatch_flush(d);
+    save_if_dirty(d);
+  }
 }
 
 static void send_status(hr__daemon *d)

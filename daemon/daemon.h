@@ -53,6 +53,7 @@ typedef struct hr__daemon {
   int64_t requests;                 /* lines served */
   hr__metrics metrics;              /* counters for "metrics" (dispatch.c) */
   hr__gpu_mask pending;             /* budgets to push (dispatch.c) */
+  int n_holding;                    /* connections holding sends (conn.c) */
   int flushing;
   hr_buf out;                       /* encoder scratch, one message */
   int stopping;
@@ -77,6 +78,9 @@ void hr__daemon_stop(hr__daemon *d, const char *why);
 
 /* Re-read the config file (SIGHUP). An invalid file changes nothing. */
 void hr__daemon_reload(hr__daemon *d);
+
+/* Save the learned state now if it changed since the last save. */
+void hr__daemon_save(hr__daemon *d);
 
 /* Milliseconds since the Unix epoch (incident times). */
 int64_t hr__daemon_time_ms(void);

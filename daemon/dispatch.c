@@ -324,6 +324,9 @@ static void on_report(hr__conn *c, const hr_request *req)
   hr__metrics_incident(&d->metrics, r->gpu, r->kind);
   log_incident(c, r, id, &rep.u.report.budget,
                hr__state_gpu(&d->state, r->gpu)->raised);
+  /* The reply tells the client its incident is recorded: it goes out
+   * once the loop has saved it, not before (conn.h). */
+  hr__conn_hold(c);
   send_reply(c, &rep);
   pend(d, changed);
 }
