@@ -297,12 +297,15 @@ int hr__daemon_start(hr__daemon *d, uv_loop_t *loop, const hr__config *cfg,
     return 1;
   }
   fit_fd_limit(cfg->max_clients);
-  if(hr__server_listen(d))
-    return 1;
-
+  /* Signals before the socket: whoever sees the daemon accept may stop
+   * it at once, and a SIGTERM with no handler yet would kill it outright
+   * (no final save, no clean exit status). */
   watch_signal(d, &d->sig_hup, SIGHUP);
   watch_signal(d, &d->sig_term, SIGTERM);
   watch_signal(d, &d->sig_int, SIGINT);
+  if(hr__server_listen(d))
+    return 1;
+
   uv_check_init(loop, &d->save_check);
   d->save_check.data = d;
   uv_check_start(&d->save_check, on_check);

@@ -702,6 +702,24 @@ static int asides_holding(const char *want, int *found)
   return n;
 }
 
+/* A SIGTERM the moment the socket accepts stops the daemon cleanly (exit
+ * 0, state saved): its signal handlers are in place before it listens. */
+static void test_stop_as_soon_as_listening(void **state)
+{
+  int k;
+  (void)state;
+
+  assert_int_equal(th_daemon_start(&daemon_, NULL), 0);
+  assert_int_equal(th_daemon_stop(&daemon_), 0);
+  for(k = 0; k < 40; k++) {
+    assert_int_equal(th_daemon_restart(&daemon_), 0);
+    if(th_daemon_stop(&daemon_) != 0) {
+      th_daemon_dump_log(&daemon_);
+      fail_msg("stop %d right after the socket accepted: not a clean exit", k);
+    }
+  }
+}
+
 /* A daemon restarted in a loop on damaged files sets each one aside
  * under its own name, however fast it goes (the name holds the second,
  * so two restarts in one second once kept only the last file). */
@@ -719,8 +737,6 @@ static void test_damaged_twice_in_a_second(void **state)
     hr_status st;
     write_all(file, bad[k], strlen(bad[k]));
     assert_int_equal(th_daemon_restart(&daemon_), 0);
-    /* Served once: the socket accepts before SIGTERM is handled, and a
-     * stop that came first would kill the daemon instead. */
     assert_int_equal(th_status(daemon_.socket, &st), 0);
     hr_status_free(&st);
     assert_int_equal(th_daemon_stop(&daemon_), 0);
@@ -741,6 +757,7 @@ int main(void)
     cmocka_unit_test_teardown(test_incident_saved_before_reply, teardown),
     cmocka_unit_test_teardown(test_damaged_state_file, teardown),
     cmocka_unit_test_teardown(test_damaged_twice_in_a_second, teardown),
+    cmocka_unit_test_teardown(test_stop_as_soon_as_listening, teardown),
   };
   signal(SIGPIPE, SIG_IGN);
   return cmocka_run_group_tests_name("faults", tests, NULL, NULL);
