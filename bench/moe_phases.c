@@ -15,12 +15,15 @@
  * A phase run twice writes the same bytes, which is checked (y of the
  * variant against y of the normal launch, bitwise).
  *
- * Then, at T >= 1024 (the mid and big tiles), the GEMM variants
- * (HR__MOE_VAR_*): the default against what it replaced (the mma.sync big
- * tile, row tile major, weights evict-first; the mma.sync mid tile), each
- * changing one tile shape while the others run as usual; y of
- * each against the default's (bitwise where the sums are the same ones)
- * and the default's against the CPU reference on sampled tokens.
+ * Then the GEMM variants (HR__MOE_VAR_*), each at the T where it changes
+ * something: the default against what it replaced or might replace (at
+ * T = 1024 the mid tile waiting for each step's MMAs where the wide tile
+ * or the mid tile with one step's MMAs in flight now runs, and the mid
+ * tile where the wide one runs; the big tile's weights evict-first; the
+ * L2 prefetch before the waits), each changing one thing while the rest
+ * runs as usual; y of each against the default's (bitwise where the sums
+ * are the same ones) and the default's against the CPU reference on
+ * sampled tokens. --no-phases times the variants alone.
  *
  * Timing as bench/bench_moe.py: inputs rotating between several sets, a
  * warm-up, then each rep timed alone with CUDA events, the host given a
@@ -29,7 +32,7 @@
  * command.
  *
  *     build/tests/moe_phases [--reps N] [--shapes a,b] [--tokens 1,16,..]
- *                            [--out FILE]
+ *                            [--no-phases] [--out FILE]
  */
 #include <math.h>
 #include <stdio.h>
@@ -52,17 +55,24 @@ static const unsigned phase_bits[] = { HR__MOE_PHASE_ROUTE, HR__MOE_PHASE_GEMM1,
                                        HR__MOE_PHASE_GEMM2, HR__MOE_PHASE_COMBINE };
 #define NPHASES 4
 
-/* The GEMM variants: the default, then what it replaced, one change at a
- * time (kernels/moe_kernel.h). */
-static const char *const gemm_names[] = {
-  "default", "previous big tile (mma.sync, 3 stages, row tile major, evict-first)",
-  "big tile row tile major", "big tile weights evict-first", "mid tile on mma.sync"
+/* The GEMM variants: the default, then what it replaced or might replace,
+ * one change at a time (kernels/moe_kernel.h), each timed at the T from
+ * t_min to t_max (where its tile runs). */
+typedef struct gemm_variant {
+  const char *name;
+  unsigned bits;
+  int t_min, t_max;
+} gemm_variant;
+
+static const gemm_variant gemm_variants[] = {
+  { "default", 0, 1, 1 << 30 },
+  { "before: mid tile waiting for each step's MMAs", HR__MOE_VAR_NO_WIDE | HR__MOE_VAR_MID_WAIT,
+    1024, 1024 },
+  { "mid tile where the wide one runs", HR__MOE_VAR_NO_WIDE, 1024, 1024 },
+  { "big tile weights evict-first", HR__MOE_VAR_A_EVICT_FIRST, 8192, 1 << 30 },
+  { "L2 prefetch of the weights before the waits", HR__MOE_VAR_PREFETCH, 1, 128 },
 };
-static const unsigned gemm_bits[] = {
-  0, HR__MOE_VAR_SYNC_BIG | HR__MOE_VAR_FT_MAJOR | HR__MOE_VAR_A_EVICT_FIRST,
-  HR__MOE_VAR_FT_MAJOR, HR__MOE_VAR_A_EVICT_FIRST, HR__MOE_VAR_MID_SYNC
-};
-#define NGEMM 5
+#define NGEMM ((int)(sizeof(gemm_variants) / sizeof(gemm_variants[0])))
 
 /* Relative L2 difference of two bf16 arrays. */
 static double rel_l2(const uint16_t *a, const uint16_t *ref, size_t n)
@@ -198,7 +208,7 @@ static int parse_list(const char *s, int *out, int max)
 int main(int argc, char **argv)
 {
   const char *shapes = "qwen3-30b-a3b,deepseek-v3", *out_path = NULL;
-  int tokens[MAX_TOKENS], ntok, reps = 20, i, si, ti, kk, ph;
+  int tokens[MAX_TOKENS], ntok, reps = 20, i, si, ti, kk, ph, phases = 1;
   char mach[256], date[64], cmd[1024] = "";
   char *table = NULL, *vtable = NULL;
   size_t table_len = 0, vtable_len = 0;
@@ -215,9 +225,11 @@ int main(int argc, char **argv)
       ntok = parse_list(argv[++i], tokens, MAX_TOKENS);
     else if(strcmp(argv[i], "--out") == 0 && i + 1 < argc)
       out_path = argv[++i];
+    else if(strcmp(argv[i], "--no-phases") == 0)
+      phases = 0;
     else {
       fprintf(stderr, "usage: %s [--reps N] [--shapes a,b] [--tokens 1,16,...] "
-                      "[--out FILE]\n", argv[0]);
+                      "[--no-phases] [--out FILE]\n", argv[0]);
       return 2;
     }
   }
@@ -236,7 +248,7 @@ int main(int argc, char **argv)
   vf = open_memstream(&vtable, &vtable_len);
   if(!tf || !vf)
     return 1;
-  fprintf(vf, "\nGEMM variants at T >= 1024 (same inputs; TFLOP/s = "
+  fprintf(vf, "\nGEMM variants (same inputs; TFLOP/s = "
               "2 T k 3 H I / time; y against the default's: bitwise or rel L2; "
               "the default's against the CPU reference on sampled tokens):\n\n"
               "| shape | T | kernel | variant | ms | TFLOP/s | y |\n"
@@ -300,7 +312,7 @@ int main(int argc, char **argv)
         int same = 1;
         t0 = time_variant(&b, &v);
         y_of(&b, &v, y0);
-        for(ph = 0; ph < NPHASES; ph++) {
+        for(ph = 0; ph < NPHASES && phases; ph++) {
           v.skip = 0;
           v.repeat = phase_bits[ph];
           rep_ms[ph] = time_variant(&b, &v);
@@ -310,20 +322,28 @@ int main(int argc, char **argv)
           v.skip = phase_bits[ph];
           skip_ms[ph] = time_variant(&b, &v);
         }
-        fprintf(tf, "| %s | %d | %s | %.3f |", s->name, T, kk ? "agnostic" : "barrier", t0);
-        for(ph = 0; ph < NPHASES; ph++)
-          fprintf(tf, " %.3f | %.3f |", rep_ms[ph] - t0, t0 - skip_ms[ph]);
-        fprintf(tf, " %s |\n", same ? "yes" : "NO");
-        fflush(tf);
-        fprintf(stderr, "%-14s T=%-5d %-8s %8.3f ms\n", s->name, T,
+        if(phases) {
+          fprintf(tf, "| %s | %d | %s | %.3f |", s->name, T, kk ? "agnostic" : "barrier", t0);
+          for(ph = 0; ph < NPHASES; ph++)
+            fprintf(tf, " %.3f | %.3f |", rep_ms[ph] - t0, t0 - skip_ms[ph]);
+          fprintf(tf, " %s |\n", same ? "yes" : "NO");
+          fflush(tf);
+        }
+        fprintf(stderr, "%-14s T=%-5d %-8s %8.3f ms", s->name, T,
                 kk ? "agnostic" : "barrier", t0);
-        if(T < 1024)
-          continue;
+        for(ph = 0; ph < NPHASES && phases; ph++)      /* the row, in case of a cut */
+          fprintf(stderr, "  %s +%.3f -%.3f", phase_names[ph], rep_ms[ph] - t0,
+                  t0 - skip_ms[ph]);
+        fprintf(stderr, "\n");
         for(i = 0; i < NGEMM; i++) {
-          hr__moe_variant gv = { kk, 0, 0, gemm_bits[i] };
-          const float ms = time_variant(&b, &gv);
+          const gemm_variant *gvar = &gemm_variants[i];
+          hr__moe_variant gv = { kk, 0, 0, gvar->bits };
           const double flops = 2.0 * T * s->k * 3.0 * s->H * s->I;
           char ycell[96];
+          float ms;
+          if(T < gvar->t_min || T > gvar->t_max)
+            continue;
+          ms = time_variant(&b, &gv);
           y_of(&b, &gv, y1);
           if(i == 0) {
             double max_abs;
@@ -337,10 +357,10 @@ int main(int argc, char **argv)
             snprintf(ycell, sizeof(ycell), "rel L2 %.1e", rel_l2(y1, y0, ybytes / 2));
           }
           fprintf(vf, "| %s | %d | %s | %s | %.3f | %.1f | %s |\n", s->name, T,
-                  kk ? "agnostic" : "barrier", gemm_names[i], ms, flops / (ms * 1e-3) / 1e12,
+                  kk ? "agnostic" : "barrier", gvar->name, ms, flops / (ms * 1e-3) / 1e12,
                   ycell);
           fflush(vf);
-          fprintf(stderr, "  %-28s %8.3f ms  %s\n", gemm_names[i], ms, ycell);
+          fprintf(stderr, "  %-44s %8.3f ms  %s\n", gvar->name, ms, ycell);
         }
       }
       for(i = 0; i < b.nsets; i++) {

@@ -93,6 +93,7 @@ struct agn_shared {
   int polls;               /* thread 0: stop checks */
   int aborted;             /* thread 0 saw the abort word, not yet recorded */
   int all1;                /* thread 0 has seen every GEMM1 unit finished */
+  int scatter_seen;        /* the CTA has seen every scatter finished */
   /* thread 0's state in a GEMM run (in shared memory: registers are short
    * there): claims go on; the ring position of the claim in flight; the
    * token tile of the unit finished last step, to be counted */
@@ -259,7 +260,7 @@ static __device__ void agn_route(const hr__moe_params &p, const moe_route &rt)
       atomicAdd(&sh.nonempty, 1);
   __syncthreads();
   if(tid == 0)
-    sh.pl.tile = moe_pick_tile(rt.off[E], sh.nonempty);
+    sh.pl.tile = moe_pick_tile(rt.off[E], sh.nonempty, p.variant);
   __syncthreads();
   moe_route_tiles(p, rt, moe_tile_bn(sh.pl.tile), sh.warp_sums);
   if(tid == 0) {
@@ -367,7 +368,7 @@ static __device__ int agn_gemm_run(const hr__moe_params &p, const moe_route &rt,
   moe_loader<C, STAGE> ld;
   moe_unit un;
   float acc[C::MT][C::NT][4];
-  int kt = 0, slot = 0, u = 0, i, mt, j;
+  int kt = 0, slot = 0, u = 0, i;
   int claim = -1;                      /* thread 0: a ticket in flight */
 
   pipe = moe_pipe<C>(pipe);
@@ -393,6 +394,7 @@ static __device__ int agn_gemm_run(const hr__moe_params &p, const moe_route &rt,
     cp_async_commit();
   }
   un = unit_decode(first, rt, p, nf, C::BN, moe_tt_major<C>(p));
+  tile_zero<C>(acc);
   for(;;) {
     moe_step_landed<C>();                       /* this step has landed */
     __syncthreads();                            /* and the last slot is free */
@@ -401,32 +403,43 @@ static __device__ int agn_gemm_run(const hr__moe_params &p, const moe_route &rt,
       sh.finished = -1;
     }
     {
+      /* The loads of this step start a unit: claim one more. The claim's
+       * answer is not needed before this step's MMAs are issued: the
+       * atomic's latency hides behind them. */
       const int lu = ld.unit, starts = ld.kt == 0;
-      if(!starts || sh.ring[lu & (HR__MOE_RING - 1)] >= 0) {
-        ld.issue(p, rt, pipe, nf, nk);
-        /* The claim's answer is not needed before this step's MMAs are
-         * issued: the atomic's latency hides behind them. */
-        if(starts && tid == 0 && sh.open) {
-          claim = (int)atomicAdd(&p.agn->ticket, 1u);
-          sh.claim_pos = lu + 2;
-        }
+      const int go = !starts || sh.ring[lu & (HR__MOE_RING - 1)] >= 0;
+      if(go && starts && tid == 0 && sh.open) {
+        claim = (int)atomicAdd(&p.agn->ticket, 1u);
+        sh.claim_pos = lu + 2;
+      }
+      if constexpr(!C::DEPTH) {
+        if(go)
+          ld.issue(p, rt, pipe, nf, nk);
+        cp_async_commit();
       }
     }
-    cp_async_commit();
 
-    if(kt == 0) {
-#pragma unroll
-      for(mt = 0; mt < C::MT; mt++)
-#pragma unroll
-        for(j = 0; j < C::NT; j++)
-          acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.0f;
-    }
     {
       const uint32_t a = smem_addr(pipe + slot * C::STAGE_BYTES);
       tile_step<C>(acc, a, a + C::A_BYTES, wm, wn, wk, un.nvalid);
     }
+    if constexpr(C::DEPTH) {
+      /* As in moe_gemm_stage: the previous step's slot is free once every
+       * warpgroup is past this barrier. Nothing read above has changed
+       * since the first barrier of the step (the ring entries thread 0
+       * writes are two units ahead). */
+      __syncthreads();
+      {
+        const int lu = ld.unit, starts = ld.kt == 0;
+        if(!starts || sh.ring[lu & (HR__MOE_RING - 1)] >= 0)
+          ld.issue(p, rt, pipe, nf, nk);
+      }
+      cp_async_commit();
+    }
     if(++kt == nk) {
+      tile_drain<C>(acc);
       tile_store<C, STAGE>(p, un, acc, pipe, pipe + slot * C::STAGE_BYTES, wm, wn, wk);
+      tile_zero<C>(acc);
       if(tid == 0)
         sh.finished = agn_tile_of(rt, un, C::BN);
     }
@@ -446,6 +459,7 @@ static __device__ int agn_gemm_run(const hr__moe_params &p, const moe_route &rt,
       un = unit_decode(sh.ring[u & (HR__MOE_RING - 1)], rt, p, nf, C::BN, moe_tt_major<C>(p));
     }
   }
+  tile_drain<C>(acc);                           /* as in moe_gemm_stage */
   cp_async_wait<0>();
   __syncthreads();
   if(tid == 0 && sh.finished >= 0)
@@ -512,12 +526,21 @@ static __device__ __forceinline__ int agn_tasks(const hr__moe_params &p, int tic
       return 0;
     }
     if(ticket < sh.pl.g2) {
+      const int u = agn_wrap(ticket - sh.pl.g1, sh.pl.u1);
+      /* the unit's weights need no routing: L2 may fetch them meanwhile
+       * (only in the benchmark's variant HR__MOE_VAR_PREFETCH) */
+      if(sh.scatter_seen == 0)
+        moe_prefetch_unit<C, 1>(p, rt, sh.pl.nf1, u);
       if(!agn_wait_cta(p, &p.agn->scatter_done, sh.pl.need_s, HR__MOE_WAIT_SCATTER))
         return 0;
-      ticket = agn_gemm_run<C, 1>(p, rt, pipe, agn_wrap(ticket - sh.pl.g1, sh.pl.u1));
+      if(threadIdx.x == 0)
+        sh.scatter_seen = 1;
+      ticket = agn_gemm_run<C, 1>(p, rt, pipe, u);
     } else if(ticket < sh.pl.cb) {
       const int u = agn_wrap(ticket - sh.pl.g2, sh.pl.u2);
       const moe_unit un = unit_decode(u, rt, p, sh.pl.nf2, C::BN, moe_tt_major<C>(p));
+      if(!sh.all1)
+        moe_prefetch_unit<C, 2>(p, rt, sh.pl.nf2, u);    /* as for GEMM1 */
       if(!sh.all1 && !agn_wait_cta(p, p.g1_done + agn_tile_of(rt, un, C::BN),
                                    sh.pl.need1, HR__MOE_WAIT_GEMM1))
         return 0;
@@ -572,6 +595,7 @@ static __device__ __noinline__ int agn_begin(const hr__moe_params &p)
     sh.polls = 0;
     sh.aborted = 0;
     sh.all1 = 0;
+    sh.scatter_seen = 0;
     sh.nonempty = 0;
     sh.pl.P = min((pairs + HR__MOE_AGN_PIECE - 1) / HR__MOE_AGN_PIECE,
                   HR__MOE_AGN_MAX_PIECES);
@@ -626,15 +650,21 @@ hr__moe_agnostic_kernel(const __grid_constant__ hr__moe_params p)
   if(ticket < 0)
     return;
   /* The tile shape follows the routing: the same in every CTA. */
-  if(sh.pl.tile == MOE_TILE_TINY)
+  const unsigned v = p.variant;
+  const int tile = sh.pl.tile;
+  if(tile == MOE_TILE_TINY)
     ok = agn_tasks_for<moe_tile_tiny>(p, ticket);
-  else if(sh.pl.tile == MOE_TILE_NARROW)
+  else if(tile == MOE_TILE_NARROW)
     ok = agn_tasks_for<moe_tile_narrow>(p, ticket);
-  else if(sh.pl.tile == MOE_TILE_MID && (p.variant & HR__MOE_VAR_MID_SYNC))
+  else if(tile == MOE_TILE_WIDE)
+    ok = agn_tasks_for<moe_tile_wide>(p, ticket);
+  else if(tile == MOE_TILE_MID && (v & HR__MOE_VAR_MID_SYNC))
     ok = agn_tasks_for<moe_tile_mid_sync>(p, ticket);
-  else if(sh.pl.tile == MOE_TILE_MID)
+  else if(tile == MOE_TILE_MID && (v & HR__MOE_VAR_MID_WAIT))
+    ok = agn_tasks_for<moe_tile_mid_w0>(p, ticket);
+  else if(tile == MOE_TILE_MID)
     ok = agn_tasks_for<moe_tile_mid>(p, ticket);
-  else if(p.variant & HR__MOE_VAR_SYNC_BIG)
+  else if(v & HR__MOE_VAR_SYNC_BIG)
     ok = agn_tasks_for<moe_tile_big_sync>(p, ticket);
   else
     ok = agn_tasks_for<moe_tile_big>(p, ticket);

@@ -33,12 +33,15 @@
  * alone, and the tile shape on the routing alone: results never depend on
  * the grid.
  *
- * Four tile shapes, by the pairs per expert that has any:
+ * Five tile shapes, by the pairs per expert that has any:
  *   tiny (<= 12), narrow (<= 24): 128 weight rows by 16 or 32 tokens,
  *        the weights streamed in 256-byte row pieces (the work is reading
  *        each touched expert once: T up to ~128), mma.sync
- *   mid (< 96): 128 x 64, 8 stages of 64, wgmma (T ~ 1024)
+ *   mid (< 48): 128 x 64, 8 stages of 64, wgmma (DeepSeek-V3 T ~ 1024)
+ *   wide (< 96): 128 x 128, 6 stages of 64, wgmma (Qwen3 T ~ 1024)
  *   big: 256 x 128, 4 stages of 64, wgmma, where the MMAs dominate
+ * The mid and wide tiles keep one step's MMAs in flight while the next
+ * step's loads land (DEPTH 1); the big tile waits for each step's.
  *
  * GEMM1 interleaves gate and up rows per 16-row MMA tile (rows 0..7 gate
  * of 8 features, rows 8..15 up of the same 8), so each thread holds the
@@ -61,7 +64,7 @@
 #define HR__MOE_RING 8
 
 template <int BM_, int BN_, int BK_, int WM_, int WN_, int WK_, int STAGES_,
-          int A_STREAM_ = 0, int WG_ = 0>
+          int A_STREAM_ = 0, int WG_ = 0, int DEPTH_ = 0>
 struct moe_tile {
   static constexpr int BM = BM_;          /* weight rows per unit */
   static constexpr int BN = BN_;          /* tokens per unit */
@@ -75,6 +78,13 @@ struct moe_tile {
   /* 1: wgmma, the two warpgroups taking BM/2 rows each, all BN tokens, in
    * 64-row blocks (tile_wgmma); 0: mma.sync, warps WM x WN x WK */
   static constexpr int WG = WG_;
+  /* WG tiles: the steps whose MMAs may still run when the next step's
+   * MMAs are issued. 1: each step waits only for the previous step's
+   * (wgmma.wait_group 1), so the tensor cores go on while the warps wait
+   * for the next step's loads, and that step's slot is refilled once
+   * every warpgroup is done with it (moe_gemm_stage); 0: each step waits
+   * for its own MMAs before the next loads are issued. */
+  static constexpr int DEPTH = WG ? DEPTH_ : 0;
   /* Units of an expert token tile major (the big tiles): the units that
    * read one token tile, a dozen or more, start together and share it in
    * L2; row tile major otherwise (unit_decode). */
@@ -110,6 +120,7 @@ struct moe_tile {
   static_assert(!WG || (BK == 64 && WM == 8 && WN == 1 && WK == 1 && BN <= 128 &&
                         BM % 128 == 0), "wgmma tile: 128-byte rows, 2 warpgroups");
   static_assert(!WG || BN * OUT_STRIDE * 2 <= STAGE_BYTES, "half a tile fits a slot");
+  static_assert(DEPTH == 0 || DEPTH == 1, "one step of MMAs in flight at most");
 
   /* The 16-row MMA tile that warp `warp`'s accumulators acc[mt] hold. */
   static __device__ __forceinline__ int m16(int warp, int mt)
@@ -154,10 +165,22 @@ typedef moe_tile<HR_MOE_TINY_BM, 16, HR_MOE_TINY_BK, HR_MOE_TINY_BM / 16, 1,
 typedef moe_tile<128, 32, 128, 8, 1, 1, 5> moe_tile_narrow;
 typedef moe_tile<128, 64, 128, 4, 2, 1, 4> moe_tile_mid_sync;
 /* The mid tile on wgmma (128-byte rows, so BK 64 and twice the stages),
- * the default; the mma.sync one above is the benchmark's comparison
- * (HR__MOE_VAR_MID_SYNC). (Measured with 6 stages: Qwen3-30B-A3B T = 1024
- * 0.50 ms against 0.76, DeepSeek-V3 5.80 against 5.84; y bitwise.) */
-typedef moe_tile<128, 64, 64, 8, 1, 1, 8, 0, 1> moe_tile_mid;
+ * one step's MMAs in flight, the default; the mma.sync one above is the
+ * benchmark's comparison (HR__MOE_VAR_MID_SYNC), and so is the same tile
+ * waiting for each step's MMAs (HR__MOE_VAR_MID_WAIT, the tile before
+ * 2026-11-30 10:00). (Measured, same run: DeepSeek-V3 T = 1024 5.86 ms
+ * against 6.46 waiting and 6.74 for mma.sync; 6 stages instead of 8 gave
+ * 5.90, Qwen3 0.532 against 0.531; y bitwise.) */
+typedef moe_tile<128, 64, 64, 8, 1, 1, 8, 0, 1, 1> moe_tile_mid;
+typedef moe_tile<128, 64, 64, 8, 1, 1, 8, 0, 1, 0> moe_tile_mid_w0;
+/* 128 tokens wide, 6 stages, one step's MMAs in flight: with ~64 pairs
+ * per expert (Qwen3-30B-A3B at T = 1024) half the experts have a few more
+ * than 64, and with the mid tile each of those streams its weights twice,
+ * the second time for a handful of tokens; this tile streams them once.
+ * (Measured: Qwen3 T = 1024 0.508 ms against 0.531 for the mid tile, the
+ * agnostic kernel 0.621 against 0.770; but DeepSeek-V3, 32 pairs per
+ * expert, 6.48 against 5.86, so it runs from 48 pairs per expert.) */
+typedef moe_tile<128, 128, 64, 8, 1, 1, 6, 0, 1, 1> moe_tile_wide;
 /* Hundreds of tokens per expert: 256 weight rows by 128 tokens. This is
  * the mma.sync version, 64 x 64 per warp, 3 stages, which the wgmma tile
  * below replaced; it stays as the benchmark's comparison (with the
@@ -173,30 +196,41 @@ typedef moe_tile<HR_MOE_BIG_BM, HR_MOE_BIG_BN, 64, HR_MOE_BIG_WM,
  * above stays for the benchmark's comparison (HR__MOE_VAR_SYNC_BIG).
  * (Measured on DeepSeek-V3 at T = 8192, 3 stages: 25.8 ms against 33.4
  * for mma.sync, y bitwise the same.) */
-typedef moe_tile<256, 128, 64, 8, 1, 1, 4, 1, 1> moe_tile_big;
+/* Each step waits for its own MMAs (DEPTH 0). With one step's MMAs in
+ * flight, as the mid tile has, it was slower (same run: DeepSeek-V3
+ * T = 8192 22.1 ms against 20.6, Qwen3 2.43 against 2.27): this tile
+ * waits on its loads, and with DEPTH 1 a step's loads go out only once
+ * the MMAs of the step before are done, later than with DEPTH 0; and the
+ * 128 accumulators held through the copies made the compiler spill. */
+typedef moe_tile<256, 128, 64, 8, 1, 1, 4, 1, 1, 0> moe_tile_big;
 static_assert(moe_tile_big::BM == moe_tile_big_sync::BM &&
                   moe_tile_big::BN == moe_tile_big_sync::BN &&
                   moe_tile_mid::BM == moe_tile_mid_sync::BM &&
-                  moe_tile_mid::BN == moe_tile_mid_sync::BN,
+                  moe_tile_mid::BN == moe_tile_mid_sync::BN &&
+                  moe_tile_wide::BM == moe_tile_mid::BM,
               "the variants cover the same units");
 
 /* Which tile, by the average pairs per expert that has any: the narrowest
  * whose width leaves room for the experts above the average. */
 #define HR__MOE_TINY_MAX_PAIRS 12
 #define HR__MOE_NARROW_MAX_PAIRS 24
+#define HR__MOE_WIDE_MIN_PAIRS 48
 #define HR__MOE_BIG_MIN_PAIRS 96
-enum { MOE_TILE_TINY = 0, MOE_TILE_NARROW, MOE_TILE_MID, MOE_TILE_BIG };
+enum { MOE_TILE_TINY = 0, MOE_TILE_NARROW, MOE_TILE_MID, MOE_TILE_BIG, MOE_TILE_WIDE };
 
 /* The tile shape for `pairs` valid pairs over `nonempty` experts that have
- * any: a function of the routing alone, so the same for every grid (and
- * for both kernels). */
-static __device__ __forceinline__ int moe_pick_tile(int pairs, int nonempty)
+ * any: a function of the routing alone (and of the benchmark's variant
+ * bits), so the same for every grid (and for both kernels). */
+static __device__ __forceinline__ int moe_pick_tile(int pairs, int nonempty,
+                                                    unsigned variant)
 {
   const int per_expert = nonempty > 0 ? pairs / nonempty : 0;
-  return per_expert >= HR__MOE_BIG_MIN_PAIRS ? MOE_TILE_BIG
-         : per_expert <= HR__MOE_TINY_MAX_PAIRS ? MOE_TILE_TINY
-         : per_expert <= HR__MOE_NARROW_MAX_PAIRS ? MOE_TILE_NARROW
-         : MOE_TILE_MID;
+  return per_expert >= HR__MOE_BIG_MIN_PAIRS                  ? MOE_TILE_BIG
+         : per_expert <= HR__MOE_TINY_MAX_PAIRS              ? MOE_TILE_TINY
+         : per_expert <= HR__MOE_NARROW_MAX_PAIRS            ? MOE_TILE_NARROW
+         : per_expert < HR__MOE_WIDE_MIN_PAIRS ||
+               (variant & HR__MOE_VAR_NO_WIDE)               ? MOE_TILE_MID
+                                                             : MOE_TILE_WIDE;
 }
 
 /* Weight rows per unit of each tile shape. */
@@ -205,6 +239,7 @@ static __device__ __forceinline__ int moe_tile_bm(int tile)
   return tile == MOE_TILE_TINY     ? moe_tile_tiny::BM
          : tile == MOE_TILE_NARROW ? moe_tile_narrow::BM
          : tile == MOE_TILE_MID    ? moe_tile_mid::BM
+         : tile == MOE_TILE_WIDE   ? moe_tile_wide::BM
                                    : moe_tile_big::BM;
 }
 
@@ -214,6 +249,7 @@ static __device__ __forceinline__ int moe_tile_bn(int tile)
   return tile == MOE_TILE_TINY     ? moe_tile_tiny::BN
          : tile == MOE_TILE_NARROW ? moe_tile_narrow::BN
          : tile == MOE_TILE_MID    ? moe_tile_mid::BN
+         : tile == MOE_TILE_WIDE   ? moe_tile_wide::BN
                                    : moe_tile_big::BN;
 }
 
@@ -292,8 +328,14 @@ static __device__ __forceinline__ int moe_unit_wrap(int u, int units1)
  * units in order. Thread t copies chunk t % CPR of rows t / CPR + RPP * i. */
 template <class C, int STAGE>
 struct moe_loader {
-  const uint16_t *a_src[C::A_PASSES];
-  const uint16_t *b_src[C::B_PASSES];  /* NULL: past the unit's last token */
+  /* The unit's weights: its expert's matrix, this thread's chunk; each
+   * pass's row offset is computed at the copy (a_row), and the token rows
+   * are kept as row indices into x or h, not pointers: with one step's
+   * wgmma in flight the accumulators hold their registers through the
+   * copies, and 64-bit pointers per pass made the compiler spill. */
+  const uint16_t *a_src;
+  int b_row[C::B_PASSES];              /* -1: past the unit's last token */
+  int a_ft;                            /* the unit's row tile */
   int next_tok[C::B_PASSES];           /* GEMM1: the next unit's tokens */
   moe_unit next;                       /* the next unit, decoded */
   int unit;                            /* index among this CTA's units */
@@ -356,30 +398,28 @@ struct moe_loader {
     const int c = threadIdx.x % C::CPR, r0 = threadIdx.x / C::CPR;
     const moe_unit un = next;
     int i;
-#pragma unroll
-    for(i = 0; i < C::A_PASSES; i++) {
-      const int r = r0 + C::RPP * i;
-      if(STAGE == 1) {
-        /* rows 0..7 of each 16: gate of 8 features; 8..15: their up */
-        const int f = un.ft * (C::BM / 2) + (r >> 4) * 8 + (r & 7);
-        const int row = (r & 8) ? p.I + f : f;
-        a_src[i] = p.w1 + ((size_t)un.e * 2 * p.I + row) * p.H + c * 8;
-      } else {
-        a_src[i] = p.w2 + ((size_t)un.e * p.H + un.ft * C::BM + r) * p.I + c * 8;
-      }
-    }
+    a_ft = un.ft;
+    if(STAGE == 1)
+      a_src = p.w1 + (size_t)un.e * 2 * p.I * p.H + c * 8;
+    else
+      a_src = p.w2 + (size_t)un.e * p.H * p.I + c * 8;
 #pragma unroll
     for(i = 0; i < C::B_PASSES; i++) {
       const int r = r0 + C::RPP * i;
-      b_src[i] = NULL;
-      if(r < un.nvalid) {
-        if(STAGE == 1)
-          b_src[i] = p.x + (size_t)next_tok[i] * p.H + c * 8;
-        else
-          b_src[i] = p.h + (size_t)(un.pos0 + r) * p.I + c * 8;
-      }
+      b_row[i] = r >= un.nvalid ? -1 : STAGE == 1 ? next_tok[i] : un.pos0 + r;
     }
     look_ahead(p, rt, nf, unit + 1);
+  }
+
+  /* Row of the expert's weight matrix that tile row r reads. */
+  __device__ __forceinline__ int a_row(const hr__moe_params &p, int r) const
+  {
+    if(STAGE == 1) {
+      /* rows 0..7 of each 16: gate of 8 features; 8..15: their up */
+      const int f = a_ft * (C::BM / 2) + (r >> 4) * 8 + (r & 7);
+      return (r & 8) ? p.I + f : f;
+    }
+    return a_ft * C::BM + r;
   }
 
   /* Loads of the next K step into the next slot (no commit). */
@@ -392,18 +432,21 @@ struct moe_loader {
     int i;
     if(kt == 0)
       start_unit(p, rt, nf);
+    const int K = STAGE == 1 ? p.H : p.I;
+    const uint16_t *a_k = a_src + kt * C::BK;
+    const uint16_t *b_k = (STAGE == 1 ? p.x : p.h) + c * 8 + kt * C::BK;
 #pragma unroll
     for(i = 0; i < C::A_PASSES; i++) {
+      const uint16_t *src = a_k + (size_t)a_row(p, r0 + C::RPP * i) * K;
       if(C::A_STREAM)
-        cp_async16_stream(a + swz<C>(r0 + C::RPP * i, c), a_src[i] + kt * C::BK,
-                          a_policy);
+        cp_async16_stream(a + swz<C>(r0 + C::RPP * i, c), src, a_policy);
       else
-        cp_async16(a + swz<C>(r0 + C::RPP * i, c), a_src[i] + kt * C::BK);
+        cp_async16(a + swz<C>(r0 + C::RPP * i, c), src);
     }
 #pragma unroll
     for(i = 0; i < C::B_PASSES; i++)
-      if(b_src[i])
-        cp_async16(b + swz<C>(r0 + C::RPP * i, c), b_src[i] + kt * C::BK);
+      if(b_row[i] >= 0)
+        cp_async16(b + swz<C>(r0 + C::RPP * i, c), b_k + (size_t)b_row[i] * K);
     if(++kt == nk) {
       kt = 0;
       unit++;
@@ -457,9 +500,11 @@ static __device__ __forceinline__ void tile_mma(float (&acc)[C::MT][C::NT][4],
  * rows [wg * BM/2, (wg + 1) * BM/2) in 64-row blocks, the 16-deep slices
  * in order. The MMA is as wide as the unit's tokens need (16 to 128
  * columns: a function of the routing, so the same for every grid); columns
- * at and past nvalid may hold anything and are never stored. Waits for its
- * MMAs before returning, so the slot is free after the next
- * __syncthreads, as with tile_mma. */
+ * at and past nvalid may hold anything and are never stored. DEPTH 0:
+ * waits for its MMAs before returning, so the slot is free after the next
+ * __syncthreads, as with tile_mma. DEPTH 1: returns with them in flight,
+ * once the previous step's are done (so the previous slot is free after
+ * the next __syncthreads); tile_drain waits for the last ones. */
 template <class C, int N>
 static __device__ __forceinline__ void tile_wgmma_n(float (&acc)[C::MT][C::NT][4],
                                                     uint32_t a_base, uint32_t b_base)
@@ -477,10 +522,42 @@ static __device__ __forceinline__ void tile_wgmma_n(float (&acc)[C::MT][C::NT][4
                       db, 1);
   }
   wgmma_commit();
-  wgmma_wait<0>();
+  if constexpr(C::DEPTH) {
+    wgmma_wait<1>();
+  } else {
+    wgmma_wait<0>();
 #pragma unroll
-  for(mt = 0; mt < C::MT; mt++)
-    wgmma_fence_acc(acc[mt]);
+    for(mt = 0; mt < C::MT; mt++)
+      wgmma_fence_acc(acc[mt]);
+  }
+}
+
+/* The accumulators of a new unit: zeroed before the first unit and right
+ * after each unit's results are stored, on the path where its MMAs are
+ * known complete. (Zeroing them at the next unit's first step instead
+ * puts a register write on a path where, as far as the compiler can tell,
+ * DEPTH 1 MMAs may still be in flight: it then serializes every wgmma.) */
+template <class C>
+static __device__ __forceinline__ void tile_zero(float (&acc)[C::MT][C::NT][4])
+{
+#pragma unroll
+  for(int mt = 0; mt < C::MT; mt++)
+#pragma unroll
+    for(int j = 0; j < C::NT; j++)
+      acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.0f;
+}
+
+/* The end of a unit: its last MMAs complete, the accumulators readable.
+ * Nothing to do unless the tile leaves MMAs in flight. */
+template <class C>
+static __device__ __forceinline__ void tile_drain(float (&acc)[C::MT][C::NT][4])
+{
+  if constexpr(C::DEPTH) {
+    wgmma_wait<0>();
+#pragma unroll
+    for(int mt = 0; mt < C::MT; mt++)
+      wgmma_fence_acc(acc[mt]);
+  }
 }
 
 template <class C>
@@ -638,6 +715,39 @@ __device__ void tile_store(const hr__moe_params &p, const moe_unit &un,
   }
 }
 
+/* The benchmark's variant HR__MOE_VAR_PREFETCH (off in production): before
+ * a wait (a grid barrier, or the agnostic kernel's wait for a unit's
+ * inputs), ask L2 for the weights of unit u of a stage (nf row tiles per
+ * expert), HR__MOE_PREFETCH_CAP bytes at most over its BM rows, each row's
+ * first bytes (the K order the pipeline will read them in), so that they
+ * arrive while the CTA waits (or, with no unit of the stage before, while
+ * others work: at Qwen3-30B-A3B T = 1, GEMM1 has 96 units for 132 CTAs,
+ * and the other 36 could fetch GEMM2's weights meanwhile). Measured, it
+ * does not pay: Qwen3 T = 1 0.041 ms against 0.038 without, DeepSeek-V3
+ * T = 1 0.187 against 0.183, T = 16 and 128 within the noise; the time at
+ * T = 1 is not in the fetches the barriers hold up. Not for the big tile.
+ * A hint: nothing is written, y cannot change. */
+#define HR__MOE_PREFETCH_CAP (256 * 1024)
+template <class C, int STAGE>
+static __device__ __forceinline__ void moe_prefetch_unit(const hr__moe_params &p,
+                                                         const moe_route &rt, int nf, int u)
+{
+  const int cap = HR__MOE_PREFETCH_CAP;
+  const int r = threadIdx.x, K = STAGE == 1 ? p.H : p.I;
+  const moe_unit un = unit_decode(u, rt, p, nf, C::BN, moe_tt_major<C>(p));
+  const int bytes = min(2 * K, cap / C::BM) & ~255;
+  const uint16_t *src;
+  if(C::BM == 256 || !(p.variant & HR__MOE_VAR_PREFETCH) || r >= C::BM || bytes == 0)
+    return;
+  if(STAGE == 1) {
+    const int f = un.ft * (C::BM / 2) + (r >> 4) * 8 + (r & 7);
+    src = p.w1 + ((size_t)un.e * 2 * p.I + ((r & 8) ? p.I + f : f)) * p.H;
+  } else {
+    src = p.w2 + ((size_t)un.e * p.H + un.ft * C::BM + r) * p.I;
+  }
+  prefetch_l2_bulk(src, (uint32_t)bytes);
+}
+
 /* One GEMM stage over all of this CTA's units. */
 template <class C, int STAGE>
 __device__ void moe_gemm_stage(const hr__moe_params &p, const moe_route &rt,
@@ -661,7 +771,7 @@ __device__ void moe_gemm_stage(const hr__moe_params &p, const moe_route &rt,
   moe_unit un;
   float acc[C::MT][C::NT][4];
   long long s;
-  int kt = 0, u = 0, slot = 0, i, mt, j;
+  int kt = 0, u = 0, slot = 0, i;
 
   if(steps == 0)
     return;
@@ -673,26 +783,34 @@ __device__ void moe_gemm_stage(const hr__moe_params &p, const moe_route &rt,
     cp_async_commit();
   }
   un = unit_decode(moe_unit_wrap(blockIdx.x, units1), rt, p, nf, C::BN, moe_tt_major<C>(p));
+  tile_zero<C>(acc);
   for(s = 0; s < steps; s++) {
     moe_step_landed<C>();                       /* step s has landed */
-    __syncthreads();                            /* and slot s-1 is free */
-    if(s + C::STAGES - 1 < steps)
-      ld.issue(p, rt, pipe, nf, nk);
-    cp_async_commit();
-
-    if(kt == 0) {
-#pragma unroll
-      for(mt = 0; mt < C::MT; mt++)
-#pragma unroll
-        for(j = 0; j < C::NT; j++)
-          acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.0f;
+    __syncthreads();                            /* and (DEPTH 0) slot s-1 is free */
+    if constexpr(!C::DEPTH) {
+      if(s + C::STAGES - 1 < steps)
+        ld.issue(p, rt, pipe, nf, nk);
+      cp_async_commit();
     }
+
     {
       const uint32_t a = smem_addr(pipe + slot * C::STAGE_BYTES);
       tile_step<C>(acc, a, a + C::A_BYTES, wm, wn, wk, un.nvalid);
     }
-    if(++kt == nk)
+    if constexpr(C::DEPTH) {
+      /* Step s's MMAs run; each warpgroup has seen its step s-1 MMAs
+       * complete, so after this barrier slot s-1 takes the loads of step
+       * s + STAGES - 1, as far ahead as with DEPTH 0. */
+      __syncthreads();
+      if(s + C::STAGES - 1 < steps)
+        ld.issue(p, rt, pipe, nf, nk);
+      cp_async_commit();
+    }
+    if(++kt == nk) {
+      tile_drain<C>(acc);
       tile_store<C, STAGE>(p, un, acc, pipe, pipe + slot * C::STAGE_BYTES, wm, wn, wk);
+      tile_zero<C>(acc);
+    }
     if(++slot == C::STAGES)
       slot = 0;
     if(kt == nk) {
@@ -702,6 +820,9 @@ __device__ void moe_gemm_stage(const hr__moe_params &p, const moe_route &rt,
                          nf, C::BN, moe_tt_major<C>(p));
     }
   }
+  /* The last step ended a unit and drained; the compiler cannot know it,
+   * and without this wait it serializes every wgmma of the loop. */
+  tile_drain<C>(acc);
   cp_async_wait<0>();
   __syncthreads();
 }

@@ -48,6 +48,53 @@ static __device__ void moe_combine(const hr__moe_params &p)
   }
 }
 
+/* GEMM stage STAGE in the launch's tile shape, or the benchmark's variant
+ * of it (moe_kernel.h). */
+template <int STAGE>
+static __device__ __forceinline__ void moe_gemm(const hr__moe_params &p, const moe_route &rt,
+                                                uint8_t *smem, int tile)
+{
+  const unsigned v = p.variant;
+  if(tile == MOE_TILE_TINY)
+    moe_gemm_stage<moe_tile_tiny, STAGE>(p, rt, smem);
+  else if(tile == MOE_TILE_NARROW)
+    moe_gemm_stage<moe_tile_narrow, STAGE>(p, rt, smem);
+  else if(tile == MOE_TILE_WIDE)
+    moe_gemm_stage<moe_tile_wide, STAGE>(p, rt, smem);
+  else if(tile == MOE_TILE_MID && (v & HR__MOE_VAR_MID_SYNC))
+    moe_gemm_stage<moe_tile_mid_sync, STAGE>(p, rt, smem);
+  else if(tile == MOE_TILE_MID && (v & HR__MOE_VAR_MID_WAIT))
+    moe_gemm_stage<moe_tile_mid_w0, STAGE>(p, rt, smem);
+  else if(tile == MOE_TILE_MID)
+    moe_gemm_stage<moe_tile_mid, STAGE>(p, rt, smem);
+  else if(v & HR__MOE_VAR_SYNC_BIG)
+    moe_gemm_stage<moe_tile_big_sync, STAGE>(p, rt, smem);
+  else
+    moe_gemm_stage<moe_tile_big, STAGE>(p, rt, smem);
+}
+
+/* Before the grid barrier that opens GEMM stage STAGE, in the benchmark's
+ * variant HR__MOE_VAR_PREFETCH only: L2 fetches this CTA's first unit of
+ * it (moe_prefetch_unit, which does nothing otherwise). */
+template <int STAGE>
+static __device__ void moe_prefetch(const hr__moe_params &p, const moe_route &rt, int tile)
+{
+  const int nf = (STAGE == 1 ? 2 * p.I : p.H) / moe_tile_bm(tile);
+  const int u = (int)blockIdx.x;
+  if(tile == MOE_TILE_BIG ||
+     moe_phase_runs(p, STAGE == 1 ? HR__MOE_PHASE_GEMM1 : HR__MOE_PHASE_GEMM2) == 0 ||
+     u >= rt.tile_off[p.E] * nf)
+    return;
+  if(tile == MOE_TILE_TINY)
+    moe_prefetch_unit<moe_tile_tiny, STAGE>(p, rt, nf, u);
+  else if(tile == MOE_TILE_NARROW)
+    moe_prefetch_unit<moe_tile_narrow, STAGE>(p, rt, nf, u);
+  else if(tile == MOE_TILE_WIDE)
+    moe_prefetch_unit<moe_tile_wide, STAGE>(p, rt, nf, u);
+  else
+    moe_prefetch_unit<moe_tile_mid, STAGE>(p, rt, nf, u);
+}
+
 __global__ void __launch_bounds__(HR__MOE_THREADS, 1)
 hr__moe_kernel(const __grid_constant__ hr__moe_params p)
 {
@@ -96,41 +143,22 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
     if(rt.cnt[i] > 0)
       atomicAdd(&s_nonempty, 1);
   __syncthreads();
-  tile = moe_pick_tile(rt.off[p.E], s_nonempty);
+  tile = moe_pick_tile(rt.off[p.E], s_nonempty, p.variant);
   moe_route_tiles(p, rt, moe_tile_bn(tile), s_warp_sums);
+  /* The weights need no routing: fetch them while the barrier waits. */
+  moe_prefetch<1>(p, rt, tile);
   if(!grid_barrier(p, 0, &s_ok))
     return;
 
   /* 2. GEMM1 + SwiGLU (each CTA's units come twice, or never, in the
    * benchmark's variants: moe_gemm_stage) */
-  if(tile == MOE_TILE_TINY)
-    moe_gemm_stage<moe_tile_tiny, 1>(p, rt, smem);
-  else if(tile == MOE_TILE_NARROW)
-    moe_gemm_stage<moe_tile_narrow, 1>(p, rt, smem);
-  else if(tile == MOE_TILE_MID && (p.variant & HR__MOE_VAR_MID_SYNC))
-    moe_gemm_stage<moe_tile_mid_sync, 1>(p, rt, smem);
-  else if(tile == MOE_TILE_MID)
-    moe_gemm_stage<moe_tile_mid, 1>(p, rt, smem);
-  else if(p.variant & HR__MOE_VAR_SYNC_BIG)
-    moe_gemm_stage<moe_tile_big_sync, 1>(p, rt, smem);
-  else
-    moe_gemm_stage<moe_tile_big, 1>(p, rt, smem);
+  moe_gemm<1>(p, rt, smem, tile);
+  moe_prefetch<2>(p, rt, tile);
   if(!grid_barrier(p, 1, &s_ok))
     return;
 
   /* 3. GEMM2 */
-  if(tile == MOE_TILE_TINY)
-    moe_gemm_stage<moe_tile_tiny, 2>(p, rt, smem);
-  else if(tile == MOE_TILE_NARROW)
-    moe_gemm_stage<moe_tile_narrow, 2>(p, rt, smem);
-  else if(tile == MOE_TILE_MID && (p.variant & HR__MOE_VAR_MID_SYNC))
-    moe_gemm_stage<moe_tile_mid_sync, 2>(p, rt, smem);
-  else if(tile == MOE_TILE_MID)
-    moe_gemm_stage<moe_tile_mid, 2>(p, rt, smem);
-  else if(p.variant & HR__MOE_VAR_SYNC_BIG)
-    moe_gemm_stage<moe_tile_big_sync, 2>(p, rt, smem);
-  else
-    moe_gemm_stage<moe_tile_big, 2>(p, rt, smem);
+  moe_gemm<2>(p, rt, smem, tile);
   if(!grid_barrier(p, 2, &s_ok))
     return;
 

@@ -103,17 +103,25 @@ enum {
 };
 
 /* The benchmark's variants of the GEMMs, bits of `variant` (all 0 in
- * production), to compare with what came before: the mma.sync big tile
- * (3 stages) instead of the wgmma one; the big tile's units row tile
- * major instead of token tile major; its weight loads evict-first in L2
- * instead of no preference; the mma.sync mid tile instead of the wgmma
- * one. Each is the same sums in the same order (y bitwise the same) or a
- * permutation of the work. */
+ * production), to compare with what came before or might come next: the
+ * mma.sync big tile (3 stages) instead of the wgmma one; the big tile's
+ * units row tile major instead of token tile major; its weight loads
+ * evict-first in L2 instead of no preference; the mma.sync mid tile
+ * instead of the wgmma one; the wgmma mid tile waiting for each step's
+ * MMAs before the next step's loads (MID_WAIT, as before 2026-11-30
+ * 10:00) instead of keeping one step's MMAs in flight; the mid tile
+ * where the wide one would run (NO_WIDE, as before); the L2
+ * prefetch of a unit's weights before the waits (PREFETCH). Each is the
+ * same sums in the same order (y bitwise the same) or a permutation of
+ * the work. */
 enum {
   HR__MOE_VAR_SYNC_BIG = 1,
   HR__MOE_VAR_FT_MAJOR = 2,
   HR__MOE_VAR_A_EVICT_FIRST = 4,
-  HR__MOE_VAR_MID_SYNC = 8
+  HR__MOE_VAR_MID_SYNC = 8,
+  HR__MOE_VAR_MID_WAIT = 16,
+  HR__MOE_VAR_NO_WIDE = 64,
+  HR__MOE_VAR_PREFETCH = 128
 };
 
 /* Everything one launch needs, passed by value as a __grid_constant__. */

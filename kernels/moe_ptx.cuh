@@ -46,6 +46,15 @@ static __device__ __forceinline__ uint64_t l2_policy_evict_normal(void)
   return p;
 }
 
+/* Ask L2 to fetch `bytes` (a multiple of 16) from global memory at `src`
+ * (16-byte aligned), nothing written anywhere: the weights a later phase
+ * will stream, fetched while this CTA would otherwise only wait. */
+static __device__ __forceinline__ void prefetch_l2_bulk(const void *src, uint32_t bytes)
+{
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n"
+               :: "l"(src), "r"(bytes) : "memory");
+}
+
 static __device__ __forceinline__ void cp_async_commit(void)
 {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
