@@ -534,9 +534,8 @@ static __device__ __forceinline__ void tile_wgmma_n(float (&acc)[C::MT][C::NT][4
 
 /* The accumulators of a new unit: zeroed before the first unit and right
  * after each unit's results are stored, on the path where its MMAs are
- * known complete. (Zeroing them at the next unit's first step instead
- * puts a register write on a path where, as far as the compiler can tell,
- * DEPTH 1 MMAs may still be in flight: it then serializes every wgmma.) */
+ * known complete, rather than at the next unit's first step, where with
+ * DEPTH 1 the compiler would have to prove none are in flight. */
 template <class C>
 static __device__ __forceinline__ void tile_zero(float (&acc)[C::MT][C::NT][4])
 {
