@@ -6,6 +6,7 @@
 UNIT_TESTS += $(TESTBIN)/test_client_partition
 
 $(TESTBIN)/test_client_partition: $(OBJDIR)/tests/unit/test_client_partition.o \
+                                  $(OBJDIR)/tests/unit/unit_util.o \
                                   $(LIBDIR)/libheadroom.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_HEADROOM) $(LDLIBS_CMOCKA)
@@ -21,7 +22,8 @@ $(TESTBIN)/libfakecuda.so: $(OBJDIR)/tests/unit/fake_libcuda.o
 	$(CC) $(CFLAGS) $(LDFLAGS) -shared -o $@ $^
 
 $(TESTBIN)/test_client_partition_fake: \
-  $(OBJDIR)/tests/unit/test_client_partition_fake.o $(LIBDIR)/libheadroom.a \
+  $(OBJDIR)/tests/unit/test_client_partition_fake.o \
+  $(OBJDIR)/tests/unit/unit_util.o $(LIBDIR)/libheadroom.a \
   $(TESTBIN)/libfakecuda.so
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o %.a,$^) $(LDLIBS_HEADROOM) \

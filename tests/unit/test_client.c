@@ -55,60 +55,28 @@ typedef struct ncclConfig_v22800 {
 
 #include "headroom.h"
 #include "hr_proto.h"      /* HR_NAME_MAX */
+#include "unit_util.h"
 
 extern char **environ;
-
-static char tmpdir[64];
-static char sock_path[96];
-
-static const char *const env_vars[] = {
-  "DG_MEGA_MOE_SM_HEADROOM", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS",
-  "NCCL_CGA_CLUSTER_SIZE", "NCCL_NVLS_ENABLE", "HEADROOM_SOCKET",
-};
-
-static void clear_env(void)
-{
-  size_t i;
-  for(i = 0; i < sizeof(env_vars) / sizeof(env_vars[0]); i++)
-    unsetenv(env_vars[i]);
-}
 
 static int group_setup(void **state)
 {
   (void)state;
-  snprintf(tmpdir, sizeof(tmpdir), "/tmp/hr-unit-XXXXXX");
-  if(!mkdtemp(tmpdir))
-    return -1;
-  snprintf(sock_path, sizeof(sock_path), "%s/h.sock", tmpdir);
-  return 0;
+  return th_tmpdir_create("/tmp/hr-unit-XXXXXX");
 }
 
 static int group_teardown(void **state)
 {
   (void)state;
-  unlink(sock_path);
-  rmdir(tmpdir);
+  th_tmpdir_remove();
   return 0;
 }
 
 static int test_setup(void **state)
 {
   (void)state;
-  clear_env();
+  th_env_clear();
   return 0;
-}
-
-/* A client on the empty folder's socket: never a daemon there. */
-static hr_client *open_degraded(void)
-{
-  hr_client_options o;
-  hr_client *c = NULL;
-  memset(&o, 0, sizeof(o));
-  o.quiet = 1;
-  o.reconnect_ms = 20;
-  assert_int_equal(hr_client_open(&c, sock_path, &o), HR_OK);
-  assert_non_null(c);
-  return c;
 }
 
 static hr_lease *lease_on(hr_client *c, int gpu)
@@ -128,7 +96,7 @@ static char *capture_stderr(void (*fn)(void *), void *arg)
   long n;
   int saved, fd;
 
-  snprintf(path, sizeof(path), "%s/stderr.txt", tmpdir);
+  snprintf(path, sizeof(path), "%s/stderr.txt", th_tmpdir);
   fflush(stderr);
   saved = dup(2);
   assert_true(saved >= 0);
@@ -217,7 +185,7 @@ static void check_word_matches_budget(const hr_lease *l)
 
 static void test_degraded_open_full_grid(void **state)
 {
-  hr_client *c = open_degraded();
+  hr_client *c = th_client_open_degraded();
   hr_lease *l;
   hr_budget b;
   (void)state;
@@ -257,7 +225,7 @@ static void test_degraded_headroom_from_env(void **state)
   (void)state;
 
   setenv("DG_MEGA_MOE_SM_HEADROOM", "8", 1);
-  c = open_degraded();
+  c = th_client_open_degraded();
   l = lease_on(c, 0);
   assert_int_equal(hr_lease_budget(l, &b), HR_OK);
   assert_int_equal(b.headroom, 8);
@@ -289,7 +257,7 @@ static void test_degraded_invalid_env_means_zero(void **state)
     hr_lease *l;
     hr_budget b;
     setenv("DG_MEGA_MOE_SM_HEADROOM", bad[i], 1);
-    c = open_degraded();
+    c = th_client_open_degraded();
     l = lease_on(c, 0);
     assert_int_equal(hr_lease_budget(l, &b), HR_OK);
     hr_client_close(c);
@@ -311,7 +279,7 @@ static void test_degraded_nccl_from_env(void **state)
   setenv("NCCL_MIN_CTAS", "2", 1);
   setenv("NCCL_MAX_CTAS", "8", 1);
   setenv("NCCL_CGA_CLUSTER_SIZE", "1", 1);
-  c = open_degraded();
+  c = th_client_open_degraded();
   l = lease_on(c, 0);
   assert_int_equal(hr_lease_budget(l, &b), HR_OK);
   assert_int_equal(b.nccl_min_ctas, 2);
@@ -324,7 +292,7 @@ static void test_degraded_nccl_from_env(void **state)
   setenv("NCCL_MIN_CTAS", "0", 1);
   setenv("NCCL_MAX_CTAS", "65", 1);
   setenv("NCCL_CGA_CLUSTER_SIZE", "many", 1);
-  c = open_degraded();
+  c = th_client_open_degraded();
   l = lease_on(c, 0);
   assert_int_equal(hr_lease_budget(l, &b), HR_OK);
   assert_int_equal(b.nccl_min_ctas, 0);
@@ -342,7 +310,7 @@ static void test_degraded_env_read_at_open(void **state)
   (void)state;
 
   setenv("DG_MEGA_MOE_SM_HEADROOM", "6", 1);
-  c = open_degraded();
+  c = th_client_open_degraded();
   setenv("DG_MEGA_MOE_SM_HEADROOM", "20", 1);
   l = lease_on(c, 0);
   assert_int_equal(hr_lease_headroom(l), 6);
@@ -356,7 +324,7 @@ static void open_two_noisy(void *arg)
   (void)arg;
   memset(&o, 0, sizeof(o));
   o.reconnect_ms = 20;
-  setenv("HEADROOM_SOCKET", sock_path, 1);
+  setenv("HEADROOM_SOCKET", th_sock_path, 1);
   setenv("DG_MEGA_MOE_SM_HEADROOM", "4", 1);
   assert_int_equal(hr_client_open(&a, NULL, &o), HR_OK);
   assert_int_equal(hr_client_open(&b, NULL, &o), HR_OK);
@@ -374,7 +342,7 @@ static void test_degraded_notice_once_per_process(void **state)
   text = capture_stderr(open_two_noisy, NULL);
   assert_int_equal(count_lines_with(text, "headroom: no daemon at"), 1);
   /* The path came from $HEADROOM_SOCKET. */
-  snprintf(expect, sizeof(expect), "no daemon at %s (", sock_path);
+  snprintf(expect, sizeof(expect), "no daemon at %s (", th_sock_path);
   assert_non_null(strstr(text, expect));
   assert_non_null(strstr(text, "using DG_MEGA_MOE_SM_HEADROOM=4 (grid "));
   assert_non_null(strstr(text, "until it answers"));
@@ -390,7 +358,7 @@ static void open_bad_env_noisy(void *arg)
   (void)arg;
   memset(&o, 0, sizeof(o));
   setenv("DG_MEGA_MOE_SM_HEADROOM", "lots", 1);
-  assert_int_equal(hr_client_open(&c, sock_path, &o), HR_OK);
+  assert_int_equal(hr_client_open(&c, th_sock_path, &o), HR_OK);
   hr_client_close(c);
 }
 
@@ -417,15 +385,15 @@ static void test_degraded_stale_socket(void **state)
   assert_true(fd >= 0);
   memset(&sa, 0, sizeof(sa));
   sa.sun_family = AF_UNIX;
-  snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock_path);
+  snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", th_sock_path);
   assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-  c = open_degraded();
+  c = th_client_open_degraded();
   l = lease_on(c, 0);
   assert_int_equal(hr_lease_degraded(l), 1);
   assert_int_equal(hr_client_connected(c), 0);
   hr_client_close(c);
   close(fd);
-  unlink(sock_path);
+  unlink(th_sock_path);
 }
 
 /* A listener that never answers hello: hr_client_open must not hang. */
@@ -443,7 +411,7 @@ static void test_degraded_silent_listener_bounded(void **state)
   assert_true(fd >= 0);
   memset(&sa, 0, sizeof(sa));
   sa.sun_family = AF_UNIX;
-  snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock_path);
+  snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", th_sock_path);
   assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
   assert_int_equal(listen(fd, 16), 0);
   memset(&o, 0, sizeof(o));
@@ -451,19 +419,19 @@ static void test_degraded_silent_listener_bounded(void **state)
   o.request_timeout_ms = 150;
   o.reconnect_ms = 1000;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  assert_int_equal(hr_client_open(&c, sock_path, &o), HR_OK);
+  assert_int_equal(hr_client_open(&c, th_sock_path, &o), HR_OK);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
   assert_true(ms >= 100 && ms < 1000);
   assert_int_equal(hr_client_connected(c), 0);
   hr_client_close(c);
   close(fd);
-  unlink(sock_path);
+  unlink(th_sock_path);
 }
 
 static void test_degraded_footprints_kept(void **state)
 {
-  hr_client *c = open_degraded();
+  hr_client *c = th_client_open_degraded();
   hr_comm *m = NULL;
   (void)state;
 
@@ -476,7 +444,7 @@ static void test_degraded_footprints_kept(void **state)
 
 static void test_wait_change_times_out(void **state)
 {
-  hr_client *c = open_degraded();
+  hr_client *c = th_client_open_degraded();
   hr_lease *l = lease_on(c, 0);
   struct timespec t0, t1;
   uint32_t e = hr_lease_epoch(l);
@@ -516,7 +484,7 @@ static void test_report_degraded_logs(void **state)
   char *text;
   (void)state;
 
-  a.c = open_degraded();
+  a.c = th_client_open_degraded();
   a.l = lease_on(a.c, 3);
   text = capture_stderr(report_twice, &a);
   assert_int_equal(count_lines_with(text, "barrier_timeout on GPU 3"), 1);
@@ -546,7 +514,7 @@ static void test_report_cuts_long_message(void **state)
   char *text, *start, *end;
   (void)state;
 
-  a.c = open_degraded();
+  a.c = th_client_open_degraded();
   a.l = lease_on(a.c, 0);
   text = capture_stderr(report_long_message, &a);
   start = strstr(text, "): ");
@@ -574,20 +542,20 @@ static void test_invalid_open(void **state)
   char longpath[200];
   (void)state;
 
-  assert_int_equal(hr_client_open(NULL, sock_path, NULL), HR_EINVAL);
+  assert_int_equal(hr_client_open(NULL, th_sock_path, NULL), HR_EINVAL);
   memset(&o, 0, sizeof(o));
   o.request_timeout_ms = -1;
-  assert_int_equal(hr_client_open(&c, sock_path, &o), HR_EINVAL);
+  assert_int_equal(hr_client_open(&c, th_sock_path, &o), HR_EINVAL);
   o.request_timeout_ms = 0;
   o.reconnect_ms = -5;
-  assert_int_equal(hr_client_open(&c, sock_path, &o), HR_EINVAL);
+  assert_int_equal(hr_client_open(&c, th_sock_path, &o), HR_EINVAL);
   o.reconnect_ms = 0;
   memset(longname, 'n', sizeof(longname) - 1);
   longname[sizeof(longname) - 1] = '\0';
   o.name = longname;
-  assert_int_equal(hr_client_open(&c, sock_path, &o), HR_EINVAL);
+  assert_int_equal(hr_client_open(&c, th_sock_path, &o), HR_EINVAL);
   o.name = "trainer\xff";
-  assert_int_equal(hr_client_open(&c, sock_path, &o), HR_EINVAL);
+  assert_int_equal(hr_client_open(&c, th_sock_path, &o), HR_EINVAL);
   o.name = NULL;
   memset(longpath, 'p', sizeof(longpath) - 1);
   longpath[0] = '/';
@@ -604,7 +572,7 @@ static void test_invalid_open(void **state)
 
 static void test_invalid_register(void **state)
 {
-  hr_client *c = open_degraded();
+  hr_client *c = th_client_open_degraded();
   char longname[HR_NAME_MAX + 1];
   hr_comm *m = (hr_comm *)&m;
   (void)state;
@@ -639,7 +607,7 @@ static void test_invalid_register(void **state)
 
 static void test_invalid_lease(void **state)
 {
-  hr_client *c = open_degraded();
+  hr_client *c = th_client_open_degraded();
   hr_lease *l = (hr_lease *)&l, *ok;
   hr_budget b;
   (void)state;
@@ -684,7 +652,7 @@ static void test_invalid_lease(void **state)
 
 static void test_invalid_report(void **state)
 {
-  hr_client *a = open_degraded(), *b = open_degraded();
+  hr_client *a = th_client_open_degraded(), *b = th_client_open_degraded();
   hr_lease *lb = lease_on(b, 0);
   hr_incident_detail d = {-1, -1, -1, -1, -1, -1, -1};
   (void)state;
@@ -771,9 +739,9 @@ static void test_export_env_exact(void **state)
 
   setenv("DG_MEGA_MOE_SM_HEADROOM", "6", 1);
   setenv("NCCL_MAX_CTAS", "4", 1);
-  c = open_degraded();
+  c = th_client_open_degraded();
   l = lease_on(c, 0);
-  clear_env();
+  th_env_clear();
   env_snapshot(&before);
   assert_int_equal(hr_lease_export_env(l), HR_OK);
   env_added(&before, added, sizeof(added));
@@ -828,9 +796,9 @@ static void test_export_env_full_budget(void **state)
   setenv("NCCL_MIN_CTAS", "2", 1);
   setenv("NCCL_MAX_CTAS", "16", 1);
   setenv("NCCL_CGA_CLUSTER_SIZE", "1", 1);
-  c = open_degraded();
+  c = th_client_open_degraded();
   l = lease_on(c, 0);
-  clear_env();
+  th_env_clear();
   assert_int_equal(hr_lease_export_env(l), HR_OK);
   assert_string_equal(getenv("DG_MEGA_MOE_SM_HEADROOM"), "0");
   assert_string_equal(getenv("NCCL_MIN_CTAS"), "2");
@@ -851,7 +819,7 @@ static void test_fill_nccl_config(void **state)
   (void)state;
 
   /* Nothing decided: the config is left exactly as it was. */
-  c = open_degraded();
+  c = th_client_open_degraded();
   l = lease_on(c, 0);
   assert_int_equal(hr_lease_fill_nccl_config(l, &cfg), HR_OK);
   assert_memory_equal(&cfg, &pristine, sizeof(cfg));
@@ -863,7 +831,7 @@ static void test_fill_nccl_config(void **state)
   setenv("NCCL_MIN_CTAS", "2", 1);
   setenv("NCCL_MAX_CTAS", "8", 1);
   setenv("NCCL_CGA_CLUSTER_SIZE", "1", 1);
-  c = open_degraded();
+  c = th_client_open_degraded();
   l = lease_on(c, 0);
   assert_int_equal(hr_lease_fill_nccl_config(l, &cfg), HR_OK);
   assert_int_equal(cfg.minCTAs, 2);
@@ -900,7 +868,7 @@ static void *churn(void *arg)
 
 static void test_threads_share_a_client(void **state)
 {
-  hr_client *c = open_degraded();
+  hr_client *c = th_client_open_degraded();
   pthread_t t[4];
   int i;
   (void)state;

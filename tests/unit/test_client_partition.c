@@ -24,49 +24,32 @@
 
 #include "headroom.h"
 #include "hr_client_int.h"
-
-static char tmpdir[64];
-static char sock_path[96];
-
-static const char *const env_vars[] = {
-  "DG_MEGA_MOE_SM_HEADROOM", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS",
-  "NCCL_CGA_CLUSTER_SIZE", "NCCL_NVLS_ENABLE", "HEADROOM_SOCKET",
-};
+#include "unit_util.h"
 
 static int group_setup(void **state)
 {
   (void)state;
-  snprintf(tmpdir, sizeof(tmpdir), "/tmp/hr-part-XXXXXX");
-  if(!mkdtemp(tmpdir))
-    return -1;
-  snprintf(sock_path, sizeof(sock_path), "%s/h.sock", tmpdir);
-  return 0;
+  return th_tmpdir_create("/tmp/hr-part-XXXXXX");
 }
 
 static int group_teardown(void **state)
 {
   (void)state;
-  rmdir(tmpdir);
+  th_tmpdir_remove();
   return 0;
 }
 
 static int test_setup(void **state)
 {
-  size_t i;
   (void)state;
-  for(i = 0; i < sizeof(env_vars) / sizeof(env_vars[0]); i++)
-    unsetenv(env_vars[i]);
+  th_env_clear();
   return 0;
 }
 
+/* Degraded, and it says so. */
 static hr_client *open_degraded(void)
 {
-  hr_client_options o;
-  hr_client *c = NULL;
-  memset(&o, 0, sizeof(o));
-  o.quiet = 1;
-  o.reconnect_ms = 20;
-  assert_int_equal(hr_client_open(&c, sock_path, &o), HR_OK);
+  hr_client *c = th_client_open_degraded();
   assert_int_equal(hr_client_connected(c), 0);
   return c;
 }

@@ -27,12 +27,11 @@
 
 #include "headroom.h"
 #include "hr_client_int.h"
+#include "unit_util.h"
 
 #define FAKE_SMS 120
 #define FAKE_STEP 4
 
-static char tmpdir[64];
-static char sock_path[96];
 static char fake_path[PATH_MAX];
 
 static void (*fake_set)(const char *key, long v);
@@ -44,17 +43,13 @@ static long (*fake_stream_sms)(void *stream);
 static int group_setup(void **state)
 {
   (void)state;
-  snprintf(tmpdir, sizeof(tmpdir), "/tmp/hr-fake-XXXXXX");
-  if(!mkdtemp(tmpdir))
-    return -1;
-  snprintf(sock_path, sizeof(sock_path), "%s/h.sock", tmpdir);
-  return 0;
+  return th_tmpdir_create("/tmp/hr-fake-XXXXXX");
 }
 
 static int group_teardown(void **state)
 {
   (void)state;
-  rmdir(tmpdir);
+  th_tmpdir_remove();
   return 0;
 }
 
@@ -67,17 +62,6 @@ static int test_setup(void **state)
   fake_fail("", 0, 0);
   fake_set("split_extra", 0);
   return 0;
-}
-
-static hr_client *open_degraded(void)
-{
-  hr_client_options o;
-  hr_client *c = NULL;
-  memset(&o, 0, sizeof(o));
-  o.quiet = 1;
-  o.reconnect_ms = 20;
-  assert_int_equal(hr_client_open(&c, sock_path, &o), HR_OK);
-  return c;
 }
 
 static hr_lease *partition_lease(hr_client *c, int gpu)
@@ -104,7 +88,7 @@ static int create_captured(const hr_lease *l, hr_partition **p, char *err,
   size_t n;
   int saved, rc;
 
-  snprintf(path, sizeof(path), "%s/stderr.txt", tmpdir);
+  snprintf(path, sizeof(path), "%s/stderr.txt", th_tmpdir);
   fflush(stderr);
   saved = dup(2);
   f = fopen(path, "w+");
@@ -140,7 +124,7 @@ static void test_old_driver(void **state)
     int rc;
     fake_set("driver_version", 12040);
     setenv("DG_MEGA_MOE_SM_HEADROOM", "4", 1);
-    c = open_degraded();
+    c = th_client_open_degraded();
     l = partition_lease(c, 0);
     rc = hr_partition_create(l, &p);
     hr_client_close(c);
@@ -171,7 +155,7 @@ static void test_degraded_from_driver(void **state)
   assert_int_equal(hr__cuda_sms(1), 4);
   assert_int_equal(hr__cuda_sms(2), HR_ENOGPU);
   setenv("DG_MEGA_MOE_SM_HEADROOM", "6", 1);
-  c = open_degraded();
+  c = th_client_open_degraded();
   l = partition_lease(c, 0);
   assert_int_equal(hr_lease_budget(l, &b), HR_OK);
   assert_int_equal(b.sms, FAKE_SMS);
@@ -209,7 +193,7 @@ static void test_create_destroy(void **state)
   (void)state;
 
   setenv("DG_MEGA_MOE_SM_HEADROOM", "10", 1);
-  c = open_degraded();
+  c = th_client_open_degraded();
   l = partition_lease(c, 0);
   assert_int_equal(hr_lease_budget(l, &b), HR_OK);
   assert_int_equal(b.headroom, 12);
@@ -251,7 +235,7 @@ static void test_extra_streams(void **state)
   (void)state;
 
   setenv("DG_MEGA_MOE_SM_HEADROOM", "10", 1);
-  c = open_degraded();
+  c = th_client_open_degraded();
   l = partition_lease(c, 0);
   assert_int_equal(hr_partition_create(l, &p), HR_OK);
   assert_int_equal(hr_partition_stream_create(NULL, HR_PARTITION_COMM, &s[0]),
@@ -324,7 +308,7 @@ static void test_each_failure_cleans_up(void **state)
   (void)state;
 
   setenv("DG_MEGA_MOE_SM_HEADROOM", "4", 1);
-  c = open_degraded();
+  c = th_client_open_degraded();
   l = partition_lease(c, 0);
   for(i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     hr_partition *p = sentinel;
@@ -369,7 +353,7 @@ static void test_no_such_device(void **state)
   char err[512];
   (void)state;
 
-  c = open_degraded();
+  c = th_client_open_degraded();
   l = partition_lease(c, 3);       /* the fake driver has two devices */
   assert_int_equal(create_captured(l, &p, err, sizeof(err)), HR_ENOGPU);
   assert_ptr_equal(p, sentinel);
@@ -390,7 +374,7 @@ static void test_split_not_as_asked(void **state)
    * the mega partition would be smaller than the grid. */
   setenv("DG_MEGA_MOE_SM_HEADROOM", "4", 1);
   fake_set("split_extra", 4);
-  c = open_degraded();
+  c = th_client_open_degraded();
   l = partition_lease(c, 0);
   assert_int_equal(create_captured(l, &p, err, sizeof(err)), HR_EUNSUPPORTED);
   printf("  %s", err);
@@ -415,7 +399,7 @@ static void test_many_partitions(void **state)
   (void)state;
 
   setenv("DG_MEGA_MOE_SM_HEADROOM", "16", 1);
-  c = open_degraded();
+  c = th_client_open_degraded();
   l = partition_lease(c, 0);
   for(i = 0; i < 8; i++)
     assert_int_equal(hr_partition_create(l, &p[i]), HR_OK);

@@ -1,0 +1,58 @@
+/*
+ * unit_util.c: the temporary folder and degraded client of the libheadroom
+ * unit tests (see unit_util.h).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "unit_util.h"
+
+char th_tmpdir[64];
+char th_sock_path[96];
+
+static const char *const env_vars[] = {
+  "DG_MEGA_MOE_SM_HEADROOM", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS",
+  "NCCL_CGA_CLUSTER_SIZE", "NCCL_NVLS_ENABLE", "HEADROOM_SOCKET",
+};
+
+int th_tmpdir_create(const char *tmpl)
+{
+  snprintf(th_tmpdir, sizeof(th_tmpdir), "%s", tmpl);
+  if(!mkdtemp(th_tmpdir))
+    return -1;
+  snprintf(th_sock_path, sizeof(th_sock_path), "%s/h.sock", th_tmpdir);
+  return 0;
+}
+
+void th_tmpdir_remove(void)
+{
+  unlink(th_sock_path);
+  rmdir(th_tmpdir);
+}
+
+void th_env_clear(void)
+{
+  size_t i;
+  for(i = 0; i < sizeof(env_vars) / sizeof(env_vars[0]); i++)
+    unsetenv(env_vars[i]);
+}
+
+hr_client *th_client_open_degraded(void)
+{
+  hr_client_options o;
+  hr_client *c = NULL;
+  memset(&o, 0, sizeof(o));
+  o.quiet = 1;
+  o.reconnect_ms = 20;
+  assert_int_equal(hr_client_open(&c, th_sock_path, &o), HR_OK);
+  assert_non_null(c);
+  return c;
+}
