@@ -65,19 +65,6 @@ static int group_setup(void **state)
   return th_tmpdir_create("/tmp/hr-unit-XXXXXX");
 }
 
-static int group_teardown(void **state)
-{
-  (void)state;
-  th_tmpdir_remove();
-  return 0;
-}
-
-static int test_setup(void **state)
-{
-  (void)state;
-  th_env_clear();
-  return 0;
-}
 
 static hr_lease *lease_on(hr_client *c, int gpu)
 {
@@ -885,7 +872,7 @@ static void test_threads_share_a_client(void **state)
 
 int main(void)
 {
-#define T(fn) cmocka_unit_test_setup(fn, test_setup)
+#define T(fn) cmocka_unit_test_setup(fn, th_env_reset)
   const struct CMUnitTest tests[] = {
     T(test_strerror_names_every_code),
     T(test_degraded_open_full_grid),
@@ -912,5 +899,5 @@ int main(void)
   };
 #undef T
   return cmocka_run_group_tests_name("client", tests, group_setup,
-                                     group_teardown);
+                                     th_tmpdir_teardown);
 }

@@ -32,19 +32,6 @@ static int group_setup(void **state)
   return th_tmpdir_create("/tmp/hr-part-XXXXXX");
 }
 
-static int group_teardown(void **state)
-{
-  (void)state;
-  th_tmpdir_remove();
-  return 0;
-}
-
-static int test_setup(void **state)
-{
-  (void)state;
-  th_env_clear();
-  return 0;
-}
 
 /* Degraded, and it says so. */
 static hr_client *open_degraded(void)
@@ -359,7 +346,7 @@ static void test_create_here(void **state)
 
 int main(void)
 {
-#define T(fn) cmocka_unit_test_setup(fn, test_setup)
+#define T(fn) cmocka_unit_test_setup(fn, th_env_reset)
   const struct CMUnitTest tests[] = {
     T(test_fields_rule),
     T(test_degraded_budgets),
@@ -369,5 +356,5 @@ int main(void)
   };
 #undef T
   return cmocka_run_group_tests_name("partition", tests, group_setup,
-                                     group_teardown);
+                                     th_tmpdir_teardown);
 }

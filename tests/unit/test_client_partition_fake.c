@@ -46,13 +46,6 @@ static int group_setup(void **state)
   return th_tmpdir_create("/tmp/hr-fake-XXXXXX");
 }
 
-static int group_teardown(void **state)
-{
-  (void)state;
-  th_tmpdir_remove();
-  return 0;
-}
-
 static int test_setup(void **state)
 {
   (void)state;
@@ -462,5 +455,5 @@ int main(int argc, char **argv)
   fake_set("align", FAKE_STEP);
   fake_set("min_part", FAKE_STEP);
   return cmocka_run_group_tests_name("partition_fake", tests, group_setup,
-                                     group_teardown);
+                                     th_tmpdir_teardown);
 }

@@ -32,10 +32,12 @@ int th_tmpdir_create(const char *tmpl)
   return 0;
 }
 
-void th_tmpdir_remove(void)
+int th_tmpdir_teardown(void **state)
 {
+  (void)state;
   unlink(th_sock_path);
   rmdir(th_tmpdir);
+  return 0;
 }
 
 void th_env_clear(void)
@@ -43,6 +45,13 @@ void th_env_clear(void)
   size_t i;
   for(i = 0; i < sizeof(env_vars) / sizeof(env_vars[0]); i++)
     unsetenv(env_vars[i]);
+}
+
+int th_env_reset(void **state)
+{
+  (void)state;
+  th_env_clear();
+  return 0;
 }
 
 hr_client *th_client_open_degraded(void)
