@@ -14,6 +14,7 @@ $(OBJDIR)/tests/hardening/test_limits.o: CPPFLAGS += -Itests/integration
 
 $(TESTBIN)/test_limits: $(OBJDIR)/tests/hardening/test_limits.o \
                         $(OBJDIR)/tests/integration/harness.o \
+                        $(OBJDIR)/tests/integration/harness_cmocka.o \
                         $(LIBHEADROOM_A) $(BINDIR)/headroomd
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o %.a,$^) \

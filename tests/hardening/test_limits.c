@@ -43,15 +43,7 @@ static int teardown(void **state)
 
 static hr_client *open_client(const char *name)
 {
-  hr_client_options o;
-  hr_client *c = NULL;
-
-  memset(&o, 0, sizeof(o));
-  o.name = name;
-  o.quiet = 1;
-  assert_int_equal(hr_client_open(&c, daemon_.socket, &o), HR_OK);
-  assert_int_equal(hr_client_connected(c), 1);
-  return c;
+  return th_client_open_connected(&daemon_, name, 0);
 }
 
 static void send_line(th_raw *r, const char *fmt, ...)

@@ -167,6 +167,20 @@ void th_daemon_dump_log(const hr_daemon *d)
   fclose(f);
 }
 
+int th_daemon_log_has(const hr_daemon *d, const char *needle)
+{
+  char buf[65536];
+  FILE *f = fopen(d->log, "r");
+  size_t n;
+
+  if(!f)
+    return 0;
+  n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  return strstr(buf, needle) != NULL;
+}
+
 /* ---- raw connections ----------------------------------------------------- */
 
 int th_raw_connect(th_raw *r, const char *path)

@@ -36,6 +36,8 @@ void th_daemon_kill(hr_daemon *d);
 void th_daemon_cleanup(hr_daemon *d);
 /* Print the daemon's log (on failure, to see why). */
 void th_daemon_dump_log(const hr_daemon *d);
+/* Whether the first 64 KiB of the daemon's log hold `needle`. */
+int th_daemon_log_has(const hr_daemon *d, const char *needle);
 
 /* A raw connection with its own line buffer. */
 typedef struct th_raw {
@@ -72,5 +74,22 @@ int th_wait_grid(const struct hr_lease *l, int grid, int timeout_ms);
 
 /* Milliseconds on a monotonic clock. */
 long long th_now_ms(void);
+
+/* ---- harness_cmocka.c ------------------------------------------------------
+ * For the cmocka tests only (the stress program links harness.c without
+ * cmocka): these fail the running test instead of returning an error. */
+
+/* A quiet client of `d` named `name` (may be NULL), retrying every
+ * `reconnect_ms` (0: the library's default), whether or not the daemon
+ * is up. */
+struct hr_client;
+struct hr_client *th_client_open(const hr_daemon *d, const char *name,
+                                 int reconnect_ms);
+/* The same, connected to the daemon when it returns. */
+struct hr_client *th_client_open_connected(const hr_daemon *d,
+                                           const char *name,
+                                           int reconnect_ms);
+/* The whole of a file, NUL-terminated; free() it. */
+char *th_file_read(const char *path);
 
 #endif /* HR_TEST_HARNESS_H */

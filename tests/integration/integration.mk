@@ -4,6 +4,7 @@ INTEG_TESTS += $(TESTBIN)/test_broker
 
 $(TESTBIN)/test_broker: $(OBJDIR)/tests/integration/test_broker.o \
                         $(OBJDIR)/tests/integration/harness.o \
+                        $(OBJDIR)/tests/integration/harness_cmocka.o \
                         $(LIBDIR)/libheadroom.a \
                         $(BINDIR)/headroomd $(BINDIR)/headroomctl \
                         $(BINDIR)/headroom-run
@@ -17,6 +18,7 @@ INTEG_TESTS += $(TESTBIN)/test_metrics
 
 $(TESTBIN)/test_metrics: $(OBJDIR)/tests/integration/test_metrics.o \
                          $(OBJDIR)/tests/integration/harness.o \
+                         $(OBJDIR)/tests/integration/harness_cmocka.o \
                          $(LIBDIR)/libheadroom.a \
                          $(BINDIR)/headroomd $(BINDIR)/headroomctl \
                          $(BINDIR)/headroom-run
@@ -29,6 +31,7 @@ INTEG_TESTS += $(TESTBIN)/test_systemd
 
 $(TESTBIN)/test_systemd: $(OBJDIR)/tests/integration/test_systemd.o \
                          $(OBJDIR)/tests/integration/harness.o \
+                         $(OBJDIR)/tests/integration/harness_cmocka.o \
                          $(LIBDIR)/libheadroom.a $(BINDIR)/headroomd
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o %.a,$^) \
@@ -43,6 +46,7 @@ INTEG_TESTS += $(TESTBIN)/test_calibration
 
 $(TESTBIN)/test_calibration: $(OBJDIR)/tests/integration/test_calibration.o \
                              $(OBJDIR)/tests/integration/harness.o \
+                             $(OBJDIR)/tests/integration/harness_cmocka.o \
                              $(LIBDIR)/libheadroom.a $(BINDIR)/headroomd
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o %.a,$^) \
@@ -57,7 +61,8 @@ INTEG_TESTS += $(TESTBIN)/test_partition_daemon
 
 $(TESTBIN)/test_partition_daemon: \
     $(OBJDIR)/tests/integration/test_partition_daemon.o \
-    $(OBJDIR)/tests/integration/harness.o $(LIBDIR)/libheadroom.a \
+    $(OBJDIR)/tests/integration/harness.o \
+    $(OBJDIR)/tests/integration/harness_cmocka.o $(LIBDIR)/libheadroom.a \
     $(BINDIR)/headroomd $(BINDIR)/headroomctl
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o %.a,$^) \

@@ -5,6 +5,7 @@ INTEG_TESTS += $(TESTBIN)/test_partition_integ
 
 $(TESTBIN)/test_partition_integ: $(OBJDIR)/tests/integration/test_partition.o \
                                  $(OBJDIR)/tests/integration/harness.o \
+                                 $(OBJDIR)/tests/integration/harness_cmocka.o \
                                  $(LIBDIR)/libheadroom.a $(BINDIR)/headroomd \
                                  $(if $(filter 1,$(HAVE_CUDA_H)),$(TESTBIN)/libfakecuda.so)
 	@mkdir -p $(dir $@)

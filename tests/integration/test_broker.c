@@ -39,17 +39,7 @@ static int teardown(void **state)
 
 static hr_client *open_client(const char *name)
 {
-  hr_client_options o;
-  hr_client *c = NULL;
-
-  memset(&o, 0, sizeof(o));
-  o.name = name;
-  o.quiet = 1;
-  o.reconnect_ms = 50;
-  assert_int_equal(hr_client_open(&c, daemon_.socket, &o), HR_OK);
-  assert_non_null(c);
-  assert_int_equal(hr_client_connected(c), 1);
-  return c;
+  return th_client_open_connected(&daemon_, name, 50);
 }
 
 
@@ -600,21 +590,10 @@ static int run_status(const char *extra1, const char *extra2)
 
 static char *slurp(const char *name)
 {
-  char path[400], *text;
-  FILE *f;
-  long n;
+  char path[400];
 
   snprintf(path, sizeof(path), "%s/%s", daemon_.dir, name);
-  f = fopen(path, "r");
-  assert_non_null(f);
-  fseek(f, 0, SEEK_END);
-  n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  text = calloc(1, (size_t)n + 1);
-  assert_non_null(text);
-  assert_int_equal(fread(text, 1, (size_t)n, f), (size_t)n);
-  fclose(f);
-  return text;
+  return th_file_read(path);
 }
 
 /* The JSON status headroomctl printed: valid against the schema, decoded. */

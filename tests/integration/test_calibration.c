@@ -71,16 +71,7 @@ static int teardown(void **state)
 
 static hr_client *open_client(const char *name)
 {
-  hr_client_options o;
-  hr_client *c = NULL;
-
-  memset(&o, 0, sizeof(o));
-  o.name = name;
-  o.quiet = 1;
-  o.reconnect_ms = 50;
-  assert_int_equal(hr_client_open(&c, daemon_.socket, &o), HR_OK);
-  assert_non_null(c);
-  return c;
+  return th_client_open(&daemon_, name, 50);
 }
 
 
@@ -99,16 +90,7 @@ static void expect_sources(hr_budget_source gpu0, hr_budget_source gpu1)
 /* Whether the daemon's log holds `needle`. */
 static int log_has(const char *needle)
 {
-  char buf[65536];
-  FILE *f = fopen(daemon_.log, "r");
-  size_t n;
-
-  if(!f)
-    return 0;
-  n = fread(buf, 1, sizeof(buf) - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  return strstr(buf, needle) != NULL;
+  return th_daemon_log_has(&daemon_, needle);
 }
 
 /* Two collectives of 8 CTAs on each GPU: the policy's cap is

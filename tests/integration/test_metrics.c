@@ -420,16 +420,7 @@ static double prom_sum(const prom *p, const char *name)
 
 static hr_client *open_client(const char *name)
 {
-  hr_client_options o;
-  hr_client *c = NULL;
-
-  memset(&o, 0, sizeof(o));
-  o.name = name;
-  o.quiet = 1;
-  o.reconnect_ms = 50;
-  assert_int_equal(hr_client_open(&c, daemon_.socket, &o), HR_OK);
-  assert_non_null(c);
-  return c;
+  return th_client_open(&daemon_, name, 50);
 }
 
 
@@ -449,9 +440,7 @@ static int wait_connected(hr_client *c, int timeout_ms)
 static char *run_metrics(const char *extra)
 {
   char ctl[512], out[400];
-  char *argv[6], *text;
-  FILE *f;
-  long n;
+  char *argv[6];
   int i = 0;
 
   snprintf(ctl, sizeof(ctl), "%s/bin/headroomctl", th_build_dir());
@@ -464,16 +453,7 @@ static char *run_metrics(const char *extra)
     argv[i++] = (char *)extra;
   argv[i] = NULL;
   assert_int_equal(th_run(argv, out, 5000), 0);
-  f = fopen(out, "r");
-  assert_non_null(f);
-  fseek(f, 0, SEEK_END);
-  n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  text = calloc(1, (size_t)n + 1);
-  assert_non_null(text);
-  assert_int_equal(fread(text, 1, (size_t)n, f), (size_t)n);
-  fclose(f);
-  return text;
+  return th_file_read(out);
 }
 
 /* headroomctl metrics, parsed and checked. */

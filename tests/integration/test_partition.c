@@ -61,15 +61,7 @@ static int teardown(void **state)
 
 static hr_client *open_client(void)
 {
-  hr_client_options o;
-  hr_client *c = NULL;
-
-  memset(&o, 0, sizeof(o));
-  o.quiet = 1;
-  o.reconnect_ms = 50;
-  assert_int_equal(hr_client_open(&c, daemon_.socket, &o), HR_OK);
-  assert_int_equal(hr_client_connected(c), 1);
-  return c;
+  return th_client_open_connected(&daemon_, NULL, 50);
 }
 
 static hr_lease *lease_in(hr_client *c, int gpu, int cluster, hr_mode mode)

@@ -35,17 +35,7 @@ static int teardown(void **state)
 
 static hr_client *open_client(const char *name)
 {
-  hr_client_options o;
-  hr_client *c = NULL;
-
-  memset(&o, 0, sizeof(o));
-  o.name = name;
-  o.quiet = 1;
-  o.reconnect_ms = 50;
-  assert_int_equal(hr_client_open(&c, daemon_.socket, &o), HR_OK);
-  assert_non_null(c);
-  assert_int_equal(hr_client_connected(c), 1);
-  return c;
+  return th_client_open_connected(&daemon_, name, 50);
 }
 
 static void start(const char *extra)
@@ -85,16 +75,7 @@ static void ctl(const char *const *args, char *text, size_t cap)
 /* Whether the daemon's log holds `needle`. */
 static int log_has(const char *needle)
 {
-  char buf[65536];
-  FILE *f = fopen(daemon_.log, "r");
-  size_t n;
-
-  if(!f)
-    return 0;
-  n = fread(buf, 1, sizeof(buf) - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  return strstr(buf, needle) != NULL;
+  return th_daemon_log_has(&daemon_, needle);
 }
 
 /* A partition lease on an idle H200: one step of 8 SMs for NCCL, 124 for

@@ -1,0 +1,59 @@
+/*
+ * harness_cmocka.c: the harness's helpers that fail the running cmocka
+ * test on error (see harness.h). Apart from harness.c so that programs
+ * without cmocka can still link the rest.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+#include "headroom.h"
+
+hr_client *th_client_open(const hr_daemon *d, const char *name,
+                          int reconnect_ms)
+{
+  hr_client_options o;
+  hr_client *c = NULL;
+
+  memset(&o, 0, sizeof(o));
+  o.name = name;
+  o.quiet = 1;
+  o.reconnect_ms = reconnect_ms;
+  assert_int_equal(hr_client_open(&c, d->socket, &o), HR_OK);
+  assert_non_null(c);
+  return c;
+}
+
+hr_client *th_client_open_connected(const hr_daemon *d, const char *name,
+                                    int reconnect_ms)
+{
+  hr_client *c = th_client_open(d, name, reconnect_ms);
+
+  assert_int_equal(hr_client_connected(c), 1);
+  return c;
+}
+
+char *th_file_read(const char *path)
+{
+  char *text;
+  FILE *f;
+  long n;
+
+  f = fopen(path, "r");
+  assert_non_null(f);
+  fseek(f, 0, SEEK_END);
+  n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  text = calloc(1, (size_t)n + 1);
+  assert_non_null(text);
+  assert_int_equal(fread(text, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  return text;
+}
