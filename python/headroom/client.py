@@ -171,7 +171,33 @@ def _int(v, what):
     return v
 
 
-class Client:
+class _Closable:
+    """What Client, Partition and Moe share: each owns one C handle that
+    close() frees, and that `with` and the garbage collector close too
+    (quietly: at interpreter exit the library may be gone already).
+    _handle() is the handle, or InvalidArgument once closed, with the
+    subclass's _closed_message."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _handle(self):
+        ptr = self._ptr
+        if ptr is None:
+            raise InvalidArgument(_lib.HR_EINVAL, self._closed_message)
+        return ptr
+
+
+class Client(_Closable):
     """A connection to headroomd (hr_client).
 
     Client(socket=None, name=None, request_timeout_ms=None,
@@ -227,27 +253,11 @@ class Client:
             return                   # a forked child must not close it
         self._lib.hr_client_close(ptr)
 
-    def __enter__(self) -> "Client":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+    _closed_message = "the client is closed"
 
     @property
     def closed(self) -> bool:
         return self._ptr is None
-
-    def _handle(self):
-        ptr = self._ptr
-        if ptr is None:
-            raise InvalidArgument(_lib.HR_EINVAL, "the client is closed")
-        return ptr
 
     def _adopt(self, child) -> None:
         with self._mu:
@@ -536,7 +546,7 @@ class Lease:
             ", degraded" if b.degraded else "")
 
 
-class Partition:
+class Partition(_Closable):
     """Two green contexts on the GPU of a lease in Mode.PARTITION
     (hr_partition): a comm partition of budget.headroom SMs and a mega
     partition of the other budget.grid SMs, each with a non-blocking
@@ -582,23 +592,7 @@ class Partition:
             return           # a forked child has no CUDA of the parent's
         self._lib.hr_partition_destroy(ptr)
 
-    def __enter__(self) -> "Partition":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    def _handle(self):
-        ptr = self._ptr
-        if ptr is None:
-            raise InvalidArgument(_lib.HR_EINVAL, "the partition is closed")
-        return ptr
+    _closed_message = "the partition is closed"
 
     @property
     def closed(self) -> bool:

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from . import _lib
-from .client import Lease, Mode
-from .errors import BarrierTimeout, InvalidArgument, check
+from .client import Lease, Mode, _Closable
+from .errors import BarrierTimeout, check
 
 __all__ = ["Moe", "MoeShape", "MoeFailure", "check_moe_tensors", "reference"]
 
@@ -197,7 +197,7 @@ def reference(x, ids, weights, w1, w2):
     return acc.bfloat16()
 
 
-class Moe:
+class Moe(_Closable):
     """A mega-MoE context on one CUDA device (hr_moe).
 
     Moe(experts, hidden, inter, topk, max_tokens, device=None, lib=None)
@@ -246,22 +246,7 @@ class Moe:
                 ctx.restore(before)
         self._keep = None
 
-    def __enter__(self) -> "Moe":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    def _handle(self):
-        if self._ptr is None:
-            raise InvalidArgument(_lib.HR_EINVAL, "the Moe context is closed")
-        return self._ptr
+    _closed_message = "the Moe context is closed"
 
     # ---- queries ----------------------------------------------------------
 
