@@ -239,49 +239,45 @@ static void expect_nothing_alive(void)
   assert_int_equal(fake_get("order_errors"), 0);
 }
 
-static void test_fake_split_from_the_daemon(void **state)
+/* A partition lease of `cluster` CTAs split with the fake driver: the
+ * driver is asked for `split_min` SMs with `flags`, and the partitions get
+ * `comm` and `mega` SMs; `steps` names the daemon's steps in the line
+ * printed. */
+static void expect_fake_split(int cluster, const char *steps, long split_min,
+                              long flags, int comm, int mega)
 {
   hr_client *c = open_client();
-  hr_lease *l = lease_in(c, 0, 2, HR_MODE_PARTITION);
+  hr_lease *l = lease_in(c, 0, cluster, HR_MODE_PARTITION);
   hr_partition *p = NULL;
-  (void)state;
 
   assert_int_equal(hr_partition_create(l, &p), HR_OK);
-  printf("  steps of 8: the driver was asked for %ld SMs, flags %ld; "
-         "comm %d, mega %d\n", fake_get("last_split_min"),
+  printf("  %s: the driver was asked for %ld SMs, flags %ld; "
+         "comm %d, mega %d\n", steps, fake_get("last_split_min"),
          fake_get("last_split_flags"), hr_partition_comm_sms(p),
          hr_partition_mega_sms(p));
-  assert_int_equal(fake_get("last_split_min"), 8);
-  assert_int_equal(fake_get("last_split_flags"), 0);
-  assert_int_equal(hr_partition_comm_sms(p), 8);
-  assert_int_equal(hr_partition_mega_sms(p), 124);
+  assert_int_equal(fake_get("last_split_min"), split_min);
+  assert_int_equal(fake_get("last_split_flags"), flags);
+  assert_int_equal(hr_partition_comm_sms(p), comm);
+  assert_int_equal(hr_partition_mega_sms(p), mega);
   hr_partition_destroy(p);
   expect_nothing_alive();
   hr_client_close(c);
 }
 
+static void test_fake_split_from_the_daemon(void **state)
+{
+  (void)state;
+  expect_fake_split(2, "steps of 8", 8, 0, 8, 124);
+}
+
 static void test_fake_fine_steps(void **state)
 {
-  hr_client *c = open_client();
-  hr_lease *l = lease_in(c, 0, 1, HR_MODE_PARTITION);
-  hr_partition *p = NULL;
   (void)state;
-
   /* The daemon's steps (2) are finer than the device's (8): the split
    * must give up co-scheduling, or it rounds 2 up to 8. */
-  assert_int_equal(hr_partition_create(l, &p), HR_OK);
-  printf("  steps of 2: the driver was asked for %ld SMs, flags %ld; "
-         "comm %d, mega %d\n", fake_get("last_split_min"),
-         fake_get("last_split_flags"), hr_partition_comm_sms(p),
-         hr_partition_mega_sms(p));
-  assert_int_equal(fake_get("last_split_min"), 2);
-  assert_int_equal(fake_get("last_split_flags"),
-                   1 /* CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING */);
-  assert_int_equal(hr_partition_comm_sms(p), 2);
-  assert_int_equal(hr_partition_mega_sms(p), 130);
-  hr_partition_destroy(p);
-  expect_nothing_alive();
-  hr_client_close(c);
+  expect_fake_split(1, "steps of 2", 2,
+                    1 /* CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING */,
+                    2, 130);
 }
 
 static void test_fake_stale(void **state)
