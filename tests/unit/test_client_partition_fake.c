@@ -99,6 +99,19 @@ static int create_captured(const hr_lease *l, hr_partition **p, char *err,
   return rc;
 }
 
+/* hr_partition_create refused with `want`: the output pointer untouched,
+ * nothing left alive in the driver, and what it wrote to stderr in err. */
+static void expect_create_refused(const hr_lease *l, int want, char *err,
+                                  size_t cap)
+{
+  hr_partition *const sentinel = (hr_partition *)(uintptr_t)0x1;
+  hr_partition *p = sentinel;
+
+  assert_int_equal(create_captured(l, &p, err, cap), want);
+  assert_ptr_equal(p, sentinel);
+  expect_nothing_alive();
+}
+
 /* ---- a driver too old for green-context streams (12.4) -------------------
  * Runs first, in a child: which calls the driver has is decided once per
  * process. */
@@ -339,8 +352,6 @@ static void test_each_failure_cleans_up(void **state)
 
 static void test_no_such_device(void **state)
 {
-  hr_partition *const sentinel = (hr_partition *)(uintptr_t)0x1;
-  hr_partition *p = sentinel;
   hr_client *c;
   hr_lease *l;
   char err[512];
@@ -348,16 +359,12 @@ static void test_no_such_device(void **state)
 
   c = th_client_open_degraded();
   l = partition_lease(c, 3);       /* the fake driver has two devices */
-  assert_int_equal(create_captured(l, &p, err, sizeof(err)), HR_ENOGPU);
-  assert_ptr_equal(p, sentinel);
-  expect_nothing_alive();
+  expect_create_refused(l, HR_ENOGPU, err, sizeof(err));
   hr_client_close(c);
 }
 
 static void test_split_not_as_asked(void **state)
 {
-  hr_partition *const sentinel = (hr_partition *)(uintptr_t)0x1;
-  hr_partition *p = sentinel;
   hr_client *c;
   hr_lease *l;
   char err[512];
@@ -369,17 +376,13 @@ static void test_split_not_as_asked(void **state)
   fake_set("split_extra", 4);
   c = th_client_open_degraded();
   l = partition_lease(c, 0);
-  assert_int_equal(create_captured(l, &p, err, sizeof(err)), HR_EUNSUPPORTED);
+  expect_create_refused(l, HR_EUNSUPPORTED, err, sizeof(err));
   printf("  %s", err);
-  assert_ptr_equal(p, sentinel);
   assert_non_null(strstr(err, "into 8 + 112"));
   assert_non_null(strstr(err, "needs 4 + 116"));
-  expect_nothing_alive();
   /* No room at all for the group: no group comes back. */
   fake_set("split_extra", FAKE_SMS);
-  assert_int_equal(create_captured(l, &p, err, sizeof(err)), HR_EUNSUPPORTED);
-  assert_ptr_equal(p, sentinel);
-  expect_nothing_alive();
+  expect_create_refused(l, HR_EUNSUPPORTED, err, sizeof(err));
   hr_client_close(c);
 }
 
