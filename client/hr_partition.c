@@ -27,6 +27,23 @@
 
 #include "hr_client_int.h"
 
+/* The lease's budget in *b, after the checks hr_partition_create makes
+ * with cuda.h or without: both builds refuse the same arguments alike. */
+static int partition_budget_get(const hr_lease *lease, hr_partition **out,
+                                hr_budget *b)
+{
+  int err;
+
+  if(!lease || !out)
+    return HR_EINVAL;
+  err = hr_lease_budget(lease, b);
+  if(err)
+    return err;
+  if(b->mode != HR_MODE_PARTITION)
+    return HR_EINVAL;
+  return HR_OK;
+}
+
 #ifdef HR_HAVE_CUDA_H
 #include <cuda.h>
 
@@ -189,13 +206,9 @@ int hr_partition_create(const hr_lease *lease, hr_partition **out)
   unsigned int groups = 1, flags = 0, align;
   int err;
 
-  if(!lease || !out)
-    return HR_EINVAL;
-  err = hr_lease_budget(lease, &b);
+  err = partition_budget_get(lease, out, &b);
   if(err)
     return err;
-  if(b.mode != HR_MODE_PARTITION)
-    return HR_EINVAL;
   /* An older daemon, or a GPU where no split fits. */
   if(b.partition_granularity < 1 || b.headroom < 1 || b.grid < 1)
     return HR_EUNSUPPORTED;
@@ -316,13 +329,9 @@ int hr_partition_create(const hr_lease *lease, hr_partition **out)
   hr_budget b;
   int err;
 
-  if(!lease || !out)
-    return HR_EINVAL;
-  err = hr_lease_budget(lease, &b);
+  err = partition_budget_get(lease, out, &b);
   if(err)
     return err;
-  if(b.mode != HR_MODE_PARTITION)
-    return HR_EINVAL;
   return HR_EUNSUPPORTED;
 }
 
