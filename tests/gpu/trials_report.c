@@ -37,36 +37,33 @@ double tr_percentile(const double *v, int n, double p)
   return out;
 }
 
+/* The fields of a tr_outcome sent between the ranks, in the order they
+ * travel, each with the type it is read back as: one list, so that pack
+ * and unpack cannot disagree. */
+#define OUTCOME_FIELDS(X)                                                   \
+  X(rc, int) X(wrong, int) X(grid, int) X(mega_ms, double)                  \
+  X(coll_ms, double) X(sync_ms, double) X(barrier, int) X(arrived, int)     \
+  X(expected, int) X(trapped, int) X(after_rc, int) X(after_wrong, int)
+
+#define OUTCOME_COUNT(name, type) +1
+_Static_assert(0 OUTCOME_FIELDS(OUTCOME_COUNT) == TR_OUTCOME_FIELDS,
+               "TR_OUTCOME_FIELDS is the length of OUTCOME_FIELDS");
+#undef OUTCOME_COUNT
+
 static void pack(const tr_outcome *o, double *v)
 {
-  v[0] = o->rc;
-  v[1] = o->wrong;
-  v[2] = o->grid;
-  v[3] = o->mega_ms;
-  v[4] = o->coll_ms;
-  v[5] = o->sync_ms;
-  v[6] = o->barrier;
-  v[7] = o->arrived;
-  v[8] = o->expected;
-  v[9] = o->trapped;
-  v[10] = o->after_rc;
-  v[11] = o->after_wrong;
+  int i = 0;
+#define OUTCOME_PACK(name, type) v[i++] = o->name;
+  OUTCOME_FIELDS(OUTCOME_PACK)
+#undef OUTCOME_PACK
 }
 
 static void unpack(const double *v, tr_outcome *o)
 {
-  o->rc = (int)v[0];
-  o->wrong = (int)v[1];
-  o->grid = (int)v[2];
-  o->mega_ms = v[3];
-  o->coll_ms = v[4];
-  o->sync_ms = v[5];
-  o->barrier = (int)v[6];
-  o->arrived = (int)v[7];
-  o->expected = (int)v[8];
-  o->trapped = (int)v[9];
-  o->after_rc = (int)v[10];
-  o->after_wrong = (int)v[11];
+  int i = 0;
+#define OUTCOME_UNPACK(name, type) o->name = (type)v[i++];
+  OUTCOME_FIELDS(OUTCOME_UNPACK)
+#undef OUTCOME_UNPACK
 }
 
 void tr_gather_outcomes(tr_rank *r, const char *tag, const tr_outcome *mine,
