@@ -6,7 +6,10 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -499,4 +502,61 @@ void gt_hog_free(gt_hog *h)
   cudaStreamDestroy((cudaStream_t)h->stream);
   cudaFreeHost(h->started);
   memset(h, 0, sizeof(*h));
+}
+
+/* ---- headroomd on a temporary socket ------------------------------------ */
+
+int gt_daemon_start(gt_daemon *d, const char *bin, const char *dir,
+                    const char *conf)
+{
+  char state[600], cfg[600];
+  hr_client *c = NULL;
+  hr_client_options o;
+  double t0;
+
+  snprintf(d->sock, sizeof(d->sock), "%s/headroom.sock", dir);
+  snprintf(state, sizeof(state), "%s/state", dir);
+  snprintf(cfg, sizeof(cfg), "%s/headroomd.conf", dir);
+  mkdir(state, 0700);
+  if(conf) {
+    FILE *f = fopen(cfg, "w");
+    if(!f)
+      return -1;
+    fputs(conf, f);
+    fclose(f);
+  }
+  d->pid = fork();
+  if(d->pid < 0)
+    return -1;
+  if(d->pid == 0) {
+    if(conf)
+      execl(bin, bin, "--config", cfg, "--socket", d->sock, "--state-dir",
+            state, (char *)NULL);
+    else
+      execl(bin, bin, "--socket", d->sock, "--state-dir", state, (char *)NULL);
+    _exit(127);
+  }
+  memset(&o, 0, sizeof(o));
+  o.quiet = 1;
+  t0 = gt_now_ms();
+  while(gt_now_ms() - t0 < 5000) {
+    if(access(d->sock, F_OK) == 0 && hr_client_open(&c, d->sock, &o) == HR_OK) {
+      int up = hr_client_connected(c);
+      hr_client_close(c);
+      if(up)
+        return 0;
+    }
+    gt_sleep_ms(50);
+  }
+  return -1;
+}
+
+void gt_daemon_stop(gt_daemon *d)
+{
+  int st;
+  if(d->pid <= 0)
+    return;
+  kill(d->pid, SIGTERM);
+  waitpid(d->pid, &st, 0);
+  d->pid = -1;
 }

@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/types.h>
 
 #include "headroom.h"
 #include "headroom_moe.h"
@@ -141,6 +142,21 @@ typedef struct gt_hog {
 void gt_hog_start(gt_hog *h, int ctas, int ms);
 void gt_hog_wait(gt_hog *h);    /* until it has ended */
 void gt_hog_free(gt_hog *h);
+
+/* headroomd on a temporary socket, for the tests that take a lease. */
+typedef struct gt_daemon {
+  pid_t pid;
+  char sock[600];
+} gt_daemon;
+
+#define GT_DAEMON_INIT { -1, "" }
+
+/* Start `bin` in dir (with a config file of `conf`, when not NULL); 0 when
+ * it answers within 5 s. */
+int gt_daemon_start(gt_daemon *d, const char *bin, const char *dir,
+                    const char *conf);
+/* SIGTERM and reap; nothing when it never started. */
+void gt_daemon_stop(gt_daemon *d);
 
 #ifdef __cplusplus
 }

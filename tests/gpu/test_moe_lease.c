@@ -17,12 +17,9 @@
  *      which completes beside a hog holding 16 SMs, with the same y.
  */
 #include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cuda_runtime.h>
@@ -32,54 +29,10 @@
 #define NAME "test_moe_lease"
 #define TIMEOUT_MS 200
 
-static pid_t daemon_pid = -1;
-
-/* Start headroomd on dir/sock; 0 when it answers within 5 s. */
-static int daemon_start(const char *bin, const char *dir, char *sock, size_t cap)
-{
-  char state[512];
-  hr_client *c = NULL;
-  hr_client_options o;
-  double t0;
-
-  snprintf(sock, cap, "%s/headroom.sock", dir);
-  snprintf(state, sizeof(state), "%s/state", dir);
-  mkdir(state, 0700);
-  daemon_pid = fork();
-  if(daemon_pid < 0)
-    return -1;
-  if(daemon_pid == 0) {
-    execl(bin, bin, "--socket", sock, "--state-dir", state, (char *)NULL);
-    _exit(127);
-  }
-  memset(&o, 0, sizeof(o));
-  o.quiet = 1;
-  t0 = gt_now_ms();
-  while(gt_now_ms() - t0 < 5000) {
-    if(access(sock, F_OK) == 0 && hr_client_open(&c, sock, &o) == HR_OK) {
-      int up = hr_client_connected(c);
-      hr_client_close(c);
-      if(up)
-        return 0;
-    }
-    gt_sleep_ms(50);
-  }
-  return -1;
-}
-
-static void daemon_stop(void)
-{
-  int st;
-  if(daemon_pid <= 0)
-    return;
-  kill(daemon_pid, SIGTERM);
-  waitpid(daemon_pid, &st, 0);
-  daemon_pid = -1;
-}
-
 int main(void)
 {
-  char dir[] = "/tmp/hr-moe-lease-XXXXXX", sock[600], cmd[700];
+  char dir[] = "/tmp/hr-moe-lease-XXXXXX", cmd[700];
+  gt_daemon d = GT_DAEMON_INIT;
   const char *bin = getenv("HEADROOMD");
   hr_client *client = NULL;
   hr_lease *lease = NULL, *alease = NULL;
@@ -101,10 +54,10 @@ int main(void)
   }
   if(!bin)
     bin = "build/bin/headroomd";
-  with_daemon = access(bin, X_OK) == 0 && daemon_start(bin, dir, sock, sizeof(sock)) == 0;
+  with_daemon = access(bin, X_OK) == 0 && gt_daemon_start(&d, bin, dir, NULL) == 0;
   if(!with_daemon) {
-    daemon_stop();
-    snprintf(sock, sizeof(sock), "%s/nobody-listens.sock", dir);
+    gt_daemon_stop(&d);
+    snprintf(d.sock, sizeof(d.sock), "%s/nobody-listens.sock", dir);
     unsetenv("DG_MEGA_MOE_SM_HEADROOM");
   }
   printf("  %s\n", with_daemon ? "lease from headroomd on a temporary socket"
@@ -112,7 +65,7 @@ int main(void)
 
   memset(&o, 0, sizeof(o));
   o.quiet = 1;
-  rc = hr_client_open(&client, sock, &o);
+  rc = hr_client_open(&client, d.sock, &o);
   GT_EXPECT(rc == HR_OK, "hr_client_open: %s", hr_strerror(rc));
   rc = hr_lease_acquire(client, 0, 2, HR_MODE_HEADROOM, &lease);
   GT_EXPECT(rc == HR_OK, "hr_lease_acquire: %s", hr_strerror(rc));
@@ -221,7 +174,7 @@ out:
   if(lease)
     hr_lease_release(lease);
   hr_client_close(client);
-  daemon_stop();
+  gt_daemon_stop(&d);
   snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
   if(system(cmd) != 0)
     fprintf(stderr, "could not remove %s\n", dir);

@@ -22,12 +22,10 @@
  *       H200: 2 + 130), and a forward on that mega stream.
  */
 #include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cuda_runtime.h>
@@ -43,70 +41,6 @@
 /* tests/gpu/partition_kernels.cu */
 int pt_spin_launch(int ctas, void *stream, unsigned *release, unsigned *sm_of,
                    int timeout_ms);
-
-/* ---- headroomd on a temporary socket ------------------------------------ */
-
-typedef struct pt_daemon {
-  pid_t pid;
-  char sock[600];
-} pt_daemon;
-
-/* Start headroomd in dir (with a config file of `conf`, when not NULL);
- * 0 when it answers within 5 s. */
-static int daemon_start(pt_daemon *d, const char *bin, const char *dir,
-                        const char *conf)
-{
-  char state[600], cfg[600];
-  hr_client *c = NULL;
-  hr_client_options o;
-  double t0;
-
-  snprintf(d->sock, sizeof(d->sock), "%s/headroom.sock", dir);
-  snprintf(state, sizeof(state), "%s/state", dir);
-  snprintf(cfg, sizeof(cfg), "%s/headroomd.conf", dir);
-  mkdir(state, 0700);
-  if(conf) {
-    FILE *f = fopen(cfg, "w");
-    if(!f)
-      return -1;
-    fputs(conf, f);
-    fclose(f);
-  }
-  d->pid = fork();
-  if(d->pid < 0)
-    return -1;
-  if(d->pid == 0) {
-    if(conf)
-      execl(bin, bin, "--config", cfg, "--socket", d->sock, "--state-dir",
-            state, (char *)NULL);
-    else
-      execl(bin, bin, "--socket", d->sock, "--state-dir", state, (char *)NULL);
-    _exit(127);
-  }
-  memset(&o, 0, sizeof(o));
-  o.quiet = 1;
-  t0 = gt_now_ms();
-  while(gt_now_ms() - t0 < 5000) {
-    if(access(d->sock, F_OK) == 0 && hr_client_open(&c, d->sock, &o) == HR_OK) {
-      int up = hr_client_connected(c);
-      hr_client_close(c);
-      if(up)
-        return 0;
-    }
-    gt_sleep_ms(50);
-  }
-  return -1;
-}
-
-static void daemon_stop(pt_daemon *d)
-{
-  int st;
-  if(d->pid <= 0)
-    return;
-  kill(d->pid, SIGTERM);
-  waitpid(d->pid, &st, 0);
-  d->pid = -1;
-}
 
 /* ---- the hog ------------------------------------------------------------- */
 
@@ -252,7 +186,7 @@ static void fine_steps(const char *bin, const char *top, gt_moe *g,
                        const uint16_t *good)
 {
   char dir[700];
-  pt_daemon d = { -1, "" };
+  gt_daemon d = GT_DAEMON_INIT;
   hr_client_options o;
   hr_client *c = NULL;
   hr_lease *l = NULL;
@@ -263,8 +197,8 @@ static void fine_steps(const char *bin, const char *top, gt_moe *g,
 
   snprintf(dir, sizeof(dir), "%s/fine", top);
   mkdir(dir, 0700);
-  if(daemon_start(&d, bin, dir, "partition_ignore_coscheduling = true\n")) {
-    daemon_stop(&d);
+  if(gt_daemon_start(&d, bin, dir, "partition_ignore_coscheduling = true\n")) {
+    gt_daemon_stop(&d);
     GT_EXPECT(0, "(e) headroomd with partition_ignore_coscheduling did not start");
     return;
   }
@@ -295,7 +229,7 @@ static void fine_steps(const char *bin, const char *top, gt_moe *g,
   if(l)
     hr_lease_release(l);
   hr_client_close(c);
-  daemon_stop(&d);
+  gt_daemon_stop(&d);
 }
 
 int main(void)
@@ -303,7 +237,7 @@ int main(void)
   char dir[] = "/tmp/hr-partition-XXXXXX", cmd[700];
   const char *bin = getenv("HEADROOMD");
   unsigned char comm_set[MAX_SM_ID], set[MAX_SM_ID];
-  pt_daemon d = { -1, "" };
+  gt_daemon d = GT_DAEMON_INIT;
   hr_client *client = NULL;
   hr_lease *lease = NULL;
   hr_partition *p = NULL, *p2;
@@ -327,9 +261,9 @@ int main(void)
   }
   if(!bin)
     bin = "build/bin/headroomd";
-  with_daemon = access(bin, X_OK) == 0 && daemon_start(&d, bin, dir, NULL) == 0;
+  with_daemon = access(bin, X_OK) == 0 && gt_daemon_start(&d, bin, dir, NULL) == 0;
   if(!with_daemon) {
-    daemon_stop(&d);
+    gt_daemon_stop(&d);
     snprintf(d.sock, sizeof(d.sock), "%s/nobody-listens.sock", dir);
     unsetenv("DG_MEGA_MOE_SM_HEADROOM");
   }
@@ -489,7 +423,7 @@ out:
   if(lease)
     hr_lease_release(lease);
   hr_client_close(client);
-  daemon_stop(&d);
+  gt_daemon_stop(&d);
   snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
   if(system(cmd) != 0)
     fprintf(stderr, "could not remove %s\n", dir);
