@@ -560,3 +560,24 @@ void gt_daemon_stop(gt_daemon *d)
   waitpid(d->pid, &st, 0);
   d->pid = -1;
 }
+
+const char *gt_daemon_bin(void)
+{
+  const char *bin = getenv("HEADROOMD");
+  return bin ? bin : "build/bin/headroomd";
+}
+
+int gt_daemon_start_or_degrade(gt_daemon *d, const char *bin, const char *dir)
+{
+  int with_daemon;
+
+  with_daemon = access(bin, X_OK) == 0 && gt_daemon_start(d, bin, dir, NULL) == 0;
+  if(!with_daemon) {
+    gt_daemon_stop(d);
+    snprintf(d->sock, sizeof(d->sock), "%s/nobody-listens.sock", dir);
+    unsetenv("DG_MEGA_MOE_SM_HEADROOM");
+  }
+  printf("  %s\n", with_daemon ? "lease from headroomd on a temporary socket"
+                               : "degraded lease (no headroomd)");
+  return with_daemon;
+}

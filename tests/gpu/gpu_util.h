@@ -157,6 +157,13 @@ int gt_daemon_start(gt_daemon *d, const char *bin, const char *dir,
                     const char *conf);
 /* SIGTERM and reap; nothing when it never started. */
 void gt_daemon_stop(gt_daemon *d);
+/* The daemon a lease test runs: $HEADROOMD, else build/bin/headroomd. */
+const char *gt_daemon_bin(void);
+/* `bin` started in dir without a config, when it is there and starts: 1.
+ * Otherwise 0, d->sock a socket nobody serves and DG_MEGA_MOE_SM_HEADROOM
+ * unset, so that the test's lease is the degraded default. Prints which. */
+int gt_daemon_start_or_degrade(gt_daemon *d, const char *bin,
+                               const char *dir);
 
 #ifdef __cplusplus
 }

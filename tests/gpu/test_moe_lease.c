@@ -33,7 +33,7 @@ int main(void)
 {
   char dir[] = "/tmp/hr-moe-lease-XXXXXX", cmd[700];
   gt_daemon d = GT_DAEMON_INIT;
-  const char *bin = getenv("HEADROOMD");
+  const char *bin = gt_daemon_bin();
   hr_client *client = NULL;
   hr_lease *lease = NULL, *alease = NULL;
   hr_client_options o;
@@ -52,16 +52,7 @@ int main(void)
     fprintf(stderr, "FAIL: mkdtemp: %s\n", strerror(errno));
     return 1;
   }
-  if(!bin)
-    bin = "build/bin/headroomd";
-  with_daemon = access(bin, X_OK) == 0 && gt_daemon_start(&d, bin, dir, NULL) == 0;
-  if(!with_daemon) {
-    gt_daemon_stop(&d);
-    snprintf(d.sock, sizeof(d.sock), "%s/nobody-listens.sock", dir);
-    unsetenv("DG_MEGA_MOE_SM_HEADROOM");
-  }
-  printf("  %s\n", with_daemon ? "lease from headroomd on a temporary socket"
-                               : "degraded lease (no headroomd)");
+  with_daemon = gt_daemon_start_or_degrade(&d, bin, dir);
 
   memset(&o, 0, sizeof(o));
   o.quiet = 1;

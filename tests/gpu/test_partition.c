@@ -235,7 +235,7 @@ static void fine_steps(const char *bin, const char *top, gt_moe *g,
 int main(void)
 {
   char dir[] = "/tmp/hr-partition-XXXXXX", cmd[700];
-  const char *bin = getenv("HEADROOMD");
+  const char *bin = gt_daemon_bin();
   unsigned char comm_set[MAX_SM_ID], set[MAX_SM_ID];
   gt_daemon d = GT_DAEMON_INIT;
   hr_client *client = NULL;
@@ -259,16 +259,7 @@ int main(void)
     fprintf(stderr, "FAIL: mkdtemp: %s\n", strerror(errno));
     return 1;
   }
-  if(!bin)
-    bin = "build/bin/headroomd";
-  with_daemon = access(bin, X_OK) == 0 && gt_daemon_start(&d, bin, dir, NULL) == 0;
-  if(!with_daemon) {
-    gt_daemon_stop(&d);
-    snprintf(d.sock, sizeof(d.sock), "%s/nobody-listens.sock", dir);
-    unsetenv("DG_MEGA_MOE_SM_HEADROOM");
-  }
-  printf("  %s\n", with_daemon ? "lease from headroomd on a temporary socket"
-                               : "degraded lease (no headroomd)");
+  with_daemon = gt_daemon_start_or_degrade(&d, bin, dir);
   memset(&o, 0, sizeof(o));
   o.quiet = 1;
   rc = hr_client_open(&client, d.sock, &o);
