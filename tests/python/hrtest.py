@@ -110,6 +110,22 @@ class DaemonTestCase(unittest.TestCase):
         return c
 
 
+class DegradedTestCase(unittest.TestCase):
+    """A test class with no daemon: each test gets a temporary folder with
+    a socket path nobody serves in it, and runs CHILD (formatted with that
+    path) in a child whose environment is built from scratch."""
+    CHILD = None
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="hr-pytest-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.sock = os.path.join(self.dir, "nobody-listens.sock")
+
+    def run_degraded(self, **env):
+        """CHILD in a child, with clean_env(**env); (its JSON, stderr)."""
+        return run_child(self.CHILD % self.sock, clean_env(**env))
+
+
 def clean_env(**extra):
     """An environment for a child: PATH and PYTHONPATH, none of the
     variables that steer a client, plus `extra`."""

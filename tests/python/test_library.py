@@ -253,7 +253,7 @@ class TestErrors(unittest.TestCase):
         self.assertIsNone(lib.hr_mode_name(7))
 
 
-class TestDegraded(unittest.TestCase):
+class TestDegraded(hrtest.DegradedTestCase):
     """No daemon: the lease comes from the environment. Each case runs in a
     child with an environment built from scratch."""
     CHILD = """
@@ -273,14 +273,6 @@ class TestDegraded(unittest.TestCase):
                           "nccl": lease.nccl_config(), "report": report}))
         c.close()
     """
-
-    def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="hr-pytest-")
-        self.addCleanup(shutil.rmtree, self.dir, True)
-        self.sock = os.path.join(self.dir, "nobody-listens.sock")
-
-    def run_degraded(self, **env):
-        return hrtest.run_child(self.CHILD % self.sock, hrtest.clean_env(**env))
 
     def test_grid_from_dg_mega_moe_sm_headroom(self):
         out, err = self.run_degraded(DG_MEGA_MOE_SM_HEADROOM="10")

@@ -5,8 +5,6 @@ libfakecuda.so, found as libcuda.so.1 through LD_LIBRARY_PATH in a child
 process), so that it runs on machines without a GPU."""
 import ctypes
 import os
-import shutil
-import tempfile
 import unittest
 
 import hrtest
@@ -43,7 +41,7 @@ class TestBinding(unittest.TestCase):
             headroom.Partition(None)
 
 
-class TestDegraded(unittest.TestCase):
+class TestDegraded(hrtest.DegradedTestCase):
     """No daemon; each case in a child with an environment from scratch."""
     CHILD = """
         import json, headroom
@@ -67,14 +65,6 @@ class TestDegraded(unittest.TestCase):
         c.close()
         print(json.dumps(out))
     """
-
-    def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="hr-pytest-")
-        self.addCleanup(shutil.rmtree, self.dir, True)
-        self.sock = os.path.join(self.dir, "nobody-listens.sock")
-
-    def run_degraded(self, **env):
-        return hrtest.run_child(self.CHILD % self.sock, hrtest.clean_env(**env))
 
     def test_budgets_from_the_environment(self):
         for env_h, comm_132 in (("4", 8), ("9", 16), ("20", 24)):
@@ -140,7 +130,7 @@ class TestWithDaemon(hrtest.DaemonTestCase):
 
 @unittest.skipUnless(os.path.exists(FAKE),
                      "no %s (built where cuda.h is found)" % FAKE)
-class TestWithFakeDriver(unittest.TestCase):
+class TestWithFakeDriver(hrtest.DegradedTestCase):
     """The wrapper around a real hr_partition, made by the fake driver
     (132 SMs in steps of 8, like an H200)."""
     CHILD = """
@@ -195,17 +185,14 @@ class TestWithFakeDriver(unittest.TestCase):
     """
 
     def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="hr-pytest-")
-        self.addCleanup(shutil.rmtree, self.dir, True)
-        self.sock = os.path.join(self.dir, "nobody-listens.sock")
+        super().setUp()
         os.symlink(FAKE, os.path.join(self.dir, "libcuda.so.1"))
 
     def test_life_cycle(self):
         ld = self.dir + (":" + os.environ["LD_LIBRARY_PATH"]
                          if os.environ.get("LD_LIBRARY_PATH") else "")
-        out, err = hrtest.run_child(
-            self.CHILD % self.sock,
-            hrtest.clean_env(DG_MEGA_MOE_SM_HEADROOM="4", LD_LIBRARY_PATH=ld))
+        out, err = self.run_degraded(DG_MEGA_MOE_SM_HEADROOM="4",
+                                     LD_LIBRARY_PATH=ld)
         self.assertEqual(out["budget"], [8, 124, 8])
         self.assertEqual(out["sms"], [8, 124])
         comm, mega = out["streams"]
