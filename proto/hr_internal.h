@@ -38,6 +38,13 @@ void hr__budget_encode(hr__enc *e, cJSON *parent, const char *name,
                        const hr_budget *b);
 void hr__budget_decode(hr__dec *d, const cJSON *parent, const char *name,
                        hr_budget *b);
+/* The three partition fields, with the same names and limits in a budget
+ * and in a GPU's metrics. Decoding, they are optional (a daemon from
+ * before partition mode sends none) and 0 when absent. */
+void hr__partition_encode(hr__enc *e, cJSON *o, int granularity,
+                          int comm_sms, int nccl_max_ctas);
+void hr__partition_decode(hr__dec *d, const cJSON *o, int *granularity,
+                          int *comm_sms, int *nccl_max_ctas);
 
 /* `fields` picks the members written (HR_POLICY_* bits); a decoder sets
  * *fields to the members it found and requires `required` of them. */

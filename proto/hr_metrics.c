@@ -124,12 +124,8 @@ static void encode_gpu(hr__enc *e, cJSON *o, const hr_metrics_gpu *g)
   hr__enc_i64(e, o, "grid", g->grid, 0, HR_MAX_SMS);
   hr__enc_i64(e, o, "epoch", g->epoch, 0, HR__UINT32_MAX);
   hr__enc_i64(e, o, "nccl_max_ctas", g->nccl_max_ctas, 0, HR_MAX_CTAS);
-  hr__enc_i64(e, o, "partition_granularity", g->partition_granularity, 0,
-              HR_MAX_SMS);
-  hr__enc_i64(e, o, "partition_comm_sms", g->partition_comm_sms, 0,
-              HR_MAX_SMS);
-  hr__enc_i64(e, o, "partition_nccl_max_ctas", g->partition_nccl_max_ctas, 0,
-              HR_MAX_CTAS);
+  hr__partition_encode(e, o, g->partition_granularity, g->partition_comm_sms,
+                       g->partition_nccl_max_ctas);
   hr__enc_i64(e, o, "clients", g->clients, 0, HR__INT32_MAX);
   hr__enc_i64(e, o, "comms", g->comms, 0, HR__INT32_MAX);
   hr__enc_i64(e, o, "comm_ctas", g->comm_ctas, 0, HR__INT32_MAX);
@@ -211,15 +207,8 @@ static void decode_gpu(hr__dec *d, const cJSON *o, hr_metrics_gpu *g)
   hr__dec_int(d, o, "nccl_max_ctas", HR__REQUIRED, 0, HR_MAX_CTAS,
               &g->nccl_max_ctas);
   /* Optional, as in the budget: absent from a daemon before partitions. */
-  g->partition_granularity = 0;
-  g->partition_comm_sms = 0;
-  g->partition_nccl_max_ctas = 0;
-  hr__dec_int(d, o, "partition_granularity", HR__OPTIONAL, 0, HR_MAX_SMS,
-              &g->partition_granularity);
-  hr__dec_int(d, o, "partition_comm_sms", HR__OPTIONAL, 0, HR_MAX_SMS,
-              &g->partition_comm_sms);
-  hr__dec_int(d, o, "partition_nccl_max_ctas", HR__OPTIONAL, 0, HR_MAX_CTAS,
-              &g->partition_nccl_max_ctas);
+  hr__partition_decode(d, o, &g->partition_granularity,
+                       &g->partition_comm_sms, &g->partition_nccl_max_ctas);
   hr__dec_int(d, o, "clients", HR__REQUIRED, 0, HR__INT32_MAX, &g->clients);
   hr__dec_int(d, o, "comms", HR__REQUIRED, 0, HR__INT32_MAX, &g->comms);
   hr__dec_int(d, o, "comm_ctas", HR__REQUIRED, 0, HR__INT32_MAX,

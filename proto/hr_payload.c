@@ -39,12 +39,30 @@ void hr__budget_encode(hr__enc *e, cJSON *parent, const char *name,
               HR_MAX_CGA);
   hr__enc_i64(e, nccl, "nvls_enable", b->nccl_nvls_enable, 0, NVLS_MAX);
   hr__enc_bool(e, o, "degraded", b->degraded);
-  hr__enc_i64(e, o, "partition_granularity", b->partition_granularity, 0,
-              HR_MAX_SMS);
-  hr__enc_i64(e, o, "partition_comm_sms", b->partition_comm_sms, 0,
-              HR_MAX_SMS);
-  hr__enc_i64(e, o, "partition_nccl_max_ctas", b->partition_nccl_max_ctas, 0,
-              HR_MAX_CTAS);
+  hr__partition_encode(e, o, b->partition_granularity, b->partition_comm_sms,
+                       b->partition_nccl_max_ctas);
+}
+
+void hr__partition_encode(hr__enc *e, cJSON *o, int granularity,
+                          int comm_sms, int nccl_max_ctas)
+{
+  hr__enc_i64(e, o, "partition_granularity", granularity, 0, HR_MAX_SMS);
+  hr__enc_i64(e, o, "partition_comm_sms", comm_sms, 0, HR_MAX_SMS);
+  hr__enc_i64(e, o, "partition_nccl_max_ctas", nccl_max_ctas, 0, HR_MAX_CTAS);
+}
+
+void hr__partition_decode(hr__dec *d, const cJSON *o, int *granularity,
+                          int *comm_sms, int *nccl_max_ctas)
+{
+  *granularity = 0;
+  *comm_sms = 0;
+  *nccl_max_ctas = 0;
+  hr__dec_int(d, o, "partition_granularity", HR__OPTIONAL, 0, HR_MAX_SMS,
+              granularity);
+  hr__dec_int(d, o, "partition_comm_sms", HR__OPTIONAL, 0, HR_MAX_SMS,
+              comm_sms);
+  hr__dec_int(d, o, "partition_nccl_max_ctas", HR__OPTIONAL, 0, HR_MAX_CTAS,
+              nccl_max_ctas);
 }
 
 void hr__budget_decode(hr__dec *d, const cJSON *parent, const char *name,
@@ -83,17 +101,9 @@ void hr__budget_decode(hr__dec *d, const cJSON *parent, const char *name,
     hr__dec_leave(d, inner);
   }
   hr__dec_bool(d, o, "degraded", HR__REQUIRED, &degraded);
-  /* Optional: a daemon from before partition mode sends none, and 0 says
-   * partition leases are not to be had there. */
-  b->partition_granularity = 0;
-  b->partition_comm_sms = 0;
-  b->partition_nccl_max_ctas = 0;
-  hr__dec_int(d, o, "partition_granularity", HR__OPTIONAL, 0, HR_MAX_SMS,
-              &b->partition_granularity);
-  hr__dec_int(d, o, "partition_comm_sms", HR__OPTIONAL, 0, HR_MAX_SMS,
-              &b->partition_comm_sms);
-  hr__dec_int(d, o, "partition_nccl_max_ctas", HR__OPTIONAL, 0, HR_MAX_CTAS,
-              &b->partition_nccl_max_ctas);
+  /* 0 when absent says partition leases are not to be had there. */
+  hr__partition_decode(d, o, &b->partition_granularity,
+                       &b->partition_comm_sms, &b->partition_nccl_max_ctas);
   hr__dec_leave(d, mark);
   b->epoch = (uint32_t)epoch;
   b->mode = (hr_mode)mode;
