@@ -6,6 +6,14 @@ GPU_TEST_NAMES := test_moe_correct test_moe_grids test_moe_timeout \
                   test_moe_launch test_moe_lease
 GPU_TESTS += $(addprefix $(TESTBIN)/,$(GPU_TEST_NAMES))
 
+# The recipes of every GPU test program, here and in the fragments that
+# add more (moe_agnostic.mk, partition.mk): linked against both libraries
+# and the static CUDA runtime, or, without nvcc, a stub that skips.
+GPU_TEST_LINK = $(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) \
+  -L$(LIBDIR) -lheadroom_moe -lheadroom -Wl,-rpath,$(abspath $(LIBDIR)) \
+  $(LDLIBS_CUDART) -lstdc++ -lm
+GPU_TEST_STUB = $(CC) $(CFLAGS) -DGT_NAME='"$*"' -o $@ $<
+
 ifeq ($(HAVE_NVCC),1)
 
 GPU_TEST_OBJS := $(OBJDIR)/tests/gpu/gpu_util.o $(OBJDIR)/tests/gpu/gpu_kernels.cu.o \
@@ -21,16 +29,12 @@ $(OBJDIR)/tests/gpu/gpu_kernels.cu.o: tests/gpu/gpu_kernels.cu tests/gpu/gpu_uti
 $(addprefix $(TESTBIN)/,$(GPU_TEST_NAMES)): $(TESTBIN)/%: $(OBJDIR)/tests/gpu/%.o \
                                            $(GPU_TEST_OBJS) $(GPU_TEST_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) \
-	  -L$(LIBDIR) -lheadroom_moe -lheadroom -Wl,-rpath,$(abspath $(LIBDIR)) \
-	  $(LDLIBS_CUDART) -lstdc++ -lm
+	$(GPU_TEST_LINK)
 
 # bench/moe_once: one forward per token count, for a profiler.
 $(TESTBIN)/moe_once: $(OBJDIR)/bench/moe_once.o $(GPU_TEST_OBJS) $(GPU_TEST_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) \
-	  -L$(LIBDIR) -lheadroom_moe -lheadroom -Wl,-rpath,$(abspath $(LIBDIR)) \
-	  $(LDLIBS_CUDART) -lstdc++ -lm
+	$(GPU_TEST_LINK)
 
 $(OBJDIR)/bench/moe_once.o: CPPFLAGS += -I$(CUDA_HOME)/include -Itests/gpu
 
@@ -38,6 +42,6 @@ else
 
 $(addprefix $(TESTBIN)/,$(GPU_TEST_NAMES)): $(TESTBIN)/%: tests/gpu/skip_stub.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -DGT_NAME='"$*"' -o $@ $<
+	$(GPU_TEST_STUB)
 
 endif

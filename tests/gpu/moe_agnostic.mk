@@ -9,14 +9,12 @@ ifeq ($(HAVE_NVCC),1)
 $(addprefix $(TESTBIN)/,$(AGN_TEST_NAMES)): $(TESTBIN)/%: $(OBJDIR)/tests/gpu/%.o \
                                            $(GPU_TEST_OBJS) $(GPU_TEST_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) \
-	  -L$(LIBDIR) -lheadroom_moe -lheadroom -Wl,-rpath,$(abspath $(LIBDIR)) \
-	  $(LDLIBS_CUDART) -lstdc++ -lm
+	$(GPU_TEST_LINK)
 
 else
 
 $(addprefix $(TESTBIN)/,$(AGN_TEST_NAMES)): $(TESTBIN)/%: tests/gpu/skip_stub.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -DGT_NAME='"$*"' -o $@ $<
+	$(GPU_TEST_STUB)
 
 endif

@@ -13,14 +13,12 @@ $(TESTBIN)/test_partition: $(OBJDIR)/tests/gpu/test_partition.o \
                            $(OBJDIR)/tests/gpu/partition_kernels.cu.o \
                            $(GPU_TEST_OBJS) $(GPU_TEST_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) \
-	  -L$(LIBDIR) -lheadroom_moe -lheadroom -Wl,-rpath,$(abspath $(LIBDIR)) \
-	  $(LDLIBS_CUDART) -lstdc++ -lm
+	$(GPU_TEST_LINK)
 
 else
 
-$(TESTBIN)/test_partition: tests/gpu/skip_stub.c
+$(TESTBIN)/test_partition: $(TESTBIN)/%: tests/gpu/skip_stub.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -DGT_NAME='"test_partition"' -o $@ $<
+	$(GPU_TEST_STUB)
 
 endif
