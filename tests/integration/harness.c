@@ -390,3 +390,11 @@ int th_wait_grid(const hr_lease *l, int grid, int timeout_ms)
   }
   return 0;
 }
+
+int th_status_validate(const char *path)
+{
+  char *argv[] = {"/usr/bin/python3", "tests/integration/validate_json.py",
+                  "proto/status.schema.json", (char *)path, NULL};
+
+  return th_run(argv, NULL, 20000);
+}

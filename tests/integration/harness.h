@@ -67,6 +67,11 @@ int th_status(const char *path, hr_status *st);
  * -1 when it was killed. stdout goes to `out` (may be NULL) if given. */
 int th_run(char *const argv[], const char *out_path, int timeout_ms);
 
+/* Check the JSON status in the file `path` against
+ * proto/status.schema.json (tests/integration/validate_json.py); the
+ * checker's exit code, 0 when it is valid. */
+int th_status_validate(const char *path);
+
 /* Wait until the lease's grid is `grid`, from pushed updates only (the
  * caller never asks the daemon); 0, or -1 after `timeout_ms`. */
 struct hr_lease;

@@ -414,12 +414,7 @@ static void check_status_schema(void)
   argv[3] = "status";
   argv[4] = NULL;
   assert_int_equal(th_run(argv, out, 5000), 0);
-  argv[0] = "/usr/bin/python3";
-  argv[1] = "tests/integration/validate_json.py";
-  argv[2] = "proto/status.schema.json";
-  argv[3] = out;
-  argv[4] = NULL;
-  assert_int_equal(th_run(argv, NULL, 20000), 0);
+  assert_int_equal(th_status_validate(out), 0);
 }
 
 static void test_incident_raises_and_persists(void **state)
@@ -600,17 +595,11 @@ static char *slurp(const char *name)
 static void printed_status(hr_reply *rep)
 {
   char out[400], *text;
-  char *argv[5];
   hr_proto_error err;
   size_t n;
 
   snprintf(out, sizeof(out), "%s/status.out", daemon_.dir);
-  argv[0] = "/usr/bin/python3";
-  argv[1] = "tests/integration/validate_json.py";
-  argv[2] = "proto/status.schema.json";
-  argv[3] = out;
-  argv[4] = NULL;
-  assert_int_equal(th_run(argv, NULL, 20000), 0);
+  assert_int_equal(th_status_validate(out), 0);
   text = slurp("status.out");
   n = strlen(text);
   assert_true(n > 2 && text[n - 1] == '\n');

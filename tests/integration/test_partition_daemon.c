@@ -199,7 +199,7 @@ static void test_operators_see_partitions(void **state)
   const char *json[] = { "status", NULL };
   const char *prom[] = { "metrics", NULL };
   const char *mjson[] = { "metrics", "--json", NULL };
-  char path[400], *argv[5];
+  char path[400];
   hr_proto_error perr;
   hr_client *a, *b;
   hr_lease *lp;
@@ -231,12 +231,7 @@ static void test_operators_see_partitions(void **state)
   assert_non_null(f);
   assert_true(fputs(text, f) >= 0);
   assert_int_equal(fclose(f), 0);
-  argv[0] = "/usr/bin/python3";
-  argv[1] = "tests/integration/validate_json.py";
-  argv[2] = "proto/status.schema.json";
-  argv[3] = path;
-  argv[4] = NULL;
-  assert_int_equal(th_run(argv, NULL, 20000), 0);
+  assert_int_equal(th_status_validate(path), 0);
 
   ctl(mjson, text, sizeof(text));
   assert_int_equal(hr_proto_decode_reply(text, strlen(text) - 1, &rep,
