@@ -302,6 +302,20 @@ int th_raw_request(th_raw *r, const hr_request *req, hr_reply *rep)
   return th_raw_reply(r, rep, 5000);
 }
 
+int th_raw_lease(th_raw *r, int64_t id, int gpu, int cluster, hr_mode mode,
+                 hr_reply *rep)
+{
+  hr_request req;
+
+  memset(&req, 0, sizeof(req));
+  req.type = HR_MSG_LEASE;
+  req.id = id;
+  req.u.lease.gpu = gpu;
+  req.u.lease.cluster = cluster;
+  req.u.lease.mode = mode;
+  return th_raw_request(r, &req, rep);
+}
+
 int th_raw_open(th_raw *r, const char *path)
 {
   hr_request req;

@@ -57,6 +57,11 @@ long th_raw_read_line(th_raw *r, char *out, size_t cap, int timeout_ms);
 int th_raw_reply(th_raw *r, hr_reply *rep, int timeout_ms);
 /* Encode and send a request, then wait for its reply. */
 int th_raw_request(th_raw *r, const hr_request *req, hr_reply *rep);
+/* Send a lease request with `id` and wait for its reply (the lease, or
+ * an error: what the daemon says to a request the library would not
+ * send, or before the library's own checks). */
+int th_raw_lease(th_raw *r, int64_t id, int gpu, int cluster, hr_mode mode,
+                 hr_reply *rep);
 /* Connect and say hello. */
 int th_raw_open(th_raw *r, const char *path);
 

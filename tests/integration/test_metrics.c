@@ -654,7 +654,6 @@ static void test_agnostic_lease(void **state)
   hr_client *c = open_client("comm");
   hr_lease *la, *lb;
   hr_budget ba, bb;
-  hr_request req;
   hr_reply rep;
   hr_status st;
   static prom p;
@@ -724,13 +723,7 @@ static void test_agnostic_lease(void **state)
 
   /* The daemon's own lease reply says so too, not just the library. */
   assert_int_equal(th_raw_open(&r, daemon_.socket), 0);
-  memset(&req, 0, sizeof(req));
-  req.type = HR_MSG_LEASE;
-  req.id = 2;
-  req.u.lease.gpu = 1;
-  req.u.lease.cluster = 2;
-  req.u.lease.mode = HR_MODE_AGNOSTIC;
-  assert_int_equal(th_raw_request(&r, &req, &rep), 0);
+  assert_int_equal(th_raw_lease(&r, 2, 1, 2, HR_MODE_AGNOSTIC, &rep), 0);
   assert_int_equal(rep.type, HR_MSG_LEASE);
   assert_int_equal(rep.u.lease.budget.mode, HR_MODE_AGNOSTIC);
   assert_int_equal(rep.u.lease.budget.headroom, 0);

@@ -309,7 +309,6 @@ static void test_no_step_fits(void **state)
   static char text[65536];
   const char *pretty[] = { "status", "--pretty", NULL };
   char line[HR_PROTO_MAX_LINE];
-  hr_request req;
   hr_reply rep;
   hr_client *a;
   hr_lease *l;
@@ -319,13 +318,7 @@ static void test_no_step_fits(void **state)
 
   start("max_headroom = 4\n");
   assert_int_equal(th_raw_open(&r, daemon_.socket), 0);
-  memset(&req, 0, sizeof(req));
-  req.type = HR_MSG_LEASE;
-  req.id = 41;
-  req.u.lease.gpu = 1;
-  req.u.lease.cluster = 2;
-  req.u.lease.mode = HR_MODE_PARTITION;
-  assert_int_equal(th_raw_request(&r, &req, &rep), 0);
+  assert_int_equal(th_raw_lease(&r, 41, 1, 2, HR_MODE_PARTITION, &rep), 0);
   assert_int_equal(rep.type, HR_MSG_ERROR);
   assert_int_equal(rep.id, 41);
   assert_int_equal(rep.u.error.code, HR_WERR_UNSUPPORTED);
@@ -335,9 +328,7 @@ static void test_no_step_fits(void **state)
   assert_non_null(strstr(line, "ceiling of 4 SMs (max_headroom 4, sms 132 "
                                "- min_grid 64)"));
   /* The connection stays open and serves a headroom lease. */
-  req.u.lease.mode = HR_MODE_HEADROOM;
-  req.id = 42;
-  assert_int_equal(th_raw_request(&r, &req, &rep), 0);
+  assert_int_equal(th_raw_lease(&r, 42, 1, 2, HR_MODE_HEADROOM, &rep), 0);
   assert_int_equal(rep.type, HR_MSG_LEASE);
   assert_int_equal(rep.u.lease.budget.headroom, 2);
   assert_int_equal(rep.u.lease.budget.partition_granularity, 0);
