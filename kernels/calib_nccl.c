@@ -9,6 +9,7 @@
 #include <nccl.h>
 
 #include "calib_nccl.h"
+#include "nccl_dl.h"
 
 static struct {
   void *lib;
@@ -29,56 +30,26 @@ static const char *nccl_why(ncclResult_t r)
   return nccl.error_string ? nccl.error_string(r) : "NCCL error";
 }
 
-static void *open_lib(void)
-{
-  const char *home = getenv("NCCL_HOME");
-  char path[4096];
-  void *h = NULL;
-
-  if(home && *home) {
-    snprintf(path, sizeof(path), "%s/lib/libnccl.so.2", home);
-    h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  }
-  if(!h)
-    h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
-  return h;
-}
-
-/* dlsym into a function pointer: through memcpy, since ISO C has no cast
- * from an object pointer to a function pointer. */
-static int sym(const char *name, void *fn, size_t size)
-{
-  void *p = dlsym(nccl.lib, name);
-
-  if(!p)
-    return -1;
-  memcpy(fn, &p, size);
-  return 0;
-}
-
 int hr__nccl_open(char *version, size_t vn, char *why, size_t n)
 {
   int v = 0;
 
   if(nccl.lib)
     goto out;
-  nccl.lib = open_lib();
+  nccl.lib = hr__nccl_dlopen();
   if(!nccl.lib) {
     snprintf(why, n, "libnccl.so.2 not found ($NCCL_HOME/lib, then the "
              "loader's path): %s", dlerror());
     return -1;
   }
-  if(sym("ncclGetVersion", &nccl.get_version, sizeof(nccl.get_version)) ||
-     sym("ncclGetUniqueId", &nccl.get_unique_id,
-         sizeof(nccl.get_unique_id)) ||
-     sym("ncclCommInitRankConfig", &nccl.init_rank_config,
-         sizeof(nccl.init_rank_config)) ||
-     sym("ncclCommDestroy", &nccl.destroy, sizeof(nccl.destroy)) ||
-     sym("ncclAllReduce", &nccl.all_reduce, sizeof(nccl.all_reduce)) ||
-     sym("ncclGroupStart", &nccl.group_start, sizeof(nccl.group_start)) ||
-     sym("ncclGroupEnd", &nccl.group_end, sizeof(nccl.group_end)) ||
-     sym("ncclGetErrorString", &nccl.error_string,
-         sizeof(nccl.error_string))) {
+  if(HR__NCCL_SYM(nccl, "ncclGetVersion", get_version) ||
+     HR__NCCL_SYM(nccl, "ncclGetUniqueId", get_unique_id) ||
+     HR__NCCL_SYM(nccl, "ncclCommInitRankConfig", init_rank_config) ||
+     HR__NCCL_SYM(nccl, "ncclCommDestroy", destroy) ||
+     HR__NCCL_SYM(nccl, "ncclAllReduce", all_reduce) ||
+     HR__NCCL_SYM(nccl, "ncclGroupStart", group_start) ||
+     HR__NCCL_SYM(nccl, "ncclGroupEnd", group_end) ||
+     HR__NCCL_SYM(nccl, "ncclGetErrorString", error_string)) {
     snprintf(why, n, "libnccl.so.2 lacks a function this tool needs "
              "(NCCL 2.17 or later)");
     dlclose(nccl.lib);
@@ -87,8 +58,7 @@ int hr__nccl_open(char *version, size_t vn, char *why, size_t n)
   }
 out:
   nccl.get_version(&v);
-  /* Codes since 2.9: major * 10000 + minor * 100 + patch. */
-  snprintf(version, vn, "%d.%d.%d", v / 10000, v / 100 % 100, v % 100);
+  hr__nccl_version_text(v, version, vn);
   return 0;
 }
 

@@ -13,6 +13,8 @@
 
 #include <cuda_runtime.h>
 
+#include "nccl_dl.h"
+
 static struct {
   void *lib;
   ncclResult_t (*get_version)(int *);
@@ -36,59 +38,37 @@ static const char *nccl_why(ncclResult_t r)
   return nccl.error_string ? nccl.error_string(r) : "NCCL error";
 }
 
-/* dlsym into a function pointer through memcpy: ISO C has no cast from
- * an object pointer to a function pointer. */
-static int sym(const char *name, void *fn, size_t size)
-{
-  void *p = dlsym(nccl.lib, name);
-
-  if(!p)
-    return -1;
-  memcpy(fn, &p, size);
-  return 0;
-}
-
-#define SYM(name, field) sym(name, &nccl.field, sizeof(nccl.field))
-
 int tr_nccl_open(char *version, size_t vn, char *why, size_t n)
 {
-  const char *home = getenv("NCCL_HOME");
-  char path[4096];
   int v = 0;
 
   if(nccl.lib)
     goto out;
-  if(home && *home) {
-    snprintf(path, sizeof(path), "%s/lib/libnccl.so.2", home);
-    nccl.lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  }
-  if(!nccl.lib)
-    nccl.lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+  nccl.lib = hr__nccl_dlopen();
   if(!nccl.lib) {
     snprintf(why, n, "libnccl.so.2 not found ($NCCL_HOME/lib, then the "
              "loader's path): %s", dlerror());
     return -1;
   }
-  if(SYM("ncclGetVersion", get_version) ||
-     SYM("ncclGetUniqueId", get_unique_id) ||
-     SYM("ncclCommInitRankConfig", init_rank_config) ||
-     SYM("ncclCommDestroy", destroy) ||
-     SYM("ncclAllReduce", all_reduce) ||
-     SYM("ncclAllGather", all_gather) ||
-     SYM("ncclReduceScatter", reduce_scatter) ||
-     SYM("ncclGetErrorString", error_string)) {
+  if(HR__NCCL_SYM(nccl, "ncclGetVersion", get_version) ||
+     HR__NCCL_SYM(nccl, "ncclGetUniqueId", get_unique_id) ||
+     HR__NCCL_SYM(nccl, "ncclCommInitRankConfig", init_rank_config) ||
+     HR__NCCL_SYM(nccl, "ncclCommDestroy", destroy) ||
+     HR__NCCL_SYM(nccl, "ncclAllReduce", all_reduce) ||
+     HR__NCCL_SYM(nccl, "ncclAllGather", all_gather) ||
+     HR__NCCL_SYM(nccl, "ncclReduceScatter", reduce_scatter) ||
+     HR__NCCL_SYM(nccl, "ncclGetErrorString", error_string)) {
     snprintf(why, n, "libnccl.so.2 lacks a function the trials need "
              "(NCCL 2.17 or later)");
     dlclose(nccl.lib);
     memset(&nccl, 0, sizeof(nccl));
     return -1;
   }
-  if(SYM("ncclCommFinalize", finalize))
+  if(HR__NCCL_SYM(nccl, "ncclCommFinalize", finalize))
     nccl.finalize = NULL;               /* before 2.14: destroy alone */
 out:
   nccl.get_version(&v);
-  /* Codes since 2.9: major * 10000 + minor * 100 + patch. */
-  snprintf(version, vn, "%d.%d.%d", v / 10000, v / 100 % 100, v % 100);
+  hr__nccl_version_text(v, version, vn);
   return 0;
 }
 
