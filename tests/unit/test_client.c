@@ -65,7 +65,6 @@ static int group_setup(void **state)
   return th_tmpdir_create("/tmp/hr-unit-XXXXXX");
 }
 
-
 static hr_lease *lease_on(hr_client *c, int gpu)
 {
   hr_lease *l = NULL;

@@ -32,7 +32,6 @@ static int group_setup(void **state)
   return th_tmpdir_create("/tmp/hr-part-XXXXXX");
 }
 
-
 /* Degraded, and it says so. */
 static hr_client *open_degraded(void)
 {
