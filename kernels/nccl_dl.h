@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* libnccl.so.2 from $NCCL_HOME/lib, else from the loader's path; NULL
- * when neither has it (dlerror() says why). */
-static inline void *hr__nccl_dlopen(void)
+/* libnccl.so.2 from $NCCL_HOME/lib, else from the loader's path; NULL,
+ * with the reason in why, when neither has it. */
+static inline void *hr__nccl_dlopen(char *why, size_t n)
 {
   const char *home = getenv("NCCL_HOME");
   char path[4096];
@@ -28,6 +28,9 @@ static inline void *hr__nccl_dlopen(void)
   }
   if(!h)
     h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+  if(!h)
+    snprintf(why, n, "libnccl.so.2 not found ($NCCL_HOME/lib, then the "
+             "loader's path): %s", dlerror());
   return h;
 }
 

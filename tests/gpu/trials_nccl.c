@@ -44,12 +44,9 @@ int tr_nccl_open(char *version, size_t vn, char *why, size_t n)
 
   if(nccl.lib)
     goto out;
-  nccl.lib = hr__nccl_dlopen();
-  if(!nccl.lib) {
-    snprintf(why, n, "libnccl.so.2 not found ($NCCL_HOME/lib, then the "
-             "loader's path): %s", dlerror());
+  nccl.lib = hr__nccl_dlopen(why, n);
+  if(!nccl.lib)
     return -1;
-  }
   if(HR__NCCL_SYM(nccl, "ncclGetVersion", get_version) ||
      HR__NCCL_SYM(nccl, "ncclGetUniqueId", get_unique_id) ||
      HR__NCCL_SYM(nccl, "ncclCommInitRankConfig", init_rank_config) ||
