@@ -107,8 +107,10 @@ void gt_poison_expert(gt_moe *g, int e);
 
 hr_moe_args gt_args(const gt_moe *g, int timeout_ms);
 
-/* Poison y, launch with hr_moe_forward_grid on g's stream, hr_moe_sync,
- * copy y back to y_h. Returns hr_moe_sync's (or the launch's) code. */
+/* Poison y, launch with hr_moe_forward_grid (mode HR_MODE_AGNOSTIC:
+ * hr_moe_forward_agnostic_grid, cluster unused) on g's stream, hr_moe_sync,
+ * copy y back to y_h; g->last_ms from events around the launch. Returns
+ * hr_moe_sync's (or the launch's) code. */
 int gt_run(gt_moe *g, int grid, hr_mode mode, int cluster, int timeout_ms);
 
 /* Number of non-finite elements of y_h (T x H). */

@@ -31,36 +31,6 @@
 
 static const int token_counts[] = { 1, 128, 1024, 8192 };
 
-/* gt_run for the agnostic kernel: poison y, launch, sync, y to the host;
- * g->last_ms from events around the launch. */
-static int run_agnostic(gt_moe *g, int grid, int timeout_ms)
-{
-  cudaStream_t st = (cudaStream_t)g->stream;
-  cudaEvent_t e0, e1;
-  hr_moe_args a = gt_args(g, timeout_ms);
-  int rc;
-
-  GT_CUDA(cudaEventCreate(&e0));
-  GT_CUDA(cudaEventCreate(&e1));
-  GT_CUDA(cudaMemsetAsync(g->y, 0xff, (size_t)g->T * g->s.H * 2, st));
-  GT_CUDA(cudaEventRecord(e0, st));
-  rc = hr_moe_forward_agnostic_grid(g->m, grid, &a, st);
-  if(rc == 0) {
-    GT_CUDA(cudaEventRecord(e1, st));
-    rc = hr_moe_sync(g->m);
-  }
-  if(rc == 0) {
-    GT_CUDA(cudaEventSynchronize(e1));
-    GT_CUDA(cudaEventElapsedTime(&g->last_ms, e0, e1));
-  }
-  GT_CUDA(cudaMemcpyAsync(g->y_h, g->y, (size_t)g->T * g->s.H * 2,
-                          cudaMemcpyDeviceToHost, st));
-  GT_CUDA(cudaStreamSynchronize(st));
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  return rc;
-}
-
 /* The barrier kernel's y of the current inputs, into want. */
 static void barrier_reference(gt_moe *g, uint16_t *want)
 {
@@ -87,7 +57,7 @@ static void grids_case(gt_moe *g, uint16_t *want, const char *what, int check_re
   barrier_reference(g, want);
   barrier_ms = g->last_ms;
   for(i = 0; i < sizeof(grids) / sizeof(grids[0]); i++) {
-    const int rc = run_agnostic(g, grids[i], TIMEOUT_MS);
+    const int rc = gt_run(g, grids[i], HR_MODE_AGNOSTIC, 1, TIMEOUT_MS);
     GT_EXPECT(rc == HR_OK, "%s %s T=%d grid %d: %s", g->s.name, what, g->T,
               grids[i], hr_strerror(rc));
     if(rc != HR_OK)
@@ -154,7 +124,7 @@ static void abort_case(gt_moe *g, const uint16_t *want)
   if(hr_moe_last_failure(g->m, &f) == HR_OK)
     printf("  detail: wait %d, %d of %d, CTA %d on SM %d\n", f.detail.barrier,
            f.detail.arrived, f.detail.expected, f.cta, f.detail.sm);
-  rc = run_agnostic(g, sms, TIMEOUT_MS);
+  rc = gt_run(g, sms, HR_MODE_AGNOSTIC, 1, TIMEOUT_MS);
   GT_EXPECT(rc == HR_OK && same(g, want), "launch after the abort: %s, y %s",
             hr_strerror(rc), same(g, want) ? "identical" : "DIFFERENT");
   rc = gt_run(g, sms, HR_MODE_HEADROOM, 2, TIMEOUT_MS);
