@@ -331,10 +331,9 @@ static void on_report(hr__conn *c, const hr_request *req)
   pend(d, changed);
 }
 
-/* Build and encode the status `detail` asks for into d->out. */
-static int encode_status(hr__conn *c, const hr_request *req,
-                         hr_status_detail detail, int truncated)
+static void on_status(hr__conn *c, const hr_request *req)
 {
+  hr_status_detail detail = req->u.status.detail;
   hr_buf *out = &c->d->out;
   hr_reply rep;
   int rc;
@@ -343,28 +342,22 @@ static int encode_status(hr__conn *c, const hr_request *req,
   rc = hr__status_build(c->d, detail, &rep.u.status);
   if(rc)
     goto out;
-  rep.u.status.truncated = truncated != 0;
   hr_buf_reset(out);
   rc = hr_proto_encode_reply(&rep, out);
-out:
-  hr_status_free(&rep.u.status);
-  return rc;
-}
-
-static void on_status(hr__conn *c, const hr_request *req)
-{
-  hr_status_detail detail = req->u.status.detail;
-  int rc;
-
-  rc = encode_status(c, req, detail, 0);
   /* The full status grows with the clients and can pass the line cap; an
    * operator must still get one, so the summary (whose size depends on
-   * the GPUs alone) goes instead, marked truncated. */
+   * the GPUs alone) goes instead, marked truncated. The full build has
+   * the summary's counts already: the encoder only leaves the lists out. */
   if(rc == HR_ETOOLARGE && detail == HR_STATUS_FULL) {
     hr__debug("client %lld: status over %d bytes; sending the summary",
               (long long)c->id, HR_PROTO_MAX_LINE);
-    rc = encode_status(c, req, HR_STATUS_SUMMARY, 1);
+    rep.u.status.detail = HR_STATUS_SUMMARY;
+    rep.u.status.truncated = 1;
+    hr_buf_reset(out);
+    rc = hr_proto_encode_reply(&rep, out);
   }
+out:
+  hr_status_free(&rep.u.status);
   if(rc) {
     hr__err("client %lld: cannot build or encode the status: %s",
             (long long)c->id, hr_strerror(rc));
@@ -372,7 +365,7 @@ static void on_status(hr__conn *c, const hr_request *req)
                hr_strerror(rc));
     return;
   }
-  hr__conn_send(c, &c->d->out);
+  hr__conn_send(c, out);
 }
 
 static void on_metrics(hr__conn *c, const hr_request *req)
