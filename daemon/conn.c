@@ -66,13 +66,11 @@ static void stop_holding(hr__conn *c)
   hr_buf_free(&c->held);
 }
 
-static void on_handle_closed(uv_handle_t *h)
+/* Take `c` off the daemon's list and free it with what it held. */
+static void unlink_free(hr__conn *c)
 {
-  hr__conn *c = h->data;
   hr__daemon *d = c->d;
 
-  if(--c->handles > 0)
-    return;
   if(c->prev)
     c->prev->next = c->next;
   else
@@ -82,6 +80,16 @@ static void on_handle_closed(uv_handle_t *h)
   stop_holding(c);
   free(c->rbuf);
   free(c);
+}
+
+static void on_handle_closed(uv_handle_t *h)
+{
+  hr__conn *c = h->data;
+  hr__daemon *d = c->d;
+
+  if(--c->handles > 0)
+    return;
+  unlink_free(c);
   trim_heap(d);
 }
 
@@ -616,15 +624,7 @@ void hr__conn_free_detached(hr__conn *c)
     return;
   d = c->d;
   hr__conn_close(c, "detached connection freed");
-  if(c->prev)
-    c->prev->next = c->next;
-  else
-    d->conns = c->next;
-  if(c->next)
-    c->next->prev = c->prev;
-  stop_holding(c);
-  free(c->rbuf);
-  free(c);
+  unlink_free(c);
   /* Its footprints and leases went: tell the others now, as the loop's
    * check callback would after a socket closed. */
   hr__dispatch_flush(d);
