@@ -47,6 +47,23 @@ static int cuda_align[HR_MAX_GPUS]; /* 0: the driver has no SM resources */
 static cu_get_proc_fn cuda_get_proc;
 static cu_get_error_name_fn cuda_error_name;
 
+/* cuGetProcAddress (which must be there) for `name` as of CUDA `version`:
+ * HR_OK with *fn set, else HR_EUNSUPPORTED with *fn NULL. A driver older
+ * than `version` answers CUDA_ERROR_INVALID_VALUE; one without the call
+ * answers success with a NULL pointer. */
+static int proc_lookup(const char *name, int version, void **fn)
+{
+  int status = -1;
+
+  *fn = NULL;
+  if(cuda_get_proc(name, fn, version, CU_GET_PROC_ADDRESS_LEGACY_STREAM_,
+                   &status) || status != CU_GET_PROC_ADDRESS_SUCCESS_ || !*fn) {
+    *fn = NULL;
+    return HR_EUNSUPPORTED;
+  }
+  return HR_OK;
+}
+
 /* max(smCoscheduledAlignment, minSmPartitionSize) of one device; 0 when
  * the driver (or this build) cannot say. */
 static int probe_alignment(int dev)
@@ -54,12 +71,9 @@ static int probe_alignment(int dev)
 #ifdef HR_HAVE_CUDA_H
   CUresult (*get_resource)(CUdevice, CUdevResource *, CUdevResourceType);
   CUdevResource r;
-  int status = -1;
   unsigned int a;
 
-  if(cuda_get_proc("cuDeviceGetDevResource", (void **)&get_resource, 12040,
-                   CU_GET_PROC_ADDRESS_LEGACY_STREAM_, &status) ||
-     status != CU_GET_PROC_ADDRESS_SUCCESS_ || !get_resource)
+  if(proc_lookup("cuDeviceGetDevResource", 12040, (void **)&get_resource))
     return 0;
   if(get_resource((CUdevice)dev, &r, CU_DEV_RESOURCE_TYPE_SM) != CUDA_SUCCESS ||
      r.type != CU_DEV_RESOURCE_TYPE_SM)
@@ -126,29 +140,31 @@ int hr__cuda_use_library(const char *path)
   return err;
 }
 
-int hr__cuda_sms(int gpu)
+/* HR_OK when the probe saw CUDA device `gpu`. */
+static int device_probed(int gpu)
 {
   if(gpu < 0 || gpu >= HR_MAX_GPUS)
     return HR_EINVAL;
   pthread_once(&cuda_once, cuda_probe);
-  if(gpu >= cuda_count)
-    return HR_ENOGPU;
-  return cuda_sms[gpu];
+  return gpu < cuda_count ? HR_OK : HR_ENOGPU;
+}
+
+int hr__cuda_sms(int gpu)
+{
+  int err = device_probed(gpu);
+  return err ? err : cuda_sms[gpu];
 }
 
 int hr__cuda_sm_alignment(int gpu)
 {
-  if(gpu < 0 || gpu >= HR_MAX_GPUS)
-    return HR_EINVAL;
-  pthread_once(&cuda_once, cuda_probe);
-  if(gpu >= cuda_count)
-    return HR_ENOGPU;
+  int err = device_probed(gpu);
+  if(err)
+    return err;
   return cuda_align[gpu] > 0 ? cuda_align[gpu] : HR_EUNSUPPORTED;
 }
 
 int hr__cuda_proc(const char *name, int version, void **fn)
 {
-  int status = -1;
   if(!name || !fn)
     return HR_EINVAL;
   *fn = NULL;
@@ -157,14 +173,7 @@ int hr__cuda_proc(const char *name, int version, void **fn)
     return HR_ENOGPU;
   if(!cuda_get_proc)
     return HR_EUNSUPPORTED;
-  /* A driver older than `version` answers CUDA_ERROR_INVALID_VALUE; one
-   * without the call answers success with a NULL pointer. */
-  if(cuda_get_proc(name, fn, version, CU_GET_PROC_ADDRESS_LEGACY_STREAM_,
-                   &status) || status != CU_GET_PROC_ADDRESS_SUCCESS_ || !*fn) {
-    *fn = NULL;
-    return HR_EUNSUPPORTED;
-  }
-  return HR_OK;
+  return proc_lookup(name, version, fn);
 }
 
 const char *hr__cuda_error_name(int result, char *buf, size_t size)
