@@ -4,10 +4,8 @@
 INTEG_TESTS += $(TESTBIN)/test_partition_integ
 
 $(TESTBIN)/test_partition_integ: $(OBJDIR)/tests/integration/test_partition.o \
-                                 $(OBJDIR)/tests/integration/harness.o \
-                                 $(OBJDIR)/tests/integration/harness_cmocka.o \
-                                 $(LIBDIR)/libheadroom.a $(BINDIR)/headroomd \
+                                 $(INTEG_LINK_OBJS) $(BINDIR)/headroomd \
                                  $(if $(filter 1,$(HAVE_CUDA_H)),$(TESTBIN)/libfakecuda.so)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o %.a,$^) \
-	  $(LDLIBS_CJSON) $(LDLIBS_CMOCKA) -pthread -ldl
+	$(INTEG_LINK)
+$(TESTBIN)/test_partition_integ: INTEG_LDLIBS := -pthread
