@@ -6,7 +6,6 @@
 
 #include "daemon.h"
 #include "metrics.h"
-#include "policy.h"
 
 static const int64_t bounds_us[HR_METRICS_BUCKETS - 1] =
   HR_METRICS_BUCKET_BOUNDS_US;
@@ -80,8 +79,6 @@ void hr__metrics_incident(hr__metrics *m, int gpu, hr_incident_kind kind)
 static int fill_gpu(hr__daemon *d, int gi, hr_metrics_gpu *mg)
 {
   const hr__gpu *g = hr__state_gpu(&d->state, gi);
-  hr_policy_input in;
-  int i;
 
   if(!g)
     return HR_EINVAL;
@@ -98,13 +95,8 @@ static int fill_gpu(hr__daemon *d, int gi, hr_metrics_gpu *mg)
   if(mg->clients < 0)
     return HR_ENOMEM;
   mg->comms = g->n_comms;
-  memset(&in, 0, sizeof(in));
-  in.n_footprints = g->n_comms;
-  in.footprints = g->fps;
-  mg->comm_ctas = hr__policy_comm_ctas(&in);
-  for(i = 0; i < g->n_leases; i++)
-    if((int)g->leases[i].mode >= 0 && g->leases[i].mode < HR_MODE_COUNT)
-      mg->leases[g->leases[i].mode]++;
+  mg->comm_ctas = hr__state_comm_ctas(&d->state, gi);
+  hr__state_lease_counts(&d->state, gi, mg->leases);
   mg->raised = g->raised;
   mg->budget_source = g->source;
   memcpy(mg->incidents, d->metrics.incidents[gi], sizeof(mg->incidents));

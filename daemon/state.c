@@ -488,6 +488,30 @@ int hr__state_clients_on(const hr__state *s, int gpu)
   return distinct;
 }
 
+int hr__state_comm_ctas(const hr__state *s, int gpu)
+{
+  const hr__gpu *g = hr__state_gpu(s, gpu);
+  hr_policy_input in;
+
+  if(!g)
+    return 0;
+  memset(&in, 0, sizeof(in));
+  in.n_footprints = g->n_comms;
+  in.footprints = g->fps;
+  return hr__policy_comm_ctas(&in);
+}
+
+void hr__state_lease_counts(const hr__state *s, int gpu, int *counts)
+{
+  const hr__gpu *g = hr__state_gpu(s, gpu);
+  int i;
+
+  memset(counts, 0, HR_MODE_COUNT * sizeof(*counts));
+  for(i = 0; g && i < g->n_leases; i++)
+    if((int)g->leases[i].mode >= 0 && g->leases[i].mode < HR_MODE_COUNT)
+      counts[g->leases[i].mode]++;
+}
+
 int hr__state_restore(hr__state *s, int gpu, int raised, uint32_t epoch,
                       const hr_status_incident *incidents, int n)
 {

@@ -138,6 +138,13 @@ void hr__state_drop_client(hr__state *s, int64_t client,
 /* Clients holding a footprint or a lease on `gpu`. */
 int hr__state_clients_on(const hr__state *s, int gpu);
 
+/* Comm CTAs in flight on `gpu`: hr__policy_comm_ctas of its footprints.
+ * 0 for a GPU out of the topology. */
+int hr__state_comm_ctas(const hr__state *s, int gpu);
+
+/* The leases on `gpu` by mode, into counts[0..HR_MODE_COUNT). */
+void hr__state_lease_counts(const hr__state *s, int gpu, int *counts);
+
 /* Restore learned state read from the state file: `raised`, the epoch to
  * continue from, and incidents (oldest first; only the most recent
  * HR__INCIDENTS_KEPT are kept). Recomputes without bumping the epoch.

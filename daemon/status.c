@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "conn.h"
-#include "policy.h"
 #include "status.h"
 
 /* calloc that treats 0 elements as "no array" rather than a failure. */
@@ -55,15 +54,11 @@ static void fill_gpu(hr__daemon *d, int gi, hr_status_detail detail,
                      hr_status_gpu *sg, int *failed)
 {
   const hr__gpu *g = hr__state_gpu(&d->state, gi);
-  hr_policy_input in;
   int i;
 
   sg->info = g->info;
   hr__state_budget(&d->state, gi, HR_MODE_HEADROOM, &sg->budget);
-  memset(&in, 0, sizeof(in));
-  in.n_footprints = g->n_comms;
-  in.footprints = g->fps;
-  sg->comm_ctas = hr__policy_comm_ctas(&in);
+  sg->comm_ctas = hr__state_comm_ctas(&d->state, gi);
   sg->raised = g->raised;
   sg->budget_source = g->source;
   sg->n_clients = hr__state_clients_on(&d->state, gi);
@@ -72,9 +67,7 @@ static void fill_gpu(hr__daemon *d, int gi, hr_status_detail detail,
     return;
   }
   sg->comm_count = g->n_comms;
-  for(i = 0; i < g->n_leases; i++)
-    if((int)g->leases[i].mode >= 0 && g->leases[i].mode < HR_MODE_COUNT)
-      sg->lease_count[g->leases[i].mode]++;
+  hr__state_lease_counts(&d->state, gi, sg->lease_count);
   sg->incident_count = g->n_incidents;
   if(detail == HR_STATUS_SUMMARY)
     return;
