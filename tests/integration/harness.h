@@ -101,5 +101,9 @@ struct hr_client *th_client_open_connected(const hr_daemon *d,
                                            int reconnect_ms);
 /* The whole of a file, NUL-terminated; free() it. */
 char *th_file_read(const char *path);
+/* Run headroomctl on `d`'s socket with `args` (NULL-terminated, at most
+ * 8); the test fails unless it exits 0. What it printed is left in
+ * <d->dir>/ctl.out (for th_status_validate) and returned: free() it. */
+char *th_ctl(const hr_daemon *d, const char *const *args);
 
 #endif /* HR_TEST_HARNESS_H */

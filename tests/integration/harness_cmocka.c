@@ -57,3 +57,23 @@ char *th_file_read(const char *path)
   fclose(f);
   return text;
 }
+
+char *th_ctl(const hr_daemon *d, const char *const *args)
+{
+  char bin[512], out[400];
+  char *argv[12];
+  int i = 0, j;
+
+  snprintf(bin, sizeof(bin), "%s/bin/headroomctl", th_build_dir());
+  snprintf(out, sizeof(out), "%s/ctl.out", d->dir);
+  argv[i++] = bin;
+  argv[i++] = "--socket";
+  argv[i++] = (char *)d->socket;
+  for(j = 0; args[j]; j++) {
+    assert_true(j < 8);
+    argv[i++] = (char *)args[j];
+  }
+  argv[i] = NULL;
+  assert_int_equal(th_run(argv, out, 5000), 0);
+  return th_file_read(out);
+}

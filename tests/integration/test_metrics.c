@@ -439,21 +439,9 @@ static int wait_connected(hr_client *c, int timeout_ms)
 /* Run `headroomctl metrics [extra]`; its stdout, malloc'ed. */
 static char *run_metrics(const char *extra)
 {
-  char ctl[512], out[400];
-  char *argv[6];
-  int i = 0;
+  const char *args[] = { "metrics", extra, NULL };
 
-  snprintf(ctl, sizeof(ctl), "%s/bin/headroomctl", th_build_dir());
-  snprintf(out, sizeof(out), "%s/metrics.out", daemon_.dir);
-  argv[i++] = ctl;
-  argv[i++] = "--socket";
-  argv[i++] = daemon_.socket;
-  argv[i++] = "metrics";
-  if(extra)
-    argv[i++] = (char *)extra;
-  argv[i] = NULL;
-  assert_int_equal(th_run(argv, out, 5000), 0);
-  return th_file_read(out);
+  return th_ctl(&daemon_, args);
 }
 
 /* headroomctl metrics, parsed and checked. */

@@ -46,32 +46,6 @@ static void start(const char *extra)
   }
 }
 
-/* Run headroomctl with `args` (NULL-terminated, at most 4) and read what
- * it printed into `text`. */
-static void ctl(const char *const *args, char *text, size_t cap)
-{
-  char bin[512], out[400];
-  char *argv[8];
-  size_t n;
-  FILE *f;
-  int i = 0, j;
-
-  snprintf(bin, sizeof(bin), "%s/bin/headroomctl", th_build_dir());
-  snprintf(out, sizeof(out), "%s/ctl.txt", daemon_.dir);
-  argv[i++] = bin;
-  argv[i++] = "--socket";
-  argv[i++] = daemon_.socket;
-  for(j = 0; args[j] && j < 4; j++)
-    argv[i++] = (char *)args[j];
-  argv[i] = NULL;
-  assert_int_equal(th_run(argv, out, 5000), 0);
-  f = fopen(out, "r");
-  assert_non_null(f);
-  n = fread(text, 1, cap - 1, f);
-  fclose(f);
-  text[n] = '\0';
-}
-
 /* Whether the daemon's log holds `needle`. */
 static int log_has(const char *needle)
 {
@@ -194,17 +168,15 @@ static void test_footprint_pushes_partition(void **state)
  * JSON against its schema, and the metrics (JSON and Prometheus). */
 static void test_operators_see_partitions(void **state)
 {
-  static char text[65536];
   const char *pretty[] = { "status", "--pretty", NULL };
   const char *json[] = { "status", NULL };
   const char *prom[] = { "metrics", NULL };
   const char *mjson[] = { "metrics", "--json", NULL };
-  char path[400];
+  char path[400], *text;
   hr_proto_error perr;
   hr_client *a, *b;
   hr_lease *lp;
   hr_reply rep;
-  FILE *f;
   (void)state;
 
   start(NULL);
@@ -214,26 +186,24 @@ static void test_operators_see_partitions(void **state)
   assert_int_equal(hr_lease_acquire(a, 0, 2, HR_MODE_PARTITION, &lp), HR_OK);
   assert_int_equal(hr_lease_grid(lp), 108);
 
-  ctl(pretty, text, sizeof(text));
+  text = th_ctl(&daemon_, pretty);
   assert_non_null(strstr(text, "PARTITION MODE"));
   assert_non_null(strstr(text, "GPU   STEP  COMM_SMS  MEGA_SMS  NCCL_CAP"));
   assert_non_null(strstr(text, "0        8        24       108         4"));
   assert_non_null(strstr(text, "1        8         8       124         8"));
   assert_non_null(strstr(text, "partition"));   /* the lease's mode */
+  free(text);
 
   /* The JSON status headroomctl prints obeys proto/status.schema.json,
    * partition fields, "partition" lease and all. */
-  ctl(json, text, sizeof(text));
+  text = th_ctl(&daemon_, json);
   assert_non_null(strstr(text, "\"partition_comm_sms\":24"));
   assert_non_null(strstr(text, "\"mode\":\"partition\""));
-  snprintf(path, sizeof(path), "%s/status.json", daemon_.dir);
-  f = fopen(path, "w");
-  assert_non_null(f);
-  assert_true(fputs(text, f) >= 0);
-  assert_int_equal(fclose(f), 0);
+  free(text);
+  snprintf(path, sizeof(path), "%s/ctl.out", daemon_.dir);
   assert_int_equal(th_status_validate(path), 0);
 
-  ctl(mjson, text, sizeof(text));
+  text = th_ctl(&daemon_, mjson);
   assert_int_equal(hr_proto_decode_reply(text, strlen(text) - 1, &rep,
                                          &perr), HR_OK);
   assert_int_equal(rep.type, HR_MSG_METRICS);
@@ -245,8 +215,9 @@ static void test_operators_see_partitions(void **state)
   assert_int_equal(rep.u.metrics.gpus[1].leases[HR_MODE_PARTITION], 0);
   /* The GPU's own budget is the headroom-mode one: 8 x 3 x 2 > 32. */
   assert_int_equal(rep.u.metrics.gpus[0].headroom, 32);
+  free(text);
 
-  ctl(prom, text, sizeof(text));
+  text = th_ctl(&daemon_, prom);
   assert_non_null(strstr(text,
                          "headroom_gpu_leases{gpu=\"0\",mode=\"partition\"} 1\n"));
   assert_non_null(strstr(text,
@@ -257,6 +228,7 @@ static void test_operators_see_partitions(void **state)
                          "headroom_gpu_partition_nccl_max_ctas{gpu=\"0\"} 4\n"));
   assert_non_null(strstr(text,
                          "headroom_gpu_partition_comm_sms{gpu=\"1\"} 8\n"));
+  free(text);
   hr_client_close(a);
   hr_client_close(b);
 }
@@ -306,9 +278,8 @@ static void test_ignore_coscheduling(void **state)
  * modes are served as before. */
 static void test_no_step_fits(void **state)
 {
-  static char text[65536];
   const char *pretty[] = { "status", "--pretty", NULL };
-  char line[HR_PROTO_MAX_LINE];
+  char line[HR_PROTO_MAX_LINE], *text;
   hr_reply rep;
   hr_client *a;
   hr_lease *l;
@@ -348,8 +319,9 @@ static void test_no_step_fits(void **state)
   assert_int_equal(hr_lease_acquire(a, 0, 2, HR_MODE_AGNOSTIC, &l), HR_OK);
   assert_int_equal(hr_lease_grid(l), 132);
 
-  ctl(pretty, text, sizeof(text));
+  text = th_ctl(&daemon_, pretty);
   assert_non_null(strstr(text, "(unsupported here)"));
+  free(text);
   hr_client_close(a);
   th_daemon_cleanup(&daemon_);
 
