@@ -203,8 +203,8 @@ int hr_partition_create(const hr_lease *lease, hr_partition **out)
   hr_budget b;
   CUdevice dev;
   CUdevResource whole, comm, rest;
-  unsigned int groups = 1, flags = 0, align;
-  int err;
+  unsigned int groups = 1, flags = 0;
+  int align, err;
 
   err = partition_budget_get(lease, out, &b);
   if(err)
@@ -235,9 +235,8 @@ int hr_partition_create(const hr_lease *lease, hr_partition **out)
   /* A budget finer than the device's co-scheduling step was made with
    * the operator's consent to give it up (partition_ignore_coscheduling);
    * the split must then give it up too, or it rounds the comm side up. */
-  align = whole.sm.smCoscheduledAlignment > whole.sm.minSmPartitionSize ?
-          whole.sm.smCoscheduledAlignment : whole.sm.minSmPartitionSize;
-  if((unsigned int)b.partition_granularity < align)
+  align = hr__cuda_sm_alignment(b.gpu);
+  if(align > 0 && b.partition_granularity < align)
     flags = CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING;
   memset(&comm, 0, sizeof(comm));
   memset(&rest, 0, sizeof(rest));
