@@ -53,21 +53,15 @@ $(MOE_LIB_A): $(MOE_CU_OBJS)
 	rm -f $@
 	ar rcs $@ $^
 
-# Build-time variants of the tile shapes, for tuning on a GPU
-# (`make bench-variants`): tiny-BM-BK-STAGES or big-BM-BN-WM-STAGES-HINT,
-# see moe_gemm.cuh. The big-* ones shape the mma.sync big tile, which only
-# the benchmark's variant HR__MOE_VAR_SYNC_BIG runs since the big tile is
-# on wgmma (`make bench-phases` compares the two), so through the public
-# API they time the same kernel as the default.
+# Build-time variants of the tiny tile, for tuning on a GPU
+# (`make bench-variants`): tiny-BM-BK-STAGES, see moe_gemm.cuh. (The big
+# tile has none: the public API, which bench_moe.py times, runs it on
+# wgmma only.)
 MOE_VARIANTS ?= tiny-64-128-9 tiny-64-256-5
 MOE_VARIANT_LIBS := $(foreach v,$(MOE_VARIANTS),$(LIBDIR)/variants/libheadroom_moe-$(v).so)
 moe_vw = $(word $(2),$(subst -, ,$(1)))
-moe_variant_flags = $(if $(filter tiny,$(call moe_vw,$(1),1)), \
-  -DHR_MOE_TINY_BM=$(call moe_vw,$(1),2) -DHR_MOE_TINY_BK=$(call moe_vw,$(1),3) \
-  -DHR_MOE_TINY_STAGES=$(call moe_vw,$(1),4), \
-  -DHR_MOE_BIG_BM=$(call moe_vw,$(1),2) -DHR_MOE_BIG_BN=$(call moe_vw,$(1),3) \
-  -DHR_MOE_BIG_WM=$(call moe_vw,$(1),4) -DHR_MOE_BIG_STAGES=$(call moe_vw,$(1),5) \
-  -DHR_MOE_BIG_A_STREAM=$(call moe_vw,$(1),6))
+moe_variant_flags = -DHR_MOE_TINY_BM=$(call moe_vw,$(1),2) \
+  -DHR_MOE_TINY_BK=$(call moe_vw,$(1),3) -DHR_MOE_TINY_STAGES=$(call moe_vw,$(1),4)
 
 $(OBJDIR)/kernels/variants/moe_kernel-%.cu.o: kernels/moe_kernel.cu kernels/*.h kernels/*.cuh client/headroom.h
 	@mkdir -p $(dir $@)

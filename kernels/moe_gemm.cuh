@@ -129,10 +129,10 @@ struct moe_tile {
   }
 };
 
-/* The tile shapes. Tiny and big can be set at build time, for tuning
- * (kernels.mk builds variants, bench/bench_moe.py times them). Tiny: BM
- * rows, BK deep, STAGES stages, the 8 warps split BM/16 ways along rows
- * and the rest along K. Big: BM x BN, BK 64, WM warps along rows. */
+/* The tile shapes. Tiny can be set at build time, for tuning (kernels.mk
+ * builds variants, bench/bench_moe.py times them): BM rows, BK deep,
+ * STAGES stages, the 8 warps split BM/16 ways along rows and the rest
+ * along K. */
 #ifndef HR_MOE_TINY_BM
 #define HR_MOE_TINY_BM 128
 #endif
@@ -142,22 +142,6 @@ struct moe_tile {
 #ifndef HR_MOE_TINY_STAGES
 #define HR_MOE_TINY_STAGES 5
 #endif
-#ifndef HR_MOE_BIG_BM
-#define HR_MOE_BIG_BM 256
-#endif
-#ifndef HR_MOE_BIG_BN
-#define HR_MOE_BIG_BN 128
-#endif
-#ifndef HR_MOE_BIG_WM
-#define HR_MOE_BIG_WM 4
-#endif
-#ifndef HR_MOE_BIG_STAGES
-#define HR_MOE_BIG_STAGES 3
-#endif
-#ifndef HR_MOE_BIG_A_STREAM
-#define HR_MOE_BIG_A_STREAM 1
-#endif
-
 /* Up to 16, 32 and 64 tokens per unit: the weights stream from memory in
  * 256-byte row pieces, 4 or more stages in flight (about 100 KB per SM). */
 typedef moe_tile<HR_MOE_TINY_BM, 16, HR_MOE_TINY_BK, HR_MOE_TINY_BM / 16, 1,
@@ -186,9 +170,7 @@ typedef moe_tile<128, 128, 64, 8, 1, 1, 6, 0, 1, 1> moe_tile_wide;
  * below replaced; it stays as the benchmark's comparison (with the
  * benchmark's variant bits for its old unit order and L2 hint it is the
  * kernel as it was: DeepSeek-V3 T = 8192 in 32.2 ms against 22.8). */
-typedef moe_tile<HR_MOE_BIG_BM, HR_MOE_BIG_BN, 64, HR_MOE_BIG_WM,
-                 8 / HR_MOE_BIG_WM, 1, HR_MOE_BIG_STAGES, HR_MOE_BIG_A_STREAM>
-    moe_tile_big_sync;
+typedef moe_tile<256, 128, 64, 4, 2, 1, 3, 1> moe_tile_big_sync;
 /* The same tile on wgmma: the tensor cores read both operands straight
  * from the loader's shared tiles (whose swizzle is wgmma's 128-byte one),
  * no ldmatrix, no fragments in registers, and the output is staged in a
