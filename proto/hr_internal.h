@@ -46,6 +46,15 @@ void hr__partition_encode(hr__enc *e, cJSON *o, int granularity,
 void hr__partition_decode(hr__dec *d, const cJSON *o, int *granularity,
                           int *comm_sms, int *nccl_max_ctas);
 
+/* An object of one count per lease mode, keyed by the mode names, every
+ * name written (status's lease_count, a GPU's leases in metrics).
+ * Decoding, a name missing reads as 0 and one not known is ignored, so
+ * either side may know modes the other does not. */
+void hr__mode_counts_encode(hr__enc *e, cJSON *parent, const char *name,
+                            const int *counts);
+void hr__mode_counts_decode(hr__dec *d, const cJSON *parent,
+                            const char *name, int *counts);
+
 /* `fields` picks the members written (HR_POLICY_* bits); a decoder sets
  * *fields to the members it found and requires `required` of them. */
 void hr__policy_encode(hr__enc *e, cJSON *parent, const char *name,

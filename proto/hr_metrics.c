@@ -65,29 +65,6 @@ static void decode_named(hr__dec *d, const cJSON *parent, const char *name,
   hr__dec_leave(d, mark);
 }
 
-/* Leases by mode: int-sized gauges through the same two functions. */
-static void encode_leases(hr__enc *e, cJSON *parent, const int *leases)
-{
-  int64_t wide[HR_MODE_COUNT];
-  int i;
-
-  for(i = 0; i < HR_MODE_COUNT; i++)
-    wide[i] = leases[i];
-  encode_named(e, parent, "leases", hr__mode_name_i, HR_MODE_COUNT, wide,
-               HR__INT32_MAX);
-}
-
-static void decode_leases(hr__dec *d, const cJSON *parent, int *leases)
-{
-  int64_t wide[HR_MODE_COUNT];
-  int i;
-
-  decode_named(d, parent, "leases", hr__mode_name_i, HR_MODE_COUNT, wide,
-               HR__INT32_MAX);
-  for(i = 0; i < HR_MODE_COUNT; i++)
-    leases[i] = d->rc ? 0 : (int)wide[i];
-}
-
 /* ---- Encoding ---------------------------------------------------------- */
 
 static void encode_requests(hr__enc *e, cJSON *parent, const hr_metrics *m)
@@ -129,7 +106,7 @@ static void encode_gpu(hr__enc *e, cJSON *o, const hr_metrics_gpu *g)
   hr__enc_i64(e, o, "clients", g->clients, 0, HR__INT32_MAX);
   hr__enc_i64(e, o, "comms", g->comms, 0, HR__INT32_MAX);
   hr__enc_i64(e, o, "comm_ctas", g->comm_ctas, 0, HR__INT32_MAX);
-  encode_leases(e, o, g->leases);
+  hr__mode_counts_encode(e, o, "leases", g->leases);
   hr__enc_i64(e, o, "raised", g->raised, 0, HR_MAX_SMS);
   hr__enc_name(e, o, "budget_source", hr_budget_source_name(g->budget_source));
   encode_named(e, o, "incidents", hr__incident_kind_name_i,
@@ -213,7 +190,7 @@ static void decode_gpu(hr__dec *d, const cJSON *o, hr_metrics_gpu *g)
   hr__dec_int(d, o, "comms", HR__REQUIRED, 0, HR__INT32_MAX, &g->comms);
   hr__dec_int(d, o, "comm_ctas", HR__REQUIRED, 0, HR__INT32_MAX,
               &g->comm_ctas);
-  decode_leases(d, o, g->leases);
+  hr__mode_counts_decode(d, o, "leases", g->leases);
   hr__dec_int(d, o, "raised", HR__REQUIRED, 0, HR_MAX_SMS, &g->raised);
   source = HR_SOURCE_THEORY; /* optional, as in status */
   hr__dec_enum(d, o, "budget_source", HR__OPTIONAL, hr__budget_source_name_i,

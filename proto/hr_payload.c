@@ -65,6 +65,38 @@ void hr__partition_decode(hr__dec *d, const cJSON *o, int *granularity,
               nccl_max_ctas);
 }
 
+void hr__mode_counts_encode(hr__enc *e, cJSON *parent, const char *name,
+                            const int *counts)
+{
+  cJSON *o = hr__enc_object(e, parent, name);
+  int m;
+
+  for(m = 0; !e->rc && m < HR_MODE_COUNT; m++)
+    hr__enc_i64(e, o, hr_mode_name((hr_mode)m), counts[m], 0,
+                HR__INT32_MAX);
+}
+
+void hr__mode_counts_decode(hr__dec *d, const cJSON *parent,
+                            const char *name, int *counts)
+{
+  const cJSON *o = hr__dec_object(d, parent, name, HR__REQUIRED);
+  size_t mark;
+  int m;
+
+  memset(counts, 0, HR_MODE_COUNT * sizeof(*counts));
+  if(!o)
+    return;
+  mark = hr__dec_enter(d, name);
+  /* By mode name: a mode this side lacks is ignored, one the sender
+   * lacks reads as 0. */
+  for(m = 0; m < HR_MODE_COUNT; m++)
+    hr__dec_int(d, o, hr_mode_name((hr_mode)m), HR__OPTIONAL, 0,
+                HR__INT32_MAX, &counts[m]);
+  hr__dec_leave(d, mark);
+  if(d->rc)
+    memset(counts, 0, HR_MODE_COUNT * sizeof(*counts));
+}
+
 void hr__budget_decode(hr__dec *d, const cJSON *parent, const char *name,
                        hr_budget *b)
 {

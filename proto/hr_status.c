@@ -103,14 +103,8 @@ static void encode_incident(hr__enc *e, cJSON *o,
 /* A summary's counts in place of the lists. */
 static void encode_counts(hr__enc *e, cJSON *o, const hr_status_gpu *g)
 {
-  cJSON *modes;
-  int m;
-
   hr__enc_i64(e, o, "comm_count", g->comm_count, 0, HR__INT32_MAX);
-  modes = hr__enc_object(e, o, "lease_count");
-  for(m = 0; !e->rc && m < HR_MODE_COUNT; m++)
-    hr__enc_i64(e, modes, hr_mode_name((hr_mode)m), g->lease_count[m], 0,
-                HR__INT32_MAX);
+  hr__mode_counts_encode(e, o, "lease_count", g->lease_count);
   hr__enc_i64(e, o, "incident_count", g->incident_count, 0, HR__INT32_MAX);
 }
 
@@ -302,24 +296,9 @@ static void count_lists(hr_status_gpu *g)
 
 static void decode_counts(hr__dec *d, const cJSON *o, hr_status_gpu *g)
 {
-  const cJSON *modes;
-  size_t mark;
-  int m;
-
   hr__dec_int(d, o, "comm_count", HR__REQUIRED, 0, HR__INT32_MAX,
               &g->comm_count);
-  modes = hr__dec_object(d, o, "lease_count", HR__REQUIRED);
-  if(modes) {
-    mark = hr__dec_enter(d, "lease_count");
-    /* By mode name; a mode this side lacks is ignored, one the daemon
-     * lacks reads as 0, as in metrics. */
-    for(m = 0; m < HR_MODE_COUNT; m++) {
-      g->lease_count[m] = 0;
-      hr__dec_int(d, modes, hr_mode_name((hr_mode)m), HR__OPTIONAL, 0,
-                  HR__INT32_MAX, &g->lease_count[m]);
-    }
-    hr__dec_leave(d, mark);
-  }
+  hr__mode_counts_decode(d, o, "lease_count", g->lease_count);
   hr__dec_int(d, o, "incident_count", HR__REQUIRED, 0, HR__INT32_MAX,
               &g->incident_count);
 }
