@@ -301,6 +301,16 @@ def _open(cands, what):
     raise OSError("cannot load %s; tried: %s" % (what, "; ".join(errors)))
 
 
+def _loaded(lib, lib_path, path, what):
+    """The handle already loaded from lib_path; RuntimeError when an
+    explicit `path` names another file, since a second copy would have
+    state of its own."""
+    if path and os.path.realpath(os.fspath(path)) != \
+            os.path.realpath(lib_path):
+        raise RuntimeError("%s is already loaded from %s" % (what, lib_path))
+    return lib
+
+
 def load_library(path=None):
     """Load libheadroom once per process and return the ctypes handle.
 
@@ -309,11 +319,7 @@ def load_library(path=None):
     global _lib, _lib_path
     with _lock:
         if _lib is not None:
-            if path and os.path.realpath(os.fspath(path)) != \
-                    os.path.realpath(_lib_path):
-                raise RuntimeError("libheadroom is already loaded from %s"
-                                   % _lib_path)
-            return _lib
+            return _loaded(_lib, _lib_path, path, "libheadroom")
         lib, p = _open(_candidates(path, "HEADROOM_LIB", "libheadroom.so",
                                    "libheadroom.so.0"), "libheadroom")
         _declare(lib, _PROTOTYPES)
@@ -327,11 +333,7 @@ def load_moe_library(path=None):
     load_library()
     with _lock:
         if _moe is not None:
-            if path and os.path.realpath(os.fspath(path)) != \
-                    os.path.realpath(_moe_path):
-                raise RuntimeError("libheadroom_moe is already loaded from %s"
-                                   % _moe_path)
-            return _moe
+            return _loaded(_moe, _moe_path, path, "libheadroom_moe")
         extra = ()
         if _lib_path and os.sep in _lib_path:
             extra = (os.path.dirname(os.path.abspath(_lib_path)),)
