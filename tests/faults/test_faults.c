@@ -99,16 +99,7 @@ static int count_files(const char *prefix)
 
 static int log_count(const char *needle)
 {
-  char line[4096];
-  FILE *f = fopen(daemon_.log, "r");
-  int n = 0;
-
-  if(!f)
-    return 0;
-  while(fgets(line, sizeof(line), f))
-    n += strstr(line, needle) != NULL;
-  fclose(f);
-  return n;
+  return th_daemon_log_count(&daemon_, needle);
 }
 
 /* ---- worker processes ------------------------------------------------------ */

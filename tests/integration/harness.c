@@ -181,6 +181,20 @@ int th_daemon_log_has(const hr_daemon *d, const char *needle)
   return strstr(buf, needle) != NULL;
 }
 
+int th_daemon_log_count(const hr_daemon *d, const char *needle)
+{
+  char line[4096];
+  FILE *f = fopen(d->log, "r");
+  int n = 0;
+
+  if(!f)
+    return 0;
+  while(fgets(line, sizeof(line), f))
+    n += strstr(line, needle) != NULL;
+  fclose(f);
+  return n;
+}
+
 /* ---- raw connections ----------------------------------------------------- */
 
 int th_raw_connect(th_raw *r, const char *path)

@@ -38,6 +38,8 @@ void th_daemon_cleanup(hr_daemon *d);
 void th_daemon_dump_log(const hr_daemon *d);
 /* Whether the first 64 KiB of the daemon's log hold `needle`. */
 int th_daemon_log_has(const hr_daemon *d, const char *needle);
+/* How many lines of the whole log hold `needle`. */
+int th_daemon_log_count(const hr_daemon *d, const char *needle);
 
 /* A raw connection with its own line buffer. */
 typedef struct th_raw {
