@@ -16,6 +16,7 @@
 #include <cjson/cJSON.h>
 
 #include "calibration.h"
+#include "fsutil.h"
 #include "log.h"
 
 static int fail(char *why, size_t n, const char *fmt, ...) HR__PRINTF(3, 4);
@@ -203,39 +204,26 @@ out:
 int hr__calibration_load(hr__calibration *out, const char *path, char *why,
                          size_t n)
 {
-  FILE *f = NULL;
   char *text = NULL;
   size_t len;
-  int rc;
+  int rc, e;
 
   if(!out || !path)
     return fail(why, n, "no path");
-  f = fopen(path, "rb");
-  if(!f) {
-    rc = errno == ENOENT ? HR_ENOTFOUND : HR_EINVAL;
-    fail(why, n, "%s", strerror(errno));
-    goto out;
-  }
-  text = malloc(HR__CALIB_FILE_MAX + 1);
-  if(!text) {
+  e = hr__read_file(path, HR__CALIB_FILE_MAX, &text, &len);
+  if(e == ENOMEM)
     rc = fail(why, n, "out of memory");
-    goto out;
-  }
-  len = fread(text, 1, HR__CALIB_FILE_MAX + 1, f);
-  if(ferror(f)) {
+  else if(e == EIO)
     rc = fail(why, n, "read error");
-    goto out;
-  }
-  if(len > HR__CALIB_FILE_MAX) {
+  else if(e == EFBIG)
     rc = fail(why, n, "larger than %d bytes", HR__CALIB_FILE_MAX);
-    goto out;
-  }
-  rc = hr__calibration_parse(out, text, len, why, n);
-out:
+  else if(e)
+    rc = fail(why, n, "%s", strerror(e));
+  else
+    rc = hr__calibration_parse(out, text, len, why, n);
   free(text);
-  if(f)
-    fclose(f);
-  return rc;
+  /* No file is not a bad one: the caller tells them apart. */
+  return e == ENOENT ? HR_ENOTFOUND : rc;
 }
 
 int hr__calibration_covers(const hr__calibration *c, const hr_gpu_info *gpu)

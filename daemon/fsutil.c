@@ -1,7 +1,10 @@
 /*
- * fsutil.c: mkdir -p and dirname without modifying their argument.
+ * fsutil.c: mkdir -p and dirname without modifying their argument, and
+ * reading a whole small file.
  */
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -51,4 +54,41 @@ int hr__dirname(const char *path, char *out, size_t n)
   memcpy(out, path, len);
   out[len] = '\0';
   return 0;
+}
+
+int hr__read_file(const char *path, size_t max, char **out, size_t *len)
+{
+  FILE *f;
+  char *buf = NULL;
+  size_t got;
+  int e = 0;
+
+  *out = NULL;
+  *len = 0;
+  f = fopen(path, "rb");
+  if(!f)
+    return errno;
+  /* One read of max + 1 bytes: getting them all says it is too large. */
+  buf = malloc(max + 1);
+  if(!buf) {
+    e = ENOMEM;
+    goto out;
+  }
+  got = fread(buf, 1, max + 1, f);
+  if(ferror(f)) {
+    e = EIO;
+    goto out;
+  }
+  if(got > max) {
+    e = EFBIG;
+    goto out;
+  }
+  buf[got] = '\0';
+  *out = buf;
+  *len = got;
+  buf = NULL;
+out:
+  free(buf);
+  fclose(f);
+  return e;
 }

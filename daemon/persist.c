@@ -353,36 +353,6 @@ out:
 
 /* ---- files ------------------------------------------------------------- */
 
-static int read_file(const char *path, char **out, size_t *len)
-{
-  FILE *f = fopen(path, "rb");
-  char *buf = NULL;
-  size_t got;
-  int rc = HR_OK;
-
-  *out = NULL;
-  if(!f)
-    return errno == ENOENT ? HR_ENOTFOUND : HR_EINVAL;
-  buf = malloc(HR__STATE_FILE_MAX + 1);
-  if(!buf) {
-    rc = HR_ENOMEM;
-    goto out;
-  }
-  got = fread(buf, 1, HR__STATE_FILE_MAX + 1, f);
-  if(ferror(f) || got > HR__STATE_FILE_MAX) {
-    rc = HR_EINVAL;
-    goto out;
-  }
-  buf[got] = '\0';
-  *out = buf;
-  *len = got;
-  buf = NULL;
-out:
-  free(buf);
-  fclose(f);
-  return rc;
-}
-
 /* Move a damaged file aside under a name nothing has yet:
  * state.json.corrupt-<now_s>, then the same with .1, .2, ... Two damaged files
  * set aside in the same second (a daemon restarted in a loop) must both
@@ -429,13 +399,15 @@ int hr__persist_load(hr__persist *p, hr__state *s, long long now_s)
   char why[256], aside[sizeof(p->path) + 48];
   char *text = NULL;
   size_t len = 0;
-  int rc;
+  int rc, e;
 
   if(!p || !s)
     return HR_EINVAL;
   if(!p->enabled)
     return HR_OK;
-  rc = read_file(p->path, &text, &len);
+  e = hr__read_file(p->path, HR__STATE_FILE_MAX, &text, &len);
+  rc = e == ENOENT ? HR_ENOTFOUND : e == ENOMEM ? HR_ENOMEM :
+       e ? HR_EINVAL : HR_OK;
   if(rc == HR_ENOTFOUND) {
     hr__info("state: no %s yet; starting fresh", p->path);
     return HR_OK;
@@ -451,7 +423,7 @@ int hr__persist_load(hr__persist *p, hr__state *s, long long now_s)
   if(rc == HR_ENOMEM)
     return rc;
   if(rc) {
-    int e = set_aside(p, now_s, aside, sizeof(aside));
+    e = set_aside(p, now_s, aside, sizeof(aside));
     if(e)
       hr__err("state: %s is corrupt (%s) and could not be moved aside (%s); "
               "ignoring it", p->path, why, strerror(e));
