@@ -180,6 +180,12 @@ int hr__io_connect(hr_client *c, char *why, size_t why_len);
  * holds c->mu and broadcasts change_cv. */
 void hr__lease_set_budget(hr_lease *l, const hr_budget *b);
 
+/* Give a lease the daemon has just granted (c->mu held) the GPU's newest
+ * noted budget, or the budget in the grant's `reply` when none is noted:
+ * a newer push may have overtaken the reply, and the reply to an agnostic
+ * or partition lease is never noted as the GPU's. */
+void hr__lease_take_granted(hr_lease *l, const hr_budget *reply);
+
 /* Fill the degraded budget of a lease (c->mu held); what
  * hr__fallback_budget returns. */
 int hr__lease_fallback_budget(hr_lease *l, hr_budget *out);

@@ -223,7 +223,6 @@ static int resync_leases(hr_client *c, io_state *io, uint64_t gen)
   for(l = c->leases; l; l = l->next) {
     hr_request req;
     hr_reply rep;
-    hr_budget b;
     int err;
     memset(&req, 0, sizeof(req));
     req.type = HR_MSG_LEASE;
@@ -239,9 +238,7 @@ static int resync_leases(hr_client *c, io_state *io, uint64_t gen)
     l->daemon_id = err ? 0 : rep.u.lease.lease;
     if(!err) {
       hr__client_note_budget(c, &rep.u.lease.budget);
-      if(!hr__client_known_budget(c, l->gpu, &b))
-        b = rep.u.lease.budget;
-      hr__lease_set_budget(l, &b);
+      hr__lease_take_granted(l, &rep.u.lease.budget);
       pthread_cond_broadcast(&c->change_cv);
     }
     pthread_mutex_unlock(&c->mu);

@@ -47,6 +47,15 @@ void hr__lease_set_budget(hr_lease *l, const hr_budget *b)
   atomic_store_explicit(&l->word, word_pack(&mine), memory_order_release);
 }
 
+void hr__lease_take_granted(hr_lease *l, const hr_budget *reply)
+{
+  hr_budget b;
+
+  if(!hr__client_known_budget(l->client, l->gpu, &b))
+    b = *reply;
+  hr__lease_set_budget(l, &b);
+}
+
 int hr__lease_fallback_budget(hr_lease *l, hr_budget *out)
 {
   hr_client *c = l->client;
@@ -139,9 +148,7 @@ int hr_lease_acquire(hr_client *c, int gpu, int cluster, hr_mode mode,
       l->daemon_id = rep.u.lease.lease;
       l->gen = gen;
       /* The I/O thread noted the reply's budget, and any newer one. */
-      if(!hr__client_known_budget(c, gpu, &b))
-        b = rep.u.lease.budget;
-      hr__lease_set_budget(l, &b);
+      hr__lease_take_granted(l, &rep.u.lease.budget);
       lease_link(c, l);
       hr_reply_free(&rep);
       break;
