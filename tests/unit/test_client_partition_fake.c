@@ -49,9 +49,7 @@ static int group_setup(void **state)
 static int test_setup(void **state)
 {
   (void)state;
-  unsetenv("DG_MEGA_MOE_SM_HEADROOM");
-  unsetenv("NCCL_MAX_CTAS");
-  unsetenv("NCCL_MIN_CTAS");
+  th_env_clear();
   fake_fail("", 0, 0);
   fake_set("split_extra", 0);
   return 0;
