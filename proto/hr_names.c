@@ -74,6 +74,16 @@ static const char *const incident_kind_names[HR_INCIDENT_COUNT] = {
   [HR_INCIDENT_LAUNCH_FAILURE] = "launch_failure",
 };
 
+static const char *const budget_source_names[HR_SOURCE_COUNT] = {
+  [HR_SOURCE_THEORY] = "theory",
+  [HR_SOURCE_CALIBRATED] = "calibrated",
+};
+
+static const char *const status_detail_names[HR_STATUS_DETAIL_COUNT] = {
+  [HR_STATUS_FULL] = "full",
+  [HR_STATUS_SUMMARY] = "summary",
+};
+
 /* Index of `name` in table[0..count), or -1. NULL entries never match. */
 static int table_find(const char *const *table, int count, const char *name)
 {
@@ -87,11 +97,15 @@ static int table_find(const char *const *table, int count, const char *name)
   return -1;
 }
 
+/* table[i], or NULL when `i` is out of [0, count). */
+static const char *table_name(const char *const *table, int count, int i)
+{
+  return i >= 0 && i < count ? table[i] : NULL;
+}
+
 const char *hr_msg_type_name(hr_msg_type type)
 {
-  if((int)type < 0 || type >= HR_MSG_COUNT)
-    return NULL;
-  return msg_type_names[type];
+  return table_name(msg_type_names, HR_MSG_COUNT, (int)type);
 }
 
 int hr__msg_type_from_name(const char *name, hr_msg_type *out)
@@ -106,9 +120,7 @@ int hr__msg_type_from_name(const char *name, hr_msg_type *out)
 
 const char *hr_wire_error_name(hr_wire_error code)
 {
-  if((int)code < 0 || code >= HR_WERR_COUNT)
-    return NULL;
-  return wire_error_names[code];
+  return table_name(wire_error_names, HR_WERR_COUNT, (int)code);
 }
 
 int hr_wire_error_from_name(const char *name, hr_wire_error *out)
@@ -130,40 +142,22 @@ int hr_wire_error_to_hr(hr_wire_error code)
 
 const char *hr_topology_source_name(hr_topology_source s)
 {
-  if((int)s < 0 || s >= HR_TOPO_COUNT)
-    return NULL;
-  return topology_source_names[s];
+  return table_name(topology_source_names, HR_TOPO_COUNT, (int)s);
 }
-
-static const char *const budget_source_names[HR_SOURCE_COUNT] = {
-  [HR_SOURCE_THEORY] = "theory",
-  [HR_SOURCE_CALIBRATED] = "calibrated",
-};
 
 const char *hr_budget_source_name(hr_budget_source s)
 {
-  if((int)s < 0 || s >= HR_SOURCE_COUNT)
-    return NULL;
-  return budget_source_names[s];
+  return table_name(budget_source_names, HR_SOURCE_COUNT, (int)s);
 }
-
-static const char *const status_detail_names[HR_STATUS_DETAIL_COUNT] = {
-  [HR_STATUS_FULL] = "full",
-  [HR_STATUS_SUMMARY] = "summary",
-};
 
 const char *hr_status_detail_name(hr_status_detail detail)
 {
-  if((int)detail < 0 || detail >= HR_STATUS_DETAIL_COUNT)
-    return NULL;
-  return status_detail_names[detail];
+  return table_name(status_detail_names, HR_STATUS_DETAIL_COUNT, (int)detail);
 }
 
 const char *hr_mode_name(hr_mode mode)
 {
-  if((int)mode < 0 || mode >= HR_MODE_COUNT)
-    return NULL;
-  return mode_names[mode];
+  return table_name(mode_names, HR_MODE_COUNT, (int)mode);
 }
 
 int hr_mode_from_name(const char *name, hr_mode *out)
@@ -178,9 +172,7 @@ int hr_mode_from_name(const char *name, hr_mode *out)
 
 const char *hr_incident_kind_name(hr_incident_kind kind)
 {
-  if((int)kind < 0 || kind >= HR_INCIDENT_COUNT)
-    return NULL;
-  return incident_kind_names[kind];
+  return table_name(incident_kind_names, HR_INCIDENT_COUNT, (int)kind);
 }
 
 int hr_incident_kind_from_name(const char *name, hr_incident_kind *out)
