@@ -249,7 +249,7 @@ static int take_lease(hr__conn *conn, const run_opts *o, hr_budget *budget,
   hr__text_copy(name, sizeof(name), o->name ? o->name : base);
   free(copy);
 
-  err = hr__conn_hello(conn, name, o->timeout_ms, &hello, NULL, NULL);
+  err = hr__conn_hello(conn, name, 0, o->timeout_ms, &hello, NULL, NULL);
   if(err == HR_EVERSION)
     *refused = 1;
   if(err)

@@ -172,7 +172,7 @@ static int open_conn(hr__conn *c, const char *path)
     fprintf(stderr, "headroomctl: cannot connect to %s: %s\n", path, why);
     return exit_code(err, 0);
   }
-  err = hr__conn_hello(c, "headroomctl", timeout_ms, &hello, NULL, NULL);
+  err = hr__conn_hello(c, "headroomctl", 0, timeout_ms, &hello, NULL, NULL);
   if(err)
     return fail("hello", err, NULL);
   return EXIT_OK;

@@ -341,8 +341,9 @@ int hr__conn_call(hr__conn *c, hr_request *req, hr_reply *rep,
   }
 }
 
-int hr__conn_hello(hr__conn *c, const char *name, int timeout_ms,
-                   hr_rep_hello *out, hr__conn_other_cb other, void *arg)
+int hr__conn_hello(hr__conn *c, const char *name, int64_t degraded_ms,
+                   int timeout_ms, hr_rep_hello *out,
+                   hr__conn_other_cb other, void *arg)
 {
   hr_request req;
   hr_reply rep;
@@ -356,9 +357,9 @@ int hr__conn_hello(hr__conn *c, const char *name, int timeout_ms,
     req.u.hello.versions[req.u.hello.n_versions++] = v;
   snprintf(req.u.hello.client, sizeof(req.u.hello.client), "%s",
            name ? name : "");
-  req.u.hello.degraded_ms = c->degraded_ms < 0 ? 0 :
-                            c->degraded_ms > HR_PROTO_MAX_ID ?
-                            HR_PROTO_MAX_ID : c->degraded_ms;
+  req.u.hello.degraded_ms = degraded_ms < 0 ? 0 :
+                            degraded_ms > HR_PROTO_MAX_ID ?
+                            HR_PROTO_MAX_ID : degraded_ms;
   err = hr__conn_call(c, &req, &rep, timeout_ms, other, arg);
   if(err)
     return err;

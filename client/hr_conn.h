@@ -31,8 +31,6 @@ typedef struct hr__conn {
   size_t in_len;        /* bytes held in `in` */
   size_t in_scan;       /* bytes after in_start already searched for '\n' */
   int64_t next_id;      /* last request id used by hr__conn_call */
-  int64_t degraded_ms;  /* sent in the next hello: how long the caller ran
-                         * without a daemon before it (0: it did not) */
   hr_buf out;           /* encode buffer for hr__conn_send */
 } hr__conn;
 
@@ -95,9 +93,12 @@ int hr__conn_call(hr__conn *c, hr_request *req, hr_reply *rep,
                   int timeout_ms, hr__conn_other_cb other, void *arg);
 
 /* The hello exchange: offer every version this build speaks, as `name`,
- * with c->degraded_ms. HR_EVERSION when the daemon shares none. */
-int hr__conn_hello(hr__conn *c, const char *name, int timeout_ms,
-                   hr_rep_hello *out, hr__conn_other_cb other, void *arg);
+ * saying how long the caller ran without a daemon just before
+ * (`degraded_ms`, 0: it did not). HR_EVERSION when the daemon shares
+ * none. */
+int hr__conn_hello(hr__conn *c, const char *name, int64_t degraded_ms,
+                   int timeout_ms, hr_rep_hello *out,
+                   hr__conn_other_cb other, void *arg);
 
 /* Milliseconds on the monotonic clock. */
 int64_t hr__now_ms(void);

@@ -256,6 +256,7 @@ int hr__io_connect(hr_client *c, char *why, size_t why_len)
   hr_request req;
   hr_reply rep;
   uint64_t gen;
+  int64_t degraded_ms;
   int err;
 
   memset(&io, 0, sizeof(io));
@@ -277,16 +278,16 @@ int hr__io_connect(hr_client *c, char *why, size_t why_len)
   c->conn.next_id = c->next_id;
   /* The daemon counts how long its clients ran on their fallback; a
    * client that never lost one says nothing. At least 1 ms: 0 is "no". */
-  c->conn.degraded_ms = 0;
+  degraded_ms = 0;
   if(c->down_since_ms) {
-    c->conn.degraded_ms = hr__now_ms() - c->down_since_ms;
-    if(c->conn.degraded_ms < 1)
-      c->conn.degraded_ms = 1;
+    degraded_ms = hr__now_ms() - c->down_since_ms;
+    if(degraded_ms < 1)
+      degraded_ms = 1;
   }
   pthread_mutex_unlock(&c->mu);
 
-  err = hr__conn_hello(&c->conn, c->name, handshake_ms(c), &hello,
-                       dispatch, &io);
+  err = hr__conn_hello(&c->conn, c->name, degraded_ms, handshake_ms(c),
+                       &hello, dispatch, &io);
   if(err)
     goto fail;
   pthread_mutex_lock(&c->mu);
