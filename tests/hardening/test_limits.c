@@ -86,13 +86,8 @@ static int log_has(const char *needle)
  * start the daemon again on it. */
 static void restart_with_config(const char *text)
 {
-  FILE *f;
-
   assert_int_equal(th_daemon_stop(&daemon_), 0);
-  f = fopen(daemon_.config, "w");
-  assert_non_null(f);
-  fputs(text, f);
-  assert_int_equal(fclose(f), 0);
+  th_file_write(daemon_.config, text);
   assert_int_equal(th_daemon_restart(&daemon_), 0);
 }
 
@@ -173,10 +168,8 @@ static void report_incident(void)
 
 static void test_state_file_mode(void **state)
 {
-  char file[400], tmp[400], victim[400], text[4096];
+  char file[400], tmp[400], victim[400], *text;
   struct stat st;
-  FILE *f;
-  size_t n;
   (void)state;
 
   assert_int_equal(th_daemon_start(&daemon_, NULL), 0);
@@ -200,26 +193,17 @@ static void test_state_file_mode(void **state)
 
   /* A link planted at the temporary name must not be followed: the file
    * it points at stays as it was, and the state is still saved. */
-  f = fopen(victim, "w");
-  assert_non_null(f);
-  fputs("precious\n", f);
-  fclose(f);
+  th_file_write(victim, "precious\n");
   assert_int_equal(symlink(victim, tmp), 0);
   report_incident();
-  f = fopen(victim, "r");
-  assert_non_null(f);
-  n = fread(text, 1, sizeof(text) - 1, f);
-  fclose(f);
-  text[n] = '\0';
+  text = th_file_read(victim);
   assert_string_equal(text, "precious\n");
+  free(text);
   assert_int_equal(lstat(file, &st), 0);
   assert_true(S_ISREG(st.st_mode));
-  f = fopen(file, "r");
-  assert_non_null(f);
-  n = fread(text, 1, sizeof(text) - 1, f);
-  fclose(f);
-  text[n] = '\0';
+  text = th_file_read(file);
   assert_non_null(strstr(text, "permissions test"));
+  free(text);
   assert_int_equal(lstat(tmp, &st), -1);
 }
 

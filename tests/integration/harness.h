@@ -103,6 +103,8 @@ struct hr_client *th_client_open_connected(const hr_daemon *d,
                                            int reconnect_ms);
 /* The whole of a file, NUL-terminated; free() it. */
 char *th_file_read(const char *path);
+/* Write `text` to the file `path`, replacing what was there. */
+void th_file_write(const char *path, const char *text);
 /* Run headroomctl on `d`'s socket with `args` (NULL-terminated, at most
  * 8); the test fails unless it exits 0. What it printed is left in
  * <d->dir>/ctl.out (for th_status_validate) and returned: free() it. */

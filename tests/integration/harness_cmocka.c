@@ -58,6 +58,15 @@ char *th_file_read(const char *path)
   return text;
 }
 
+void th_file_write(const char *path, const char *text)
+{
+  FILE *f = fopen(path, "w");
+
+  assert_non_null(f);
+  assert_true(fputs(text, f) >= 0);
+  assert_int_equal(fclose(f), 0);
+}
+
 char *th_ctl(const hr_daemon *d, const char *const *args)
 {
   char bin[512], out[400];

@@ -41,15 +41,6 @@ static const char good_file[] =
   "{\"max_ctas\":16,\"cga_cluster_size\":1,\"safe_headroom\":null,"
   "\"collective_ms\":0.60,\"trials\":3,\"orders\":4}]}\n";
 
-static void write_text(const char *path, const char *text)
-{
-  FILE *f = fopen(path, "w");
-
-  assert_non_null(f);
-  assert_int_equal(fputs(text, f) >= 0, 1);
-  assert_int_equal(fclose(f), 0);
-}
-
 static int setup(void **state)
 {
   (void)state;
@@ -110,7 +101,7 @@ static void test_calibrated_lease(void **state)
   hr_budget b;
   (void)state;
 
-  write_text(cal_path, good_file);
+  th_file_write(cal_path, good_file);
   snprintf(extra, sizeof(extra), "calibration = %s\n", cal_path);
   assert_int_equal(th_daemon_start(&daemon_, extra), 0);
   c = open_client("calibrated");
@@ -148,7 +139,7 @@ static void test_bad_file_ignored(void **state)
   memcpy(bad, good_file, at);
   bad[at] = '-';
   memcpy(bad + at + 1, good_file + at, sizeof(good_file) - at);
-  write_text(cal_path, bad);
+  th_file_write(cal_path, bad);
   snprintf(extra, sizeof(extra), "calibration = %s\n", cal_path);
   assert_int_equal(th_daemon_start(&daemon_, extra), 0);
   c = open_client("theory");
@@ -179,12 +170,12 @@ static void test_default_file_on_sighup(void **state)
   expect_sources(HR_SOURCE_THEORY, HR_SOURCE_THEORY);
 
   snprintf(path, sizeof(path), "%s/calibration.json", daemon_.state_dir);
-  write_text(path, good_file);
+  th_file_write(path, good_file);
   assert_int_equal(kill(daemon_.pid, SIGHUP), 0);
   assert_int_equal(th_wait_grid(l0, 130, 3000), 0);
   expect_sources(HR_SOURCE_CALIBRATED, HR_SOURCE_THEORY);
 
-  write_text(path, "{\"version\":1,");
+  th_file_write(path, "{\"version\":1,");
   assert_int_equal(kill(daemon_.pid, SIGHUP), 0);
   assert_int_equal(th_wait_grid(l0, 100, 3000), 0);
   expect_sources(HR_SOURCE_THEORY, HR_SOURCE_THEORY);
