@@ -147,25 +147,26 @@ struct hr_partition {
   CUstream extra[HR_PARTITION_MAX_STREAMS]; /* hr_partition_stream_create */
 };
 
+/* Let the work queued on `s` finish, then destroy it; NULL is ok. */
+static void stream_drain(CUstream s)
+{
+  if(!s)
+    return;
+  api.stream_sync(s);
+  api.stream_destroy(s);
+}
+
 /* Streams first: a green context's destruction leaves its streams
  * unusable but not freed. */
 static void partition_free(hr_partition *p)
 {
   int i;
 
-  for(i = 0; i < p->n_extra; i++) {
-    api.stream_sync(p->extra[i]);
-    api.stream_destroy(p->extra[i]);
-  }
+  for(i = 0; i < p->n_extra; i++)
+    stream_drain(p->extra[i]);
   pthread_mutex_destroy(&p->mu);
-  if(p->comm_stream) {
-    api.stream_sync(p->comm_stream);
-    api.stream_destroy(p->comm_stream);
-  }
-  if(p->mega_stream) {
-    api.stream_sync(p->mega_stream);
-    api.stream_destroy(p->mega_stream);
-  }
+  stream_drain(p->comm_stream);
+  stream_drain(p->mega_stream);
   if(p->comm_ctx)
     api.ctx_destroy(p->comm_ctx);
   if(p->mega_ctx)
