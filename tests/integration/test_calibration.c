@@ -84,6 +84,16 @@ static int log_has(const char *needle)
   return th_daemon_log_has(&daemon_, needle);
 }
 
+/* headroomd with `text` as the file its calibration key names. */
+static void start_calibrated(const char *text)
+{
+  char extra[256];
+
+  th_file_write(cal_path, text);
+  snprintf(extra, sizeof(extra), "calibration = %s\n", cal_path);
+  assert_int_equal(th_daemon_start(&daemon_, extra), 0);
+}
+
 /* Two collectives of 8 CTAs on each GPU: the policy's cap is
  * 32 / 2 / 2 = 8. Theory asks 2 x 16 = 32 SMs (held at the ceiling); the
  * calibrated 8/1 entry says 2. */
@@ -95,15 +105,12 @@ static void register_load(hr_client *c)
 
 static void test_calibrated_lease(void **state)
 {
-  char extra[256];
   hr_client *c;
   hr_lease *l0, *l1;
   hr_budget b;
   (void)state;
 
-  th_file_write(cal_path, good_file);
-  snprintf(extra, sizeof(extra), "calibration = %s\n", cal_path);
-  assert_int_equal(th_daemon_start(&daemon_, extra), 0);
+  start_calibrated(good_file);
   c = open_client("calibrated");
   register_load(c);
   assert_int_equal(hr_lease_acquire(c, 0, 2, HR_MODE_HEADROOM, &l0), HR_OK);
@@ -125,7 +132,7 @@ static void test_calibrated_lease(void **state)
 /* A file with one bad value is refused whole: GPU 0 runs on theory. */
 static void test_bad_file_ignored(void **state)
 {
-  char extra[256], bad[sizeof(good_file) + 1];
+  char bad[sizeof(good_file) + 1];
   const char *p;
   size_t at;
   hr_client *c;
@@ -139,9 +146,7 @@ static void test_bad_file_ignored(void **state)
   memcpy(bad, good_file, at);
   bad[at] = '-';
   memcpy(bad + at + 1, good_file + at, sizeof(good_file) - at);
-  th_file_write(cal_path, bad);
-  snprintf(extra, sizeof(extra), "calibration = %s\n", cal_path);
-  assert_int_equal(th_daemon_start(&daemon_, extra), 0);
+  start_calibrated(bad);
   c = open_client("theory");
   register_load(c);
   assert_int_equal(hr_lease_acquire(c, 0, 2, HR_MODE_HEADROOM, &l0), HR_OK);
