@@ -44,6 +44,10 @@ static void wr_raw(wr *w, const char *s, size_t n)
 
 /* A literal: the compiler knows its length. */
 #define WR_LIT(w, lit) wr_raw((w), (lit), sizeof(lit) - 1)
+/* A literal (the member's name and what comes before its value), then an
+ * integer in [min, max]. */
+#define WR_INT(w, lit, v, min, max) \
+  do { WR_LIT((w), lit); wr_i64((w), (v), (min), (max)); } while(0)
 
 /* In full, as hr__enc_i64 prints it ("%" PRId64), never as "1e+15". */
 static void wr_i64(wr *w, int64_t v, int64_t min, int64_t max)
@@ -145,36 +149,25 @@ static void wr_budget(wr *w, const hr_budget *b)
 {
   if(!hr__cluster_valid(b->cluster))
     wr_fail(w, HR_EINVAL);
-  WR_LIT(w, ",\"budget\":{\"gpu\":");
-  wr_i64(w, b->gpu, 0, HR_MAX_GPUS - 1);
-  WR_LIT(w, ",\"epoch\":");
-  wr_i64(w, b->epoch, 0, HR__UINT32_MAX);
+  WR_INT(w, ",\"budget\":{\"gpu\":", b->gpu, 0, HR_MAX_GPUS - 1);
+  WR_INT(w, ",\"epoch\":", b->epoch, 0, HR__UINT32_MAX);
   WR_LIT(w, ",\"mode\":");
   wr_string(w, hr_mode_name(b->mode));
-  WR_LIT(w, ",\"sms\":");
-  wr_i64(w, b->sms, 1, HR_MAX_SMS);
-  WR_LIT(w, ",\"cluster\":");
-  wr_i64(w, b->cluster, 1, HR_MAX_CGA);
-  WR_LIT(w, ",\"headroom\":");
-  wr_i64(w, b->headroom, 0, HR_MAX_SMS);
-  WR_LIT(w, ",\"grid\":");
-  wr_i64(w, b->grid, 0, HR_MAX_SMS);
-  WR_LIT(w, ",\"nccl\":{\"min_ctas\":");
-  wr_i64(w, b->nccl_min_ctas, 0, HR_MAX_CTAS);
-  WR_LIT(w, ",\"max_ctas\":");
-  wr_i64(w, b->nccl_max_ctas, 0, HR_MAX_CTAS);
-  WR_LIT(w, ",\"cga_cluster_size\":");
-  wr_i64(w, b->nccl_cga_cluster_size, 0, HR_MAX_CGA);
-  WR_LIT(w, ",\"nvls_enable\":");
-  wr_i64(w, b->nccl_nvls_enable, 0, NVLS_MAX);
+  WR_INT(w, ",\"sms\":", b->sms, 1, HR_MAX_SMS);
+  WR_INT(w, ",\"cluster\":", b->cluster, 1, HR_MAX_CGA);
+  WR_INT(w, ",\"headroom\":", b->headroom, 0, HR_MAX_SMS);
+  WR_INT(w, ",\"grid\":", b->grid, 0, HR_MAX_SMS);
+  WR_INT(w, ",\"nccl\":{\"min_ctas\":", b->nccl_min_ctas, 0, HR_MAX_CTAS);
+  WR_INT(w, ",\"max_ctas\":", b->nccl_max_ctas, 0, HR_MAX_CTAS);
+  WR_INT(w, ",\"cga_cluster_size\":", b->nccl_cga_cluster_size, 0, HR_MAX_CGA);
+  WR_INT(w, ",\"nvls_enable\":", b->nccl_nvls_enable, 0, NVLS_MAX);
   WR_LIT(w, "},\"degraded\":");
   wr_bool(w, b->degraded);
-  WR_LIT(w, ",\"partition_granularity\":");
-  wr_i64(w, b->partition_granularity, 0, HR_MAX_SMS);
-  WR_LIT(w, ",\"partition_comm_sms\":");
-  wr_i64(w, b->partition_comm_sms, 0, HR_MAX_SMS);
-  WR_LIT(w, ",\"partition_nccl_max_ctas\":");
-  wr_i64(w, b->partition_nccl_max_ctas, 0, HR_MAX_CTAS);
+  WR_INT(w, ",\"partition_granularity\":", b->partition_granularity,
+         0, HR_MAX_SMS);
+  WR_INT(w, ",\"partition_comm_sms\":", b->partition_comm_sms, 0, HR_MAX_SMS);
+  WR_INT(w, ",\"partition_nccl_max_ctas\":", b->partition_nccl_max_ctas,
+         0, HR_MAX_CTAS);
   WR_LIT(w, "}");
 }
 
@@ -219,24 +212,20 @@ int hr__reply_encode_fast(const hr_reply *rep, hr_buf *out)
   if(rep->type == HR_MSG_BUDGET || rep->type == HR_MSG_SHUTDOWN) {
     WR_LIT(&w, "{\"type\":");       /* events carry no id */
   } else {
-    WR_LIT(&w, "{\"id\":");
-    wr_i64(&w, rep->id, 0, HR__MAX_ID);
+    WR_INT(&w, "{\"id\":", rep->id, 0, HR__MAX_ID);
     WR_LIT(&w, ",\"type\":");
   }
   wr_string(&w, hr_msg_type_name(rep->type));
   switch(rep->type) {
   case HR_MSG_REGISTER_COMM:
-    WR_LIT(&w, ",\"comm\":");
-    wr_i64(&w, rep->u.register_comm.comm, 1, HR__MAX_ID);
+    WR_INT(&w, ",\"comm\":", rep->u.register_comm.comm, 1, HR__MAX_ID);
     break;
   case HR_MSG_LEASE:
-    WR_LIT(&w, ",\"lease\":");
-    wr_i64(&w, rep->u.lease.lease, 1, HR__MAX_ID);
+    WR_INT(&w, ",\"lease\":", rep->u.lease.lease, 1, HR__MAX_ID);
     wr_budget(&w, &rep->u.lease.budget);
     break;
   case HR_MSG_REPORT:
-    WR_LIT(&w, ",\"incident\":");
-    wr_i64(&w, rep->u.report.incident, 1, HR__MAX_ID);
+    WR_INT(&w, ",\"incident\":", rep->u.report.incident, 1, HR__MAX_ID);
     wr_budget(&w, &rep->u.report.budget);
     break;
   case HR_MSG_BUDGET:
