@@ -121,7 +121,8 @@ int gt_finish(const char *name)
 
 /* ---- test data --------------------------------------------------------- */
 
-void gt_moe_init(gt_moe *g, const gt_shape *s, int max_T)
+int gt_moe_init_on(gt_moe *g, int device, const gt_shape *s, int max_T,
+                   char *why, size_t n)
 {
   hr_moe_shape ms;
   size_t w1n = (size_t)s->E * 2 * s->I * s->H, w2n = (size_t)s->E * s->H * s->I;
@@ -135,31 +136,45 @@ void gt_moe_init(gt_moe *g, const gt_shape *s, int max_T)
   ms.inter = s->I;
   ms.topk = s->k;
   ms.max_tokens = max_T;
-  rc = hr_moe_create(&g->m, 0, &ms);
+  rc = hr_moe_create(&g->m, device, &ms);
   if(rc) {
-    fprintf(stderr, "FAIL: hr_moe_create(%s): %s\n", s->name, hr_strerror(rc));
-    exit(1);
+    snprintf(why, n, "hr_moe_create(%s): %s", s->name, hr_strerror(rc));
+    return -1;
   }
-  GT_CUDA(cudaStreamCreateWithFlags((cudaStream_t *)&g->stream,
-                                    cudaStreamNonBlocking));
-  GT_CUDA(cudaMalloc((void **)&g->w1, w1n * 2));
-  GT_CUDA(cudaMalloc((void **)&g->w2, w2n * 2));
-  GT_CUDA(cudaMalloc((void **)&g->x, (size_t)max_T * s->H * 2));
-  GT_CUDA(cudaMalloc((void **)&g->y, (size_t)max_T * s->H * 2));
-  GT_CUDA(cudaMalloc((void **)&g->ids, (size_t)max_T * s->k * 4));
-  GT_CUDA(cudaMalloc((void **)&g->wts, (size_t)max_T * s->k * 4));
   g->x_h = malloc((size_t)max_T * s->H * 2);
   g->y_h = malloc((size_t)max_T * s->H * 2);
   g->ids_h = malloc((size_t)max_T * s->k * 4);
   g->wts_h = malloc((size_t)max_T * s->k * 4);
   if(!g->x_h || !g->y_h || !g->ids_h || !g->wts_h) {
-    fprintf(stderr, "FAIL: out of host memory\n");
-    exit(1);
+    snprintf(why, n, "out of host memory");
+    return -1;
   }
   /* Weights scaled so that gate, up and outputs stay near 1. */
-  GT_CUDA(gt_fill_bf16(g->w1, w1n, gt_rand(), 1.0f / sqrtf((float)s->H), g->stream));
-  GT_CUDA(gt_fill_bf16(g->w2, w2n, gt_rand(), 1.0f / sqrtf((float)s->I), g->stream));
-  GT_CUDA(cudaStreamSynchronize((cudaStream_t)g->stream));
+  if(cudaStreamCreateWithFlags((cudaStream_t *)&g->stream,
+                               cudaStreamNonBlocking) != cudaSuccess ||
+     cudaMalloc((void **)&g->w1, w1n * 2) != cudaSuccess ||
+     cudaMalloc((void **)&g->w2, w2n * 2) != cudaSuccess ||
+     cudaMalloc((void **)&g->x, (size_t)max_T * s->H * 2) != cudaSuccess ||
+     cudaMalloc((void **)&g->y, (size_t)max_T * s->H * 2) != cudaSuccess ||
+     cudaMalloc((void **)&g->ids, (size_t)max_T * s->k * 4) != cudaSuccess ||
+     cudaMalloc((void **)&g->wts, (size_t)max_T * s->k * 4) != cudaSuccess ||
+     gt_fill_bf16(g->w1, w1n, gt_rand(), 1.0f / sqrtf((float)s->H), g->stream) ||
+     gt_fill_bf16(g->w2, w2n, gt_rand(), 1.0f / sqrtf((float)s->I), g->stream) ||
+     cudaStreamSynchronize((cudaStream_t)g->stream) != cudaSuccess) {
+    snprintf(why, n, "MoE buffers: %s", cudaGetErrorString(cudaGetLastError()));
+    return -1;
+  }
+  return 0;
+}
+
+void gt_moe_init(gt_moe *g, const gt_shape *s, int max_T)
+{
+  char why[256];
+
+  if(gt_moe_init_on(g, 0, s, max_T, why, sizeof(why))) {
+    fprintf(stderr, "FAIL: %s\n", why);
+    exit(1);
+  }
 }
 
 void gt_moe_free(gt_moe *g)

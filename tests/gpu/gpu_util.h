@@ -88,7 +88,12 @@ typedef struct gt_moe {
   float last_ms;         /* kernel time of the last gt_run, from events */
 } gt_moe;
 
-/* Context, buffers for max_T tokens, fresh random weights (on the GPU). */
+/* Context on `device`, buffers for max_T tokens, fresh random weights (on
+ * the GPU): 0, or -1 with the reason in why (what was made is left for
+ * gt_moe_free, which g->m != NULL says is needed). */
+int gt_moe_init_on(gt_moe *g, int device, const gt_shape *s, int max_T,
+                   char *why, size_t n);
+/* The same on device 0; on failure says so and exits. */
 void gt_moe_init(gt_moe *g, const gt_shape *s, int max_T);
 void gt_moe_free(gt_moe *g);
 

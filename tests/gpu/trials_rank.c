@@ -4,7 +4,6 @@
 #include "trials.h"
 
 #include <errno.h>
-#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <string.h>
@@ -164,49 +163,6 @@ int tr_output_matches(tr_rank *r, int ti, void *stream)
 
 /* ---- setup ------------------------------------------------------------- */
 
-/* gt_moe_init on a given device (it takes device 0). */
-static int moe_init(tr_rank *r, const gt_shape *s, int max_T)
-{
-  gt_moe *g = &r->g;
-  hr_moe_shape ms;
-  size_t w1n = (size_t)s->E * 2 * s->I * s->H, w2n = (size_t)s->E * s->H * s->I;
-  int rc;
-
-  memset(g, 0, sizeof(*g));
-  g->s = *s;
-  g->max_T = max_T;
-  ms.experts = s->E;
-  ms.hidden = s->H;
-  ms.inter = s->I;
-  ms.topk = s->k;
-  ms.max_tokens = max_T;
-  rc = hr_moe_create(&g->m, r->rank, &ms);
-  if(rc) {
-    tr_log(r, "FAIL: hr_moe_create: %s", hr_strerror(rc));
-    return -1;
-  }
-  g->x_h = malloc((size_t)max_T * s->H * 2);
-  g->y_h = malloc((size_t)max_T * s->H * 2);
-  g->ids_h = malloc((size_t)max_T * s->k * 4);
-  g->wts_h = malloc((size_t)max_T * s->k * 4);
-  if(!g->x_h || !g->y_h || !g->ids_h || !g->wts_h ||
-     cudaStreamCreateWithFlags((cudaStream_t *)&g->stream,
-                               cudaStreamNonBlocking) != cudaSuccess ||
-     cudaMalloc((void **)&g->w1, w1n * 2) != cudaSuccess ||
-     cudaMalloc((void **)&g->w2, w2n * 2) != cudaSuccess ||
-     cudaMalloc((void **)&g->x, (size_t)max_T * s->H * 2) != cudaSuccess ||
-     cudaMalloc((void **)&g->y, (size_t)max_T * s->H * 2) != cudaSuccess ||
-     cudaMalloc((void **)&g->ids, (size_t)max_T * s->k * 4) != cudaSuccess ||
-     cudaMalloc((void **)&g->wts, (size_t)max_T * s->k * 4) != cudaSuccess ||
-     gt_fill_bf16(g->w1, w1n, gt_rand(), 1.0f / sqrtf((float)s->H), g->stream) ||
-     gt_fill_bf16(g->w2, w2n, gt_rand(), 1.0f / sqrtf((float)s->I), g->stream) ||
-     cudaStreamSynchronize((cudaStream_t)g->stream) != cudaSuccess) {
-    tr_log(r, "FAIL: MoE buffers: %s", cudaGetErrorString(cudaGetLastError()));
-    return -1;
-  }
-  return 0;
-}
-
 /* Per token count: random routing, its inputs kept on the device, and y_ref
  * from the full grid on the idle GPU, checked against the CPU reference. */
 static int inputs_init(tr_rank *r)
@@ -296,8 +252,12 @@ static int setup(tr_rank *r)
   }
   tr_log(r, "CUDA device %d: %s, %d SMs; NCCL %s; headroomd on %s", r->rank,
          prop.name, r->sms, version, r->o.socket);
-  if(moe_init(r, &gt_shapes[GT_QWEN3], tr_tokens[TR_NTOKENS - 1]) ||
-     inputs_init(r))
+  if(gt_moe_init_on(&r->g, r->rank, &gt_shapes[GT_QWEN3], tr_tokens[TR_NTOKENS - 1],
+                    why, sizeof(why))) {
+    tr_log(r, "FAIL: %s", why);
+    return -1;
+  }
+  if(inputs_init(r))
     return -1;
   for(i = 0; i < TR_NCOMMS; i++)
     if(cudaStreamCreateWithFlags((cudaStream_t *)&r->comm_stream[i],
