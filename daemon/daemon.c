@@ -78,18 +78,12 @@ static void describe_granularity(const hr_topology *t, const int *gran,
 
 /* ---- persistence, sd_notify -------------------------------------------- */
 
-static void save_if_dirty(hr__daemon *d)
+void hr__daemon_save(hr__daemon *d)
 {
-  if(!d->state.dirty)
+  if(!d || !d->state.dirty)
     return;
   d->state.dirty = 0;
   hr__persist_save(&d->persist, &d->state, hr__daemon_time_ms());
-}
-
-void hr__daemon_save(hr__daemon *d)
-{
-  if(d)
-    save_if_dirty(d);
 }
 
 /* Once per loop turn, after all I/O callbacks: many changes in one turn
@@ -100,12 +94,12 @@ static void on_check(uv_check_t *h)
   hr__daemon *d = h->data;
 
   hr__dispatch_flush(d); /* events of closes outside a read callback */
-  save_if_dirty(d);
+  hr__daemon_save(d);
   if(hr__conn_release_all(d)) {
     /* A release can cut off a client that does not read: its state goes,
      * and the loop may sleep next, so push and save that now. */
     hr__dispatch_flush(d);
-    save_if_dirty(d);
+    hr__daemon_save(d);
   }
 }
 
@@ -461,7 +455,7 @@ void hr__daemon_stop(hr__daemon *d, const char *why)
   uv_timer_start(&d->stop_timer, on_stop_timer, STOP_GRACE_MS, 0);
   uv_unref((uv_handle_t *)&d->stop_timer);
   d->stop_timer_on = 1;
-  save_if_dirty(d);
+  hr__daemon_save(d);
 }
 
 /* Close whatever is still open (a failed start) and let libuv finish. */
@@ -477,7 +471,7 @@ int hr__daemon_run(hr__daemon *d)
 
   rc = uv_run(d->loop, UV_RUN_DEFAULT);
   (void)rc;
-  save_if_dirty(d);
+  hr__daemon_save(d);
   hr__server_close(d);
   uv_walk(d->loop, close_all, NULL);
   uv_run(d->loop, UV_RUN_DEFAULT);
