@@ -129,15 +129,11 @@ int hr__nccl_set_allreduce(hr__nccl_set *s, int concurrent, char *why,
    * group over the three communicators. */
   for(i = 0; i < (concurrent ? 1 : HR__NCCL_COMMS); i++) {
     r = nccl.group_start();
-    for(c = 0; r == ncclSuccess && c < HR__NCCL_COMMS; c++) {
-      int cc = concurrent ? c : 0;
-      if(!concurrent && c > 0)
-        break;
+    for(c = 0; r == ncclSuccess && c < (concurrent ? HR__NCCL_COMMS : 1); c++)
       for(g = 0; r == ncclSuccess && g < HR__NCCL_GPUS; g++)
-        r = nccl.all_reduce(s->buf[cc][g], s->buf[cc][g], s->count,
-                            ncclFloat, ncclSum, (ncclComm_t)s->comm[cc][g],
-                            s->stream[cc][g]);
-    }
+        r = nccl.all_reduce(s->buf[c][g], s->buf[c][g], s->count,
+                            ncclFloat, ncclSum, (ncclComm_t)s->comm[c][g],
+                            s->stream[c][g]);
     if(r == ncclSuccess)
       r = nccl.group_end();
     if(r != ncclSuccess) {
