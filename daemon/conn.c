@@ -274,16 +274,25 @@ int hr__conn_send(hr__conn *c, const hr_buf *msg)
 int hr__conn_send_error(hr__conn *c, int64_t id, hr_wire_error code,
                         const char *fmt, ...)
 {
+  va_list ap;
+  int rc;
+
+  va_start(ap, fmt);
+  rc = hr__conn_send_verror(c, id, code, fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+int hr__conn_send_verror(hr__conn *c, int64_t id, hr_wire_error code,
+                         const char *fmt, va_list ap)
+{
   char msg[HR_MESSAGE_MAX];
   hr_buf *out;
-  va_list ap;
   int rc;
 
   if(!c || !fmt)
     return HR_EINVAL;
-  va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
-  va_end(ap);
   out = &c->d->out;
   hr_buf_reset(out);
   rc = hr_proto_encode_error(id, code, msg, out);

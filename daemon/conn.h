@@ -26,6 +26,7 @@
 #ifndef HR_DAEMON_CONN_H
 #define HR_DAEMON_CONN_H
 
+#include <stdarg.h>
 #include <stdint.h>
 
 #include <uv.h>
@@ -73,6 +74,10 @@ int hr__conn_send(hr__conn *c, const hr_buf *msg);
 /* Encode and queue an error reply for request `id` (-1: unknown). */
 int hr__conn_send_error(hr__conn *c, int64_t id, hr_wire_error code,
                         const char *fmt, ...) HR__PRINTF(4, 5);
+
+/* The same with the arguments in a va_list. */
+int hr__conn_send_verror(hr__conn *c, int64_t id, hr_wire_error code,
+                         const char *fmt, va_list ap) HR__PRINTF(4, 0);
 
 /* Hold back everything sent to `c` from now until the loop's next save
  * of the learned state is done (hr__conn_release_all, after it): the

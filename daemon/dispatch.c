@@ -27,14 +27,14 @@ static int send_error(hr__conn *c, int64_t id, hr_wire_error code,
 static int send_error(hr__conn *c, int64_t id, hr_wire_error code,
                       const char *fmt, ...)
 {
-  char msg[HR_MESSAGE_MAX];
   va_list ap;
+  int rc;
 
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
-  va_end(ap);
   hr__metrics_error(&c->d->metrics, code);
-  return hr__conn_send_error(c, id, code, "%s", msg);
+  va_start(ap, fmt);
+  rc = hr__conn_send_verror(c, id, code, fmt, ap);
+  va_end(ap);
+  return rc;
 }
 
 static int send_reply(hr__conn *c, const hr_reply *rep)
