@@ -73,38 +73,6 @@ static hr_lease *lease_on(hr_client *c, int gpu)
   return l;
 }
 
-/* Run fn with stderr going to a file; return what was written (free it). */
-static char *capture_stderr(void (*fn)(void *), void *arg)
-{
-  char path[128];
-  FILE *f;
-  char *text;
-  long n;
-  int saved, fd;
-
-  snprintf(path, sizeof(path), "%s/stderr.txt", th_tmpdir);
-  fflush(stderr);
-  saved = dup(2);
-  assert_true(saved >= 0);
-  f = fopen(path, "w+");
-  assert_non_null(f);
-  fd = fileno(f);
-  assert_true(dup2(fd, 2) == 2);
-  fn(arg);
-  fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  fseek(f, 0, SEEK_END);
-  n = ftell(f);
-  rewind(f);
-  text = calloc(1, (size_t)n + 1);
-  assert_non_null(text);
-  assert_int_equal(fread(text, 1, (size_t)n, f), (size_t)n);
-  fclose(f);
-  unlink(path);
-  return text;
-}
-
 static int count_lines_with(const char *text, const char *needle)
 {
   int n = 0;
@@ -325,7 +293,7 @@ static void test_degraded_notice_once_per_process(void **state)
   char expect[256];
   (void)state;
 
-  text = capture_stderr(open_two_noisy, NULL);
+  text = th_capture_stderr(open_two_noisy, NULL);
   assert_int_equal(count_lines_with(text, "headroom: no daemon at"), 1);
   /* The path came from $HEADROOM_SOCKET. */
   snprintf(expect, sizeof(expect), "no daemon at %s (", th_sock_path);
@@ -352,7 +320,7 @@ static void test_degraded_invalid_env_warns(void **state)
 {
   char *text;
   (void)state;
-  text = capture_stderr(open_bad_env_noisy, NULL);
+  text = th_capture_stderr(open_bad_env_noisy, NULL);
   assert_int_equal(count_lines_with(text, "DG_MEGA_MOE_SM_HEADROOM=\"lots\""),
                    1);
   free(text);
@@ -472,7 +440,7 @@ static void test_report_degraded_logs(void **state)
 
   a.c = th_client_open_degraded();
   a.l = lease_on(a.c, 3);
-  text = capture_stderr(report_twice, &a);
+  text = th_capture_stderr(report_twice, &a);
   assert_int_equal(count_lines_with(text, "barrier_timeout on GPU 3"), 1);
   assert_int_equal(count_lines_with(text, "120 of 130 CTAs arrived"), 1);
   assert_int_equal(count_lines_with(text, ": barrier 2; no daemon"), 1);
@@ -502,7 +470,7 @@ static void test_report_cuts_long_message(void **state)
 
   a.c = th_client_open_degraded();
   a.l = lease_on(a.c, 0);
-  text = capture_stderr(report_long_message, &a);
+  text = th_capture_stderr(report_long_message, &a);
   start = strstr(text, "): ");
   if(!start)
     start = strstr(text, "GPU 0: ");

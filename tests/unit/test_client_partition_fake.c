@@ -70,31 +70,29 @@ static void expect_nothing_alive(void)
   assert_int_equal(fake_get("proc_bad_flags"), 0);
 }
 
+struct create_call {
+  const hr_lease *l;
+  hr_partition **p;
+  int rc;
+};
+
+static void call_create(void *arg)
+{
+  struct create_call *call = arg;
+
+  call->rc = hr_partition_create(call->l, call->p);
+}
+
 /* hr_partition_create with stderr in a file; returns what it wrote. */
 static int create_captured(const hr_lease *l, hr_partition **p, char *err,
                            size_t cap)
 {
-  char path[128];
-  FILE *f;
-  size_t n;
-  int saved, rc;
+  struct create_call call = { l, p, 0 };
+  char *text = th_capture_stderr(call_create, &call);
 
-  snprintf(path, sizeof(path), "%s/stderr.txt", th_tmpdir);
-  fflush(stderr);
-  saved = dup(2);
-  f = fopen(path, "w+");
-  assert_non_null(f);
-  assert_true(dup2(fileno(f), 2) == 2);
-  rc = hr_partition_create(l, p);
-  fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  rewind(f);
-  n = fread(err, 1, cap - 1, f);
-  err[n] = '\0';
-  fclose(f);
-  unlink(path);
-  return rc;
+  snprintf(err, cap, "%s", text);
+  free(text);
+  return call.rc;
 }
 
 /* hr_partition_create refused with `want`: the output pointer untouched,

@@ -65,3 +65,34 @@ hr_client *th_client_open_degraded(void)
   assert_non_null(c);
   return c;
 }
+
+char *th_capture_stderr(void (*fn)(void *), void *arg)
+{
+  char path[128];
+  FILE *f;
+  char *text;
+  long n;
+  int saved, fd;
+
+  snprintf(path, sizeof(path), "%s/stderr.txt", th_tmpdir);
+  fflush(stderr);
+  saved = dup(2);
+  assert_true(saved >= 0);
+  f = fopen(path, "w+");
+  assert_non_null(f);
+  fd = fileno(f);
+  assert_true(dup2(fd, 2) == 2);
+  fn(arg);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  fseek(f, 0, SEEK_END);
+  n = ftell(f);
+  rewind(f);
+  text = calloc(1, (size_t)n + 1);
+  assert_non_null(text);
+  assert_int_equal(fread(text, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  unlink(path);
+  return text;
+}

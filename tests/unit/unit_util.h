@@ -29,4 +29,8 @@ int th_env_reset(void **state);
  * unless it opens (degraded: no daemon there). */
 hr_client *th_client_open_degraded(void);
 
+/* Run fn(arg) with stderr going to a file in th_tmpdir; what it wrote,
+ * NUL-terminated: free() it. */
+char *th_capture_stderr(void (*fn)(void *), void *arg);
+
 #endif /* HR_TEST_UNIT_UTIL_H */
