@@ -448,37 +448,19 @@ static void gpu_sample(const char *name, int gpu, const char *label,
   printf("} %lld\n", (long long)v);
 }
 
-/* The same gauge for every GPU: `field` picks it out of one GPU. */
+/* The same gauge for every GPU: the int at offset `field` of each. */
 static void gpu_family(const hr_metrics *m, const char *name,
-                       const char *help, int (*field)(const hr_metrics_gpu *))
+                       const char *help, size_t field)
 {
   int i;
 
   family(name, "gauge", help);
   for(i = 0; i < m->n_gpus; i++)
-    gpu_sample(name, m->gpus[i].index, NULL, NULL, field(&m->gpus[i]));
+    gpu_sample(name, m->gpus[i].index, NULL, NULL,
+               *(const int *)((const char *)&m->gpus[i] + field));
 }
 
-static int gpu_sms(const hr_metrics_gpu *g) { return g->sms; }
-static int gpu_headroom(const hr_metrics_gpu *g) { return g->headroom; }
-static int gpu_grid(const hr_metrics_gpu *g) { return g->grid; }
-static int gpu_nccl(const hr_metrics_gpu *g) { return g->nccl_max_ctas; }
-static int gpu_clients(const hr_metrics_gpu *g) { return g->clients; }
-static int gpu_comms(const hr_metrics_gpu *g) { return g->comms; }
-static int gpu_ctas(const hr_metrics_gpu *g) { return g->comm_ctas; }
-static int gpu_raised(const hr_metrics_gpu *g) { return g->raised; }
-static int gpu_part_step(const hr_metrics_gpu *g)
-{
-  return g->partition_granularity;
-}
-static int gpu_part_sms(const hr_metrics_gpu *g)
-{
-  return g->partition_comm_sms;
-}
-static int gpu_part_nccl(const hr_metrics_gpu *g)
-{
-  return g->partition_nccl_max_ctas;
-}
+#define GPU_FIELD(f) offsetof(hr_metrics_gpu, f)
 
 static void print_daemon_metrics(const hr_metrics *m)
 {
@@ -546,32 +528,35 @@ static void print_gpu_metrics(const hr_metrics *m)
 {
   int i, j;
 
-  gpu_family(m, "headroom_gpu_sms", "SMs on the GPU.", gpu_sms);
+  gpu_family(m, "headroom_gpu_sms", "SMs on the GPU.", GPU_FIELD(sms));
   gpu_family(m, "headroom_gpu_headroom", "SMs left free for communication "
-             "kernels beside a headroom-mode lease.", gpu_headroom);
+             "kernels beside a headroom-mode lease.", GPU_FIELD(headroom));
   gpu_family(m, "headroom_gpu_grid", "CTAs a headroom-mode lease launches "
-             "the mega kernel with.", gpu_grid);
+             "the mega kernel with.", GPU_FIELD(grid));
   family("headroom_gpu_epoch", "gauge",
          "Budget epoch: goes up with every change of the GPU's budget.");
   for(i = 0; i < m->n_gpus; i++)
     gpu_sample("headroom_gpu_epoch", m->gpus[i].index, NULL, NULL,
                m->gpus[i].epoch);
   gpu_family(m, "headroom_gpu_nccl_max_ctas", "NCCL CTA cap per "
-             "communicator (maxCTAs) in the budget.", gpu_nccl);
+             "communicator (maxCTAs) in the budget.",
+             GPU_FIELD(nccl_max_ctas));
   gpu_family(m, "headroom_gpu_partition_granularity", "SMs per green-context "
              "step for partition-mode leases; 0: partition mode is refused "
-             "on the GPU.", gpu_part_step);
+             "on the GPU.", GPU_FIELD(partition_granularity));
   gpu_family(m, "headroom_gpu_partition_comm_sms", "SMs of the comm "
-             "partition a partition-mode lease gets (0: none).", gpu_part_sms);
+             "partition a partition-mode lease gets (0: none).",
+             GPU_FIELD(partition_comm_sms));
   gpu_family(m, "headroom_gpu_partition_nccl_max_ctas", "NCCL CTA cap per "
              "communicator (maxCTAs) inside the comm partition.",
-             gpu_part_nccl);
+             GPU_FIELD(partition_nccl_max_ctas));
   gpu_family(m, "headroom_gpu_clients", "Clients holding a footprint or a "
-             "lease on the GPU.", gpu_clients);
+             "lease on the GPU.", GPU_FIELD(clients));
   gpu_family(m, "headroom_gpu_footprints", "Communication footprints "
-             "registered on the GPU.", gpu_comms);
+             "registered on the GPU.", GPU_FIELD(comms));
   gpu_family(m, "headroom_gpu_footprint_ctas", "CTAs in flight over all "
-             "footprints: sum of CTAs x concurrent collectives.", gpu_ctas);
+             "footprints: sum of CTAs x concurrent collectives.",
+             GPU_FIELD(comm_ctas));
   family("headroom_gpu_leases", "gauge", "Leases on the GPU, by mode.");
   for(i = 0; i < m->n_gpus; i++)
     for(j = 0; j < HR_MODE_COUNT; j++)
@@ -586,7 +571,7 @@ static void print_gpu_metrics(const hr_metrics *m)
                  hr_budget_source_name((hr_budget_source)j),
                  m->gpus[i].budget_source == (hr_budget_source)j);
   gpu_family(m, "headroom_gpu_raised", "Headroom added by reported barrier "
-             "timeouts (kept across restarts).", gpu_raised);
+             "timeouts (kept across restarts).", GPU_FIELD(raised));
   family("headroom_gpu_incidents_total", "counter",
          "Incidents reported since headroomd started, by kind.");
   for(i = 0; i < m->n_gpus; i++)
