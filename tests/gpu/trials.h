@@ -149,7 +149,6 @@ hr_moe_args tr_args(const tr_rank *r, int ti, int timeout_ms);
 /* Copy y of token count index ti back; 1 when it is bitwise y_ref. */
 int tr_output_matches(tr_rank *r, int ti, void *stream);
 
-double tr_now_ms(void);
 void tr_sleep_us(int us);
 
 /* ---- trials_run.c ------------------------------------------------------ */

@@ -16,14 +16,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "gpu_util.h"
 #include "headroom.h"
-
-static void sleep_ms(int ms)
-{
-  struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-  while(nanosleep(&ts, &ts) == -1 && errno == EINTR)
-    ;
-}
 
 static void describe(int status, char *why, size_t n)
 {
@@ -87,7 +81,7 @@ int tr_daemon_start(tr_daemon *d, const char *bin, const char *dir,
       if(up)
         return 0;
     }
-    sleep_ms(50);
+    gt_sleep_ms(50);
   }
   snprintf(why, n, "headroomd did not answer on %s within 10 s", d->socket);
   tr_daemon_stop(d, why + strlen(why), n - strlen(why));
@@ -125,7 +119,7 @@ int tr_daemon_stop(tr_daemon *d, char *why, size_t n)
       describe(st, why, n);
       return -1;
     }
-    sleep_ms(10);
+    gt_sleep_ms(10);
   }
   kill(d->pid, SIGKILL);
   waitpid(d->pid, &st, 0);

@@ -43,7 +43,7 @@ static int forward(tr_rank *r, const hr_lease *l, int timeout_ms,
                    hr_moe_failure *f, double *ms)
 {
   hr_moe_args a = tr_args(r, INCIDENT_TI, timeout_ms);
-  double t0 = tr_now_ms();
+  double t0 = gt_now_ms();
   int rc;
 
   memset(f, 0, sizeof(*f));
@@ -52,7 +52,7 @@ static int forward(tr_rank *r, const hr_lease *l, int timeout_ms,
   rc = hr_moe_forward(r->g.m, l, &a, r->g.stream);
   if(!rc)
     rc = hr_moe_sync(r->g.m);
-  *ms = tr_now_ms() - t0;
+  *ms = gt_now_ms() - t0;
   if(rc)
     hr_moe_last_failure(r->g.m, f);
   return rc;
@@ -134,9 +134,9 @@ static void rank0(tr_rank *r, const hr_lease *l, incident_numbers *nb)
         hr_strerror(f.reported));
 
   /* 2. The daemon raised GPU 0's headroom and pushed it. */
-  t0 = tr_now_ms();
+  t0 = gt_now_ms();
   rc = hr_lease_wait_change(l, b0.epoch, 5000);
-  nb->push_ms = tr_now_ms() - t0;
+  nb->push_ms = gt_now_ms() - t0;
   hr_lease_budget(l, &b1);
   nb->h1 = b1.headroom;
   nb->g1 = b1.grid;

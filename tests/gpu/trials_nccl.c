@@ -13,6 +13,7 @@
 
 #include <cuda_runtime.h>
 
+#include "gpu_util.h"
 #include "nccl_dl.h"
 
 static struct {
@@ -69,13 +70,6 @@ out:
   return 0;
 }
 
-static void sleep_ms(int ms)
-{
-  struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-  while(nanosleep(&ts, &ts) == -1 && errno == EINTR)
-    ;
-}
-
 int tr_nccl_id_share(const char *dir, const char *name, int rank,
                      int timeout_ms, ncclUniqueId *id, char *why, size_t n)
 {
@@ -108,7 +102,7 @@ int tr_nccl_id_share(const char *dir, const char *name, int rank,
       if(got == 1)
         return 0;
     }
-    sleep_ms(10);
+    gt_sleep_ms(10);
   }
   snprintf(why, n, "no NCCL id from rank 0 in %s after %d ms", path,
            timeout_ms);

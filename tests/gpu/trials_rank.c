@@ -40,13 +40,6 @@ void tr_say(const tr_rank *r, const char *fmt, ...)
   fflush(stdout);
 }
 
-double tr_now_ms(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 void tr_sleep_us(int us)
 {
   struct timespec ts = { us / 1000000, (long)(us % 1000000) * 1000L };
@@ -111,14 +104,14 @@ void tr_barrier(tr_rank *r, const char *tag)
 
 int tr_lease_settle(const hr_lease *l)
 {
-  double t0 = tr_now_ms();
+  double t0 = gt_now_ms();
   for(;;) {
     int rc = hr_lease_wait_change(l, hr_lease_epoch(l), 300);
     if(rc == HR_ETIMEDOUT)
       return HR_OK;
     if(rc)
       return rc;
-    if(tr_now_ms() - t0 > 5000)
+    if(gt_now_ms() - t0 > 5000)
       return HR_ETIMEDOUT;
   }
 }

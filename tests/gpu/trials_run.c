@@ -40,7 +40,7 @@ static int wait_event(void *ev, double until_ms)
       return 0;
     if(q != cudaErrorNotReady)
       return -2;
-    if(tr_now_ms() > until_ms)
+    if(gt_now_ms() > until_ms)
       return -1;
     tr_sleep_us(50);
   }
@@ -63,7 +63,7 @@ static void launch_mega(tr_rank *r, const tr_env *e, const tr_trial *t,
 
   out->grid = e->lease ? hr_lease_grid(e->lease) : e->grid;
   record(r, tag, EV_MEGA0, e->mega_stream);
-  *t0 = tr_now_ms();
+  *t0 = gt_now_ms();
   if(e->lease)
     *launch_rc = hr_moe_forward(r->g.m, e->lease, &a, e->mega_stream);
   else
@@ -127,7 +127,7 @@ void tr_trial_run(tr_rank *r, const tr_env *e, const tr_trial *t,
 
   /* The mega kernel first: its barrier timeout bounds this wait. */
   out->rc = launch_rc ? launch_rc : hr_moe_sync(r->g.m);
-  out->sync_ms = tr_now_ms() - t_launch;
+  out->sync_ms = gt_now_ms() - t_launch;
   if(out->rc != HR_OK) {
     hr_moe_failure f;
     if(hr_moe_last_failure(r->g.m, &f) == HR_OK && f.code == out->rc) {
@@ -137,7 +137,7 @@ void tr_trial_run(tr_rank *r, const tr_env *e, const tr_trial *t,
       out->grid = f.detail.grid;
     }
   }
-  until = tr_now_ms() + TR_WAIT_LIMIT_MS;
+  until = gt_now_ms() + TR_WAIT_LIMIT_MS;
   for(i = 0; i < TR_NCOMMS; i++) {
     int w = used[i] ? wait_event(r->ev[EV_COLL1(i)], until) : 0;
     if(w) {
