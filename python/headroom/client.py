@@ -103,16 +103,11 @@ class Budget:
 
     @classmethod
     def _from_c(cls, b: _lib.Budget_t) -> "Budget":
-        return cls(gpu=b.gpu, epoch=b.epoch, mode=Mode.of(b.mode), sms=b.sms,
-                   cluster=b.cluster, headroom=b.headroom, grid=b.grid,
-                   nccl_min_ctas=b.nccl_min_ctas,
-                   nccl_max_ctas=b.nccl_max_ctas,
-                   nccl_cga_cluster_size=b.nccl_cga_cluster_size,
-                   nccl_nvls_enable=b.nccl_nvls_enable,
-                   degraded=bool(b.degraded),
-                   partition_granularity=b.partition_granularity,
-                   partition_comm_sms=b.partition_comm_sms,
-                   partition_nccl_max_ctas=b.partition_nccl_max_ctas)
+        # Every field has its struct hr_budget namesake in Budget_t.
+        v = {f.name: getattr(b, f.name) for f in fields(cls)}
+        v["mode"] = Mode.of(b.mode)
+        v["degraded"] = bool(b.degraded)
+        return cls(**v)
 
     def nccl_config(self) -> Dict[str, int]:
         """The ncclConfig_t fields the budget decides, under the names of
