@@ -129,10 +129,6 @@ class BarrierTimeout(HeadroomError):
                                          failure.grid, failure.timeout_ms))
             context = "%s; %s" % (context, extra) if context else extra
         super().__init__(code, context)
-        self.context = context
-
-    def __reduce__(self):
-        return (self.__class__, (self.code, self.context))
 
 
 class CooperativeTooLarge(HeadroomError):
