@@ -30,7 +30,7 @@ TRIALS_OBJS := $(patsubst %,$(OBJDIR)/tests/gpu/%.o,$(TRIALS_SRCS)) \
 $(patsubst %,$(OBJDIR)/tests/gpu/%.o,$(TRIALS_SRCS)): \
   CPPFLAGS += -isystem $(TRIALS_NCCL_INC) -isystem $(CUDA_HOME)/include
 
-$(OBJDIR)/tests/gpu/trials_hog.cu.o: tests/gpu/trials_hog.cu tests/gpu/trials_hog.h
+$(OBJDIR)/tests/gpu/trials_hog.cu.o: tests/gpu/trials_hog.cu tests/gpu/trials_hog.h tests/gpu/gpu_util.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -Itests/gpu -c -o $@ $<
 

@@ -3,10 +3,10 @@
  */
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include <cuda_runtime.h>
 
+#include "gpu_util.h"
 #include "trials_hog.h"
 
 #define HOG_SMEM (200 * 1024)
@@ -26,13 +26,6 @@ __global__ void tr_hog_kernel(volatile unsigned *words, unsigned long long max_n
     __nanosleep(20000);
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   } while(!words[0] && t - t0 < max_ns);
-}
-
-static double now_ms(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
 extern "C" int tr_hog_start(tr_hog *h, int ctas, int max_ms, char *why, size_t n)
@@ -66,8 +59,8 @@ extern "C" int tr_hog_start(tr_hog *h, int ctas, int max_ms, char *why, size_t n
     snprintf(why, n, "hog launch: %s", cudaGetErrorString(e));
     return -1;
   }
-  t0 = now_ms();
-  while(now_ms() - t0 < 5000) {
+  t0 = gt_now_ms();
+  while(gt_now_ms() - t0 < 5000) {
     for(running = 0, i = 0; i < ctas; i++)
       running += ((volatile unsigned *)h->words)[1 + i] != 0;
     if(running == ctas)
