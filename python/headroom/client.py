@@ -166,12 +166,22 @@ def _int(v, what):
     return v
 
 
-class _Closable:
+class _Handle:
+    """An object over one C handle (self._ptr, None once freed): _handle()
+    is the handle, or InvalidArgument with the subclass's _closed_message
+    once it is gone."""
+
+    def _handle(self):
+        ptr = self._ptr
+        if ptr is None:
+            raise InvalidArgument(_lib.HR_EINVAL, self._closed_message)
+        return ptr
+
+
+class _Closable(_Handle):
     """What Client, Partition and Moe share: each owns one C handle that
     close() frees, and that `with` and the garbage collector close too
-    (quietly: at interpreter exit the library may be gone already).
-    _handle() is the handle, or InvalidArgument once closed, with the
-    subclass's _closed_message."""
+    (quietly: at interpreter exit the library may be gone already)."""
 
     def __enter__(self):
         return self
@@ -184,12 +194,6 @@ class _Closable:
             self.close()
         except Exception:
             pass
-
-    def _handle(self):
-        ptr = self._ptr
-        if ptr is None:
-            raise InvalidArgument(_lib.HR_EINVAL, self._closed_message)
-        return ptr
 
 
 class Client(_Closable):
@@ -371,7 +375,7 @@ class Comm:
             "" if self._ptr else " (unregistered)")
 
 
-class Lease:
+class Lease(_Handle):
     """A lease on one GPU (hr_lease). Read .grid at every launch: it is one
     atomic load in the library, updated in place when the daemon pushes a
     new budget."""
@@ -423,12 +427,7 @@ class Lease:
     def __exit__(self, *exc) -> None:
         self.release()
 
-    def _handle(self):
-        ptr = self._ptr
-        if ptr is None:
-            raise InvalidArgument(_lib.HR_EINVAL,
-                                  "the lease was released (or its client closed)")
-        return ptr
+    _closed_message = "the lease was released (or its client closed)"
 
     @property
     def handle(self) -> int:
