@@ -64,6 +64,7 @@ int main(int argc, char **argv)
   hr_client *client = NULL;
   hr_lease *lease = NULL;
   hr_budget b;
+  const char *what = NULL;    /* the call that failed */
   int gpu = 0, err, i;
 
   for(i = 1; i < argc; i++) {
@@ -88,18 +89,18 @@ int main(int argc, char **argv)
   err = hr_comm_register(client, gpu, "dp", COMM_CTAS, 1, COMM_CONCURRENT,
                          NULL);
   if(err) {
-    hr_client_close(client);
-    return fail("hr_comm_register", err);
+    what = "hr_comm_register";
+    goto out;
   }
   err = hr_lease_acquire(client, gpu, CLUSTER, HR_MODE_HEADROOM, &lease);
   if(err) {
-    hr_client_close(client);
-    return fail("hr_lease_acquire", err);
+    what = "hr_lease_acquire";
+    goto out;
   }
   err = hr_lease_budget(lease, &b);
   if(err) {
-    hr_client_close(client);
-    return fail("hr_lease_budget", err);
+    what = "hr_lease_budget";
+    goto out;
   }
   printf("gpu %d\nsms %d\nheadroom %d\nepoch %u\ndegraded %d\n", b.gpu, b.sms,
          b.headroom, (unsigned)b.epoch, b.degraded);
@@ -111,8 +112,8 @@ int main(int argc, char **argv)
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     err = hr_lease_fill_nccl_config(lease, &cfg);
     if(err) {
-      hr_client_close(client);
-      return fail("hr_lease_fill_nccl_config", err);
+      what = "hr_lease_fill_nccl_config";
+      goto out;
     }
     /* ncclCommInitRankConfig(&comm, nranks, id, rank, &cfg) goes here.
      * A field the budget leaves open keeps NCCL's "undefined" (its own
@@ -129,6 +130,9 @@ int main(int argc, char **argv)
   printf("grid %d\n", hr_lease_grid(lease));
 
   hr_lease_release(lease);
+
+out:
+  /* Closing the client also gives back a lease still held. */
   hr_client_close(client);
-  return 0;
+  return what ? fail(what, err) : 0;
 }
