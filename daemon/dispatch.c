@@ -189,12 +189,8 @@ static void no_partition(hr__conn *c, const hr_request *req, int gpu)
 {
   const hr__gpu *g = hr__state_gpu(&c->d->state, gpu);
   const hr_policy *p = &c->d->state.policy;
-  int ceiling = g->info.sms - p->min_grid;
+  int ceiling = hr__policy_ceiling(p, g->info.sms);
 
-  if(ceiling > p->max_headroom)
-    ceiling = p->max_headroom;
-  if(ceiling < 0)
-    ceiling = 0;
   if(!g->granularity) {
     send_error(c, req->id, HR_WERR_UNSUPPORTED,
                "partition mode on gpu %d: its CUDA driver cannot split it "

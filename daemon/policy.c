@@ -87,15 +87,18 @@ static int collectives(const hr_policy_input *in)
   return k > HR_MAX_SMS ? HR_MAX_SMS : (int)k;
 }
 
-static int ceiling_of(const hr_policy *p, const hr_policy_input *in)
+int hr__policy_ceiling(const hr_policy *p, int sms)
 {
   int ceiling = p->max_headroom;
 
-  if(ceiling > in->sms - p->min_grid)
-    ceiling = in->sms - p->min_grid;
-  if(ceiling < 0)
-    ceiling = 0;
-  return round_down(ceiling, in->cluster);
+  if(ceiling > sms - p->min_grid)
+    ceiling = sms - p->min_grid;
+  return ceiling < 0 ? 0 : ceiling;
+}
+
+static int ceiling_of(const hr_policy *p, const hr_policy_input *in)
+{
+  return round_down(hr__policy_ceiling(p, in->sms), in->cluster);
 }
 
 const hr_calib_budget *hr__policy_calib_find(const hr_policy_input *in,
@@ -138,9 +141,7 @@ static void partition_of(const hr_policy *p, const hr_policy_input *in,
   out->partition_nccl_max_ctas = 0;
   if(g < 1)
     return;
-  ceiling = p->max_headroom;
-  if(ceiling > in->sms - p->min_grid)
-    ceiling = in->sms - p->min_grid;
+  ceiling = hr__policy_ceiling(p, in->sms);
   if(ceiling < g)
     return;
   ceiling = round_down(ceiling, g);

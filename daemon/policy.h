@@ -139,6 +139,10 @@ const hr_calib_budget *hr__policy_calib_find(const hr_policy_input *in,
 int hr__policy_lease_budget(const hr_budget *gpu, hr_mode mode,
                             hr_budget *out);
 
+/* The most SMs the comm side may have on a GPU of `sms` SMs, before any
+ * rounding: min(max_headroom, sms - min_grid), at least 0. */
+int hr__policy_ceiling(const hr_policy *policy, int sms);
+
 /* Comm CTAs in flight: sum of ctas x concurrent (saturating). */
 int hr__policy_comm_ctas(const hr_policy_input *in);
 
