@@ -672,11 +672,6 @@ hr__moe_agnostic_kernel(const __grid_constant__ hr__moe_params p)
     agn_leave(p);
 }
 
-extern "C" size_t hr__moe_agnostic_smem_bytes(void)
-{
-  return SMEM_BYTES;
-}
-
 extern "C" cudaError_t hr__moe_agnostic_prepare(void)
 {
   return cudaFuncSetAttribute(hr__moe_agnostic_kernel,

@@ -167,11 +167,6 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
     moe_combine(p);
 }
 
-extern "C" size_t hr__moe_smem_bytes(void)
-{
-  return SMEM_BYTES;
-}
-
 extern "C" cudaError_t hr__moe_prepare(void)
 {
   return cudaFuncSetAttribute(hr__moe_kernel,

@@ -168,10 +168,6 @@ static __device__ __forceinline__ int moe_phase_runs(const hr__moe_params &p,
 extern "C" {
 #endif
 
-/* Dynamic shared memory of one CTA: more than half of an SM's, so two
- * CTAs of the kernel can never share an SM. */
-size_t hr__moe_smem_bytes(void);
-
 /* Once per device (the current one), before the first launch. */
 cudaError_t hr__moe_prepare(void);
 
@@ -182,7 +178,6 @@ cudaError_t hr__moe_launch(const hr__moe_params *p, int grid, int coop,
 
 /* The same for the residency-agnostic kernel (moe_agnostic.cu): no
  * cluster, no cooperative attribute; any grid is correct. */
-size_t hr__moe_agnostic_smem_bytes(void);
 cudaError_t hr__moe_agnostic_prepare(void);
 cudaError_t hr__moe_agnostic_launch(const hr__moe_params *p, int grid,
                                     cudaStream_t stream);
