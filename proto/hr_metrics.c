@@ -46,16 +46,19 @@ static cJSON *encode_named(hr__enc *e, cJSON *parent, const char *name,
   return o;
 }
 
-static void decode_named(hr__dec *d, const cJSON *parent, const char *name,
-                         const char *(*name_of)(int), int count, int64_t *v,
-                         int64_t max)
+/* The same, read back; returns the object (NULL when it is not one), for
+ * members beyond the table. */
+static const cJSON *decode_named(hr__dec *d, const cJSON *parent,
+                                 const char *name,
+                                 const char *(*name_of)(int), int count,
+                                 int64_t *v, int64_t max)
 {
   const cJSON *o = hr__dec_object(d, parent, name, HR__REQUIRED);
   size_t mark;
   int i;
 
   if(!o)
-    return;
+    return NULL;
   mark = hr__dec_enter(d, name);
   for(i = 0; i < count; i++) {
     v[i] = 0;                      /* absent: a name this daemon lacks */
@@ -63,6 +66,7 @@ static void decode_named(hr__dec *d, const cJSON *parent, const char *name,
       hr__dec_i64(d, o, name_of(i), HR__OPTIONAL, 0, max, &v[i]);
   }
   hr__dec_leave(d, mark);
+  return o;
 }
 
 /* ---- Encoding ---------------------------------------------------------- */
@@ -219,9 +223,8 @@ void hr__metrics_decode(hr__dec *d, const cJSON *parent, const char *name,
               &m->clients_resumed);
   hr__dec_i64(d, o, "client_degraded_ms", HR__REQUIRED, 0, COUNTER_MAX,
               &m->client_degraded_ms);
-  decode_named(d, o, "requests", request_name_i, HR_MSG_COUNT, m->requests,
-               COUNTER_MAX);
-  requests = hr__dec_field(d, o, "requests", HR__REQUIRED);
+  requests = decode_named(d, o, "requests", request_name_i, HR_MSG_COUNT,
+                          m->requests, COUNTER_MAX);
   if(requests) {
     inner = hr__dec_enter(d, "requests");
     hr__dec_i64(d, requests, INVALID, HR__OPTIONAL, 0, COUNTER_MAX,
