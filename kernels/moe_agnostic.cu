@@ -55,14 +55,8 @@
 
 #include "headroom_moe.h"
 
-/* Shared memory as in moe_kernel.cu: the GEMM pipeline, then the routing
- * tables (E + 1 ints each, padded). One CTA per SM. */
-#define ROUTE_INTS (HR_MOE_MAX_EXPERTS + 4)
-#define SMEM_ROUTE HR__MOE_GEMM_SMEM
-#define SMEM_BYTES (SMEM_ROUTE + 4 * ROUTE_INTS * 4)
-
-static_assert(SMEM_BYTES > 228 * 1024 / 2, "one CTA per SM");
-static_assert(SMEM_BYTES + 256 <= 227 * 1024, "fits an SM, with the static part");
+/* The dynamic shared memory (moe_gemm.cuh) beside this kernel's static. */
+static_assert(HR__MOE_SMEM_BYTES + 256 <= 227 * 1024, "fits an SM, with the static part");
 
 /* Outputs per combine task: COMBINE_ELEMS / H tokens (64 tokens of the
  * small shape, 8 of Qwen3, 2 of DeepSeek-V3), at most T / 128 so that
@@ -115,12 +109,12 @@ static __device__ __forceinline__ uint8_t *agn_smem(void)
 
 static __device__ __forceinline__ moe_route agn_rt(void)
 {
-  int *ints = (int *)(agn_smem() + SMEM_ROUTE);
+  int *ints = (int *)(agn_smem() + HR__MOE_GEMM_SMEM);
   moe_route rt;
   rt.cnt = ints;
-  rt.pre = ints + ROUTE_INTS;
-  rt.off = ints + 2 * ROUTE_INTS;
-  rt.tile_off = ints + 3 * ROUTE_INTS;
+  rt.pre = ints + HR__MOE_ROUTE_INTS;
+  rt.off = ints + 2 * HR__MOE_ROUTE_INTS;
+  rt.tile_off = ints + 3 * HR__MOE_ROUTE_INTS;
   return rt;
 }
 
@@ -676,7 +670,7 @@ extern "C" cudaError_t hr__moe_agnostic_prepare(void)
 {
   return cudaFuncSetAttribute(hr__moe_agnostic_kernel,
                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              SMEM_BYTES);
+                              HR__MOE_SMEM_BYTES);
 }
 
 extern "C" cudaError_t hr__moe_agnostic_launch(const hr__moe_params *p, int grid,
@@ -685,7 +679,7 @@ extern "C" cudaError_t hr__moe_agnostic_launch(const hr__moe_params *p, int grid
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3((unsigned)grid, 1, 1);
   cfg.blockDim = dim3(HR__MOE_THREADS, 1, 1);
-  cfg.dynamicSmemBytes = SMEM_BYTES;
+  cfg.dynamicSmemBytes = HR__MOE_SMEM_BYTES;
   cfg.stream = stream;
   return cudaLaunchKernelEx(&cfg, hr__moe_agnostic_kernel, *p);
 }

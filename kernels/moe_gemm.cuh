@@ -51,6 +51,7 @@
 #ifndef HR_MOE_GEMM_CUH
 #define HR_MOE_GEMM_CUH
 
+#include "headroom_moe.h"
 #include "moe_kernel.h"
 #include "moe_ptx.cuh"
 #include "moe_route.cuh"
@@ -58,6 +59,11 @@
 /* Shared memory for the pipeline, the partial sums and the output staging
  * of any tile shape (the routing tables come after it). */
 #define HR__MOE_GEMM_SMEM (218 * 1024)
+/* Both kernels' dynamic shared memory: the above, then the routing tables
+ * (E + 1 ints each, padded). More than half an SM's: one CTA per SM. */
+#define HR__MOE_ROUTE_INTS (HR_MOE_MAX_EXPERTS + 4)
+#define HR__MOE_SMEM_BYTES (HR__MOE_GEMM_SMEM + 4 * HR__MOE_ROUTE_INTS * 4)
+static_assert(HR__MOE_SMEM_BYTES > 228 * 1024 / 2, "one CTA per SM");
 /* Claimed units an agnostic run keeps in its ring (a power of 2, more than
  * the units the loads can run ahead of the MMAs: STAGES - 1 <= 4, plus the
  * look-ahead and the claim ahead of it). */

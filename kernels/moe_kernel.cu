@@ -25,14 +25,8 @@
 
 #include "headroom_moe.h"
 
-/* Shared memory: the GEMM pipeline (with its partial sums and output
- * staging), then the routing tables (E + 1 ints each, padded). */
-#define ROUTE_INTS (HR_MOE_MAX_EXPERTS + 4)
-#define SMEM_ROUTE HR__MOE_GEMM_SMEM
-#define SMEM_BYTES (SMEM_ROUTE + 4 * ROUTE_INTS * 4)
-
-static_assert(SMEM_BYTES > 228 * 1024 / 2, "one CTA per SM");
-static_assert(SMEM_BYTES + 128 <= 227 * 1024, "fits an SM, with the static part");
+/* The dynamic shared memory (moe_gemm.cuh) beside this kernel's static. */
+static_assert(HR__MOE_SMEM_BYTES + 128 <= 227 * 1024, "fits an SM, with the static part");
 
 /* Stage 4: each thread makes 8 outputs (one 16-byte chunk) of one token
  * (moe_combine.cuh), chunks dealt over the whole grid. */
@@ -102,14 +96,14 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
   __shared__ int s_ok;
   __shared__ int s_warp_sums[HR__MOE_THREADS / 32];
   __shared__ int s_nonempty;
-  int *route_ints = (int *)(smem + SMEM_ROUTE);
+  int *route_ints = (int *)(smem + HR__MOE_GEMM_SMEM);
   moe_route rt;
   int tile, i;
 
   rt.cnt = route_ints;
-  rt.pre = route_ints + ROUTE_INTS;
-  rt.off = route_ints + 2 * ROUTE_INTS;
-  rt.tile_off = route_ints + 3 * ROUTE_INTS;
+  rt.pre = route_ints + HR__MOE_ROUTE_INTS;
+  rt.off = route_ints + 2 * HR__MOE_ROUTE_INTS;
+  rt.tile_off = route_ints + 3 * HR__MOE_ROUTE_INTS;
 
   /* A CTA that starts after its launch already failed (it was waiting for
    * an SM while the others timed out) leaves at once. So does every CTA
@@ -171,7 +165,7 @@ extern "C" cudaError_t hr__moe_prepare(void)
 {
   return cudaFuncSetAttribute(hr__moe_kernel,
                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              SMEM_BYTES);
+                              HR__MOE_SMEM_BYTES);
 }
 
 extern "C" cudaError_t hr__moe_launch(const hr__moe_params *p, int grid,
@@ -184,7 +178,7 @@ extern "C" cudaError_t hr__moe_launch(const hr__moe_params *p, int grid,
 
   cfg.gridDim = dim3((unsigned)grid, 1, 1);
   cfg.blockDim = dim3(HR__MOE_THREADS, 1, 1);
-  cfg.dynamicSmemBytes = SMEM_BYTES;
+  cfg.dynamicSmemBytes = HR__MOE_SMEM_BYTES;
   cfg.stream = stream;
   if(cluster > 1) {
     attr[n].id = cudaLaunchAttributeClusterDimension;
