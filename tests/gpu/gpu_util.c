@@ -601,3 +601,32 @@ int gt_daemon_start_or_degrade(gt_daemon *d, const char *bin, const char *dir)
                                : "degraded lease (no headroomd)");
   return with_daemon;
 }
+
+int gt_lease_setup(gt_daemon *d, const char *bin, char *dir,
+                   hr_client **client)
+{
+  hr_client_options o;
+  int with_daemon, rc;
+
+  if(!mkdtemp(dir)) {
+    fprintf(stderr, "FAIL: mkdtemp: %s\n", strerror(errno));
+    return -1;
+  }
+  with_daemon = gt_daemon_start_or_degrade(d, bin, dir);
+  memset(&o, 0, sizeof(o));
+  o.quiet = 1;
+  rc = hr_client_open(client, d->sock, &o);
+  GT_EXPECT(rc == HR_OK, "hr_client_open: %s", hr_strerror(rc));
+  return with_daemon;
+}
+
+void gt_lease_teardown(gt_daemon *d, const char *dir, hr_client *client)
+{
+  char cmd[700];
+
+  hr_client_close(client);
+  gt_daemon_stop(d);
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+  if(system(cmd) != 0)
+    fprintf(stderr, "could not remove %s\n", dir);
+}

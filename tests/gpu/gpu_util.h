@@ -171,6 +171,14 @@ const char *gt_daemon_bin(void);
  * unset, so that the test's lease is the degraded default. Prints which. */
 int gt_daemon_start_or_degrade(gt_daemon *d, const char *bin,
                                const char *dir);
+/* What a lease test starts from: dir (a mkdtemp template) made, `bin` in
+ * it or the degraded default (gt_daemon_start_or_degrade, whose answer it
+ * returns) and a quiet client of it in *client (a failed open counts as a
+ * failed check). -1, having said why, when dir could not be made. */
+int gt_lease_setup(gt_daemon *d, const char *bin, char *dir,
+                   hr_client **client);
+/* Close the client, stop the daemon, remove dir. */
+void gt_lease_teardown(gt_daemon *d, const char *dir, hr_client *client);
 
 #ifdef __cplusplus
 }

@@ -31,12 +31,11 @@
 
 int main(void)
 {
-  char dir[] = "/tmp/hr-moe-lease-XXXXXX", cmd[700];
+  char dir[] = "/tmp/hr-moe-lease-XXXXXX";
   gt_daemon d = GT_DAEMON_INIT;
   const char *bin = gt_daemon_bin();
   hr_client *client = NULL;
   hr_lease *lease = NULL, *alease = NULL;
-  hr_client_options o;
   hr_moe_failure f;
   hr_moe_args a;
   gt_moe g;
@@ -48,16 +47,9 @@ int main(void)
 
   gt_require_gpu(NAME);
   gt_seed(NAME);
-  if(!mkdtemp(dir)) {
-    fprintf(stderr, "FAIL: mkdtemp: %s\n", strerror(errno));
+  with_daemon = gt_lease_setup(&d, bin, dir, &client);
+  if(with_daemon < 0)
     return 1;
-  }
-  with_daemon = gt_daemon_start_or_degrade(&d, bin, dir);
-
-  memset(&o, 0, sizeof(o));
-  o.quiet = 1;
-  rc = hr_client_open(&client, d.sock, &o);
-  GT_EXPECT(rc == HR_OK, "hr_client_open: %s", hr_strerror(rc));
   rc = hr_lease_acquire(client, 0, 2, HR_MODE_HEADROOM, &lease);
   GT_EXPECT(rc == HR_OK, "hr_lease_acquire: %s", hr_strerror(rc));
   if(rc != HR_OK)
@@ -164,10 +156,6 @@ int main(void)
 out:
   if(lease)
     hr_lease_release(lease);
-  hr_client_close(client);
-  gt_daemon_stop(&d);
-  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-  if(system(cmd) != 0)
-    fprintf(stderr, "could not remove %s\n", dir);
+  gt_lease_teardown(&d, dir, client);
   return gt_finish(NAME);
 }

@@ -234,14 +234,13 @@ static void fine_steps(const char *bin, const char *top, gt_moe *g,
 
 int main(void)
 {
-  char dir[] = "/tmp/hr-partition-XXXXXX", cmd[700];
+  char dir[] = "/tmp/hr-partition-XXXXXX";
   const char *bin = gt_daemon_bin();
   unsigned char comm_set[MAX_SM_ID], set[MAX_SM_ID];
   gt_daemon d = GT_DAEMON_INIT;
   hr_client *client = NULL;
   hr_lease *lease = NULL;
   hr_partition *p = NULL, *p2;
-  hr_client_options o;
   hr_moe_failure f;
   hr_comm *comm = NULL;
   hr_budget b;
@@ -255,15 +254,9 @@ int main(void)
 
   gt_require_gpu(NAME);
   gt_seed(NAME);
-  if(!mkdtemp(dir)) {
-    fprintf(stderr, "FAIL: mkdtemp: %s\n", strerror(errno));
+  with_daemon = gt_lease_setup(&d, bin, dir, &client);
+  if(with_daemon < 0)
     return 1;
-  }
-  with_daemon = gt_daemon_start_or_degrade(&d, bin, dir);
-  memset(&o, 0, sizeof(o));
-  o.quiet = 1;
-  rc = hr_client_open(&client, d.sock, &o);
-  GT_EXPECT(rc == HR_OK, "hr_client_open: %s", hr_strerror(rc));
   rc = hr_lease_acquire(client, 0, 2, HR_MODE_PARTITION, &lease);
   GT_EXPECT(rc == HR_OK, "partition lease: %s", hr_strerror(rc));
   if(rc != HR_OK)
@@ -413,10 +406,6 @@ out:
   hr_partition_destroy(p);
   if(lease)
     hr_lease_release(lease);
-  hr_client_close(client);
-  gt_daemon_stop(&d);
-  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-  if(system(cmd) != 0)
-    fprintf(stderr, "could not remove %s\n", dir);
+  gt_lease_teardown(&d, dir, client);
   return gt_finish(NAME);
 }
