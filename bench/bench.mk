@@ -11,7 +11,7 @@ space := $(empty) $(empty)
 bench-gpu: $(LIBDIR)/libheadroom_moe.so
 	python3 bench/bench_moe.py --lib $(LIBDIR)/libheadroom_moe.so --out $(BENCH_OUT) $(BENCH_ARGS)
 
-# The same, with build-time variants of the tile shapes timed beside the
+# The same, with build-time variants of the tiny tile timed beside the
 # default (see kernels/kernels.mk, MOE_VARIANTS; BENCH_ARGS may give
 # --variant-tokens).
 .PHONY: bench-variants
