@@ -257,5 +257,4 @@ int hr__cuda_use_library(const char *path);
 /* The granularity of degraded partition budgets when no driver says. */
 #define HR__DEFAULT_PARTITION_GRANULARITY 8
 
-
 #endif /* HR_CLIENT_INT_H */

@@ -5,9 +5,10 @@
  * replies to the requesters waiting for them, applies pushed budgets to
  * the leases before anyone can read them, and keeps the client connected:
  * when the daemon goes away it marks every lease degraded (keeping its last
- * budget, or the environment's if that leaves more headroom), retries every reconnect_ms, and on a new connection registers
- * every footprint and re-acquires every lease again (new daemon ids, same
- * objects), so the application never has to notice.
+ * budget, or the environment's if that leaves more headroom), retries
+ * every reconnect_ms, and on a new connection registers every footprint
+ * and re-acquires every lease again (new daemon ids, same objects), so the
+ * application never has to notice.
  */
 #include <errno.h>
 #include <poll.h>
