@@ -69,33 +69,17 @@ void hr__fallback_read(hr__fallback *f, int quiet)
 void hr__partition_fields(hr_budget *b, int sms, int granularity, int need,
                           int collectives, int ceiling, int nccl_max_ctas)
 {
-  int g = granularity, comm, cap;
-
-  b->partition_granularity = 0;
-  b->partition_comm_sms = 0;
-  b->partition_nccl_max_ctas = 0;
-  if(g < 1 || sms < 2 || collectives < 1)
+  if(sms < 2) {
+    hr_partition_size(b, 0, 0, 0, 0, 0);    /* no partition at all */
     return;
+  }
   if(ceiling > sms - 1)
     ceiling = sms - 1;      /* the mega partition keeps an SM at least */
-  ceiling = ceiling / g * g;
-  if(need < 1)
-    need = 1;
-  comm = (need + g - 1) / g * g;
-  if(comm > ceiling)
-    comm = ceiling;
-  if(comm < g)
-    return;                 /* not even one step fits */
-  /* One NCCL CTA per SM (FINDINGS 4): every CTA of every collective in
-   * flight should fit in the partition at once; 1 at the least. */
-  cap = 1;
-  while(cap * 2 * collectives <= comm && cap * 2 <= HR_MAX_CTAS)
-    cap *= 2;
-  if(nccl_max_ctas > 0 && cap > nccl_max_ctas)
-    cap = nccl_max_ctas;
-  b->partition_granularity = g;
-  b->partition_comm_sms = comm;
-  b->partition_nccl_max_ctas = cap;
+  hr_partition_size(b, granularity, need, ceiling, collectives, HR_MAX_CTAS);
+  /* NCCL_MAX_CTAS from the environment caps it as it stands, even where
+   * it is no power of two: what the operator set is what NCCL will do. */
+  if(nccl_max_ctas > 0 && b->partition_nccl_max_ctas > nccl_max_ctas)
+    b->partition_nccl_max_ctas = nccl_max_ctas;
 }
 
 int hr__fallback_budget(const hr__fallback *f, int gpu, int sms,

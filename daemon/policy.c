@@ -133,36 +133,13 @@ static int footprints_within(const hr_policy_input *in, int cap)
 static void partition_of(const hr_policy *p, const hr_policy_input *in,
                          int gpu_cap, hr_budget *out)
 {
-  int g = in->granularity, ceiling, comm, cap, k;
-  long floor_;
+  long need = hr__policy_comm_ctas(in);
+  long floor_ = (long)p->min_headroom + in->raised;
 
-  out->partition_granularity = 0;
-  out->partition_comm_sms = 0;
-  out->partition_nccl_max_ctas = 0;
-  if(g < 1)
-    return;
-  ceiling = hr__policy_ceiling(p, in->sms);
-  if(ceiling < g)
-    return;
-  ceiling = round_down(ceiling, g);
-
-  comm = hr__policy_comm_ctas(in);
-  floor_ = (long)p->min_headroom + in->raised;
-  if(floor_ > comm)
-    comm = floor_ > HR_MAX_SMS ? HR_MAX_SMS : (int)floor_;
-  if(comm < 1)
-    comm = 1;
-  /* The ceiling is a multiple of g, so rounding below it stays below. */
-  comm = comm >= ceiling ? ceiling : round_up(comm, g);
-
-  k = collectives(in);
-  cap = 1;
-  while(cap * 2 * k <= comm && cap * 2 <= gpu_cap)
-    cap *= 2;
-
-  out->partition_granularity = g;
-  out->partition_comm_sms = comm;
-  out->partition_nccl_max_ctas = cap;
+  if(floor_ > need)
+    need = floor_ > HR_MAX_SMS ? HR_MAX_SMS : floor_;
+  hr_partition_size(out, in->granularity, (int)need,
+                    hr__policy_ceiling(p, in->sms), collectives(in), gpu_cap);
 }
 
 int hr__policy_budget(const hr_policy *p, const hr_policy_input *in,

@@ -168,6 +168,36 @@ static inline int hr_budget_for_mode(hr_budget *b, hr_mode mode)
   return HR_OK;
 }
 
+/* The partition rule, one for the daemon's policy and the client's
+ * degraded budgets: a comm partition of `need` SMs (at least 1) rounded up
+ * to the green-context step `g`, under `ceiling` rounded down to it, and
+ * NCCL's cap inside it: the largest power of two p <= cap_limit with
+ * p x `collectives` <= the partition (one NCCL CTA per SM, FINDINGS 4),
+ * 1 at the least. All three fields 0 when not even one step fits. */
+static inline void hr_partition_size(hr_budget *b, int g, int need,
+                                     int ceiling, int collectives,
+                                     int cap_limit)
+{
+  int comm, cap = 1;
+
+  b->partition_granularity = 0;
+  b->partition_comm_sms = 0;
+  b->partition_nccl_max_ctas = 0;
+  if(g < 1 || collectives < 1)
+    return;
+  ceiling = ceiling / g * g;
+  if(ceiling < g)
+    return;
+  if(need < 1)
+    need = 1;
+  comm = need >= ceiling ? ceiling : (need + g - 1) / g * g;
+  while(cap * 2 * collectives <= comm && cap * 2 <= cap_limit)
+    cap *= 2;
+  b->partition_granularity = g;
+  b->partition_comm_sms = comm;
+  b->partition_nccl_max_ctas = cap;
+}
+
 /* Which fields of an hr_policy a policy_set carries. */
 enum {
   HR_POLICY_MIN_HEADROOM = 1 << 0,
