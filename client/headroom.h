@@ -211,6 +211,13 @@ int hr_lease_headroom(const hr_lease *lease);
 uint32_t hr_lease_epoch(const hr_lease *lease);
 int hr_lease_degraded(const hr_lease *lease);
 
+/* What a launcher reads per launch, lock-free and with no syscall: the
+ * grid and the cluster size of the budget in force (the GPU's, which can
+ * be larger than the lease asked for), both from one atomic read so they
+ * always belong to the same budget, and the lease's mode. */
+int hr_lease_launch_config(const hr_lease *lease, int *grid, int *cluster,
+                           hr_mode *mode);
+
 /* A consistent copy of the whole budget. */
 int hr_lease_budget(const hr_lease *lease, hr_budget *out);
 

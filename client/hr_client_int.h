@@ -64,8 +64,8 @@ struct hr_comm {
 };
 
 struct hr_lease {
-  /* The hot path's word: grid (bits 0-15), headroom (16-30), degraded
-   * (31), epoch (32-63). Written last, with release order, after `budget`
+  /* The hot path's word: grid (bits 0-15), headroom (16-27), log2 of the
+   * budget's cluster size (28-29), degraded (31), epoch (32-63). Written last, with release order, after `budget`
    * so that a reader that sees a new word also sees its budget. */
   _Atomic uint64_t word;
   hr_client *client;

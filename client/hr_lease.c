@@ -12,9 +12,13 @@
 
 #include "hr_client_int.h"
 
-/* The packed word: grid 16 bits, headroom 15, degraded 1, epoch 32. */
+/* The packed word: grid 16 bits, headroom 12 (HR_MAX_SMS is 1024), the
+ * budget's cluster size as log2 in 2, degraded 1, epoch 32: everything a
+ * launch reads, in one load, so that a grid and a cluster size always come
+ * from the same budget. */
 #define W_GRID(w) ((int)((w) & 0xffffu))
-#define W_HEADROOM(w) ((int)(((w) >> 16) & 0x7fffu))
+#define W_HEADROOM(w) ((int)(((w) >> 16) & 0xfffu))
+#define W_CLUSTER(w) (1 << (int)(((w) >> 28) & 3u))
 #define W_DEGRADED(w) ((int)(((w) >> 31) & 1u))
 #define W_EPOCH(w) ((uint32_t)((w) >> 32))
 
@@ -22,9 +26,11 @@ static uint64_t word_pack(const hr_budget *b)
 {
   uint64_t grid = b->grid < 0 ? 0 : b->grid > 0xffff ? 0xffff : b->grid;
   uint64_t head = b->headroom < 0 ? 0 :
-                  b->headroom > 0x7fff ? 0x7fff : b->headroom;
-  return grid | head << 16 | (uint64_t)(b->degraded ? 1 : 0) << 31 |
-         (uint64_t)b->epoch << 32;
+                  b->headroom > 0xfff ? 0xfff : b->headroom;
+  uint64_t clog = b->cluster >= 8 ? 3 : b->cluster >= 4 ? 2 :
+                  b->cluster >= 2 ? 1 : 0;
+  return grid | head << 16 | clog << 28 |
+         (uint64_t)(b->degraded ? 1 : 0) << 31 | (uint64_t)b->epoch << 32;
 }
 
 static uint64_t word_load(const hr_lease *l)
@@ -196,6 +202,20 @@ int hr_lease_grid(const hr_lease *l)
   if(!l)
     return HR_EINVAL;
   return W_GRID(word_load(l));
+}
+
+int hr_lease_launch_config(const hr_lease *l, int *grid, int *cluster,
+                           hr_mode *mode)
+{
+  uint64_t w;
+
+  if(!l || !grid || !cluster || !mode)
+    return HR_EINVAL;
+  w = word_load(l);
+  *grid = W_GRID(w);
+  *cluster = W_CLUSTER(w);
+  *mode = l->mode;            /* fixed for the life of the lease */
+  return HR_OK;
 }
 
 int hr_lease_headroom(const hr_lease *l)

@@ -448,22 +448,20 @@ int hr__moe_forward_variant(hr_moe *m, int grid, const hr__moe_variant *v,
 int hr_moe_forward(hr_moe *m, const hr_lease *lease, const hr_moe_args *args,
                    void *stream)
 {
-  hr_budget b;
-  int grid, err;
+  hr_mode mode;
+  int grid, cluster, err;
 
   if(!m || !lease)
     return HR_EINVAL;
-  grid = hr_lease_grid(lease);        /* the hot path: no syscall */
-  if(grid < 0)
-    return grid;
-  err = hr_lease_budget(lease, &b);
+  /* The hot path: one lock-free read, grid and cluster from one budget. */
+  err = hr_lease_launch_config(lease, &grid, &cluster, &mode);
   if(err)
     return err;
   /* The kernel's clusters are 1 or 2 CTAs; a grid budgeted for larger
    * clusters is a multiple of 2 and safe with pairs. A lease in the
    * agnostic mode runs the residency-agnostic kernel (no clusters), which
    * is correct with any grid, headroom 0 included. */
-  return launch(m, lease, grid, (int)b.mode, b.cluster > 1 ? 2 : 1, args,
+  return launch(m, lease, grid, (int)mode, cluster > 1 ? 2 : 1, args,
                 (cudaStream_t)stream, NULL);
 }
 

@@ -213,6 +213,8 @@ _PROTOTYPES = {
     "hr_lease_headroom": (c_int, [_lease_p]),
     "hr_lease_epoch": (c_uint32, [_lease_p]),
     "hr_lease_degraded": (c_int, [_lease_p]),
+    "hr_lease_launch_config": (c_int, [_lease_p, POINTER(c_int),
+                                       POINTER(c_int), POINTER(c_int)]),
     "hr_lease_budget": (c_int, [_lease_p, POINTER(Budget_t)]),
     "hr_lease_gpu": (c_int, [_lease_p]),
     "hr_lease_client": (_client_p, [_lease_p]),

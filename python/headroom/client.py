@@ -449,6 +449,17 @@ class Lease(_Handle):
         """CTAs to launch the mega kernel with, now."""
         return check(self._lib.hr_lease_grid(self._handle()), "hr_lease_grid")
 
+    def launch_config(self) -> tuple:
+        """(grid, cluster, mode) of the budget in force, from one lock-free
+        read: grid and cluster size always belong to the same budget."""
+        grid, cluster, mode = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+        check(self._lib.hr_lease_launch_config(self._handle(),
+                                               ctypes.byref(grid),
+                                               ctypes.byref(cluster),
+                                               ctypes.byref(mode)),
+              "hr_lease_launch_config")
+        return grid.value, cluster.value, Mode(mode.value)
+
     @property
     def headroom(self) -> int:
         """SMs left free for communication kernels, now."""

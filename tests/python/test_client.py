@@ -62,6 +62,8 @@ class TestConnect(DaemonTestCase):
         with headroom.Client(self.daemon.socket, quiet=True) as c:
             with c.lease(1, cluster=2) as lease:
                 self.assertEqual(lease.grid, 130)
+                self.assertEqual(lease.launch_config(),
+                                 (130, 2, headroom.Mode.HEADROOM))
             self.assertTrue(lease.released)
             with self.assertRaises(headroom.InvalidArgument):
                 lease.grid
@@ -82,6 +84,7 @@ class TestConnect(DaemonTestCase):
         self.assertTrue(lease.released)
         self.assertFalse(comm.registered)
         for read in (lambda: lease.grid, lambda: lease.epoch,
+                     lambda: lease.launch_config(),
                      lambda: lease.budget(), lambda: lease.export_env()):
             with self.assertRaises(headroom.InvalidArgument):
                 read()

@@ -135,6 +135,17 @@ static void check_word_matches_budget(const hr_lease *l)
   assert_int_equal(hr_lease_headroom(l), b.headroom);
   assert_int_equal(hr_lease_epoch(l), b.epoch);
   assert_int_equal(hr_lease_degraded(l), b.degraded);
+  {
+    int grid, cluster;
+    hr_mode mode;
+    assert_int_equal(hr_lease_launch_config(l, &grid, &cluster, &mode), HR_OK);
+    assert_int_equal(grid, b.grid);
+    assert_int_equal(cluster, b.cluster);
+    assert_int_equal(mode, b.mode);
+    assert_int_equal(hr_lease_launch_config(l, &grid, NULL, &mode), HR_EINVAL);
+    assert_int_equal(hr_lease_launch_config(NULL, &grid, &cluster, &mode),
+                     HR_EINVAL);
+  }
 }
 
 static void test_degraded_open_full_grid(void **state)
