@@ -50,6 +50,7 @@
 #include "moe_barrier.cuh"
 #include "moe_combine.cuh"
 #include "moe_gemm.cuh"
+#include "moe_gemm_tma.cuh"
 #include "moe_ptx.cuh"
 #include "moe_route.cuh"
 
@@ -86,6 +87,7 @@ struct agn_shared {
   int nonempty;            /* experts with pairs */
   int polls;               /* thread 0: stop checks */
   int aborted;             /* thread 0 saw the abort word, not yet recorded */
+  int tma_failed;          /* a TMA run's wait timed out (its GEMM stage) */
   int all1;                /* thread 0 has seen every GEMM1 unit finished */
   int scatter_seen;        /* the CTA has seen every scatter finished */
   /* thread 0's state in a GEMM run (in shared memory: registers are short
@@ -194,6 +196,10 @@ static __device__ __forceinline__ int agn_stop_poll(const hr__moe_params &p)
  * the compiler serialize all of them. */
 static __device__ void agn_stop_record(const hr__moe_params &p)
 {
+  if(sh.tma_failed) {
+    moe_fail_at(p, HR__MOE_FAIL_TIMEOUT, HR__MOE_WAIT_TMA, sh.tma_failed, 0);
+    sh.tma_failed = 0;
+  }
   if(sh.aborted) {
     sh.aborted = 0;
     moe_fail_at(p, HR__MOE_FAIL_ABORT, HR__MOE_WAIT_CLAIM, 0, 0);
@@ -285,7 +291,14 @@ static __device__ void agn_route(const hr__moe_params &p, const moe_route &rt)
 static __device__ void agn_scatter(const hr__moe_params &p, const moe_route &rt, int c)
 {
   const int pairs = p.T * p.k, P = sh.pl.P;
-  moe_route_pairs(p, rt, sh.warp_sums, piece_lo(pairs, c, P), piece_lo(pairs, c + 1, P));
+  const int lo = piece_lo(pairs, c, P), hi = piece_lo(pairs, c + 1, P);
+  moe_route_pairs(p, rt, sh.warp_sums, lo, hi);
+  /* The TMA tiles read the x rows in expert order: the piece's, copied,
+   * before the count that publishes the piece. */
+  if(moe_tile_tma(sh.pl.tile, p.variant)) {
+    moe_copy_xs(p, lo, hi);
+    __syncthreads();
+  }
   if(threadIdx.x == 0)
     red_add_release_gpu(&p.agn->scatter_done, 1u);
 }
@@ -461,6 +474,154 @@ static __device__ int agn_gemm_run(const hr__moe_params &p, const moe_route &rt,
   return sh.pending;
 }
 
+/* agn_gemm_run on the TMA pipeline (moe_gemm_tma.cuh): the same units
+ * from the same ring and the same claims, thread 0 loading every step and
+ * placing the claims, the warps waiting on the slots' barriers instead of
+ * on each other. A unit's results are counted in its token tile after a
+ * __syncthreads that follows every thread's stores (one per unit, none per
+ * step). The claim made when the producer starts loading unit lu (for
+ * lu + 2) is placed at the next step: the warps read that ring entry only
+ * at the end of unit lu + 1, and thread 0 is one of them. Returns the
+ * ticket that ended the run, or -1 after a timeout (recorded by
+ * agn_tasks). Starts and ends with __syncthreads. */
+template <class C, int STAGE>
+static __device__ int agn_gemm_run_tma(const hr__moe_params &p, const moe_route &rt,
+                                       uint8_t *smem, int first)
+{
+  const int tid = threadIdx.x, lane = tid & 31;
+  const int K = STAGE == 1 ? p.H : p.I;
+  const int nk = K / C::BK;
+  const int nf = (STAGE == 1 ? 2 * p.I : p.H) / C::BM;
+  uint8_t *const pipe = moe_pipe<C>(smem);
+  uint64_t *const full = (uint64_t *)(pipe + C::PIPE_BYTES);
+  uint64_t *const empty = full + C::STAGES;
+  float acc[C::MT][C::NT][4];
+  moe_unit un, lun;                  /* the MMAs' unit; the producer's */
+  int s, i, kt = 0, u = 0, slot = 0;
+  int l_unit = 0, l_kt = 0, l_done = 0;  /* thread 0: the next step to load */
+  int claim = -1, claim_pos = 0;     /* thread 0: a ticket in flight */
+  int dead = 0;
+
+  __syncthreads();                   /* the last run's ring is read */
+  if(tid == 0) {
+    sh.ring[0] = first;
+    sh.open = agn_place<C, STAGE>(p, rt, 1, (int)atomicAdd(&p.agn->ticket, 1u));
+    tma_barriers_init<C>(full, empty);
+    /* Fill the pipeline. A unit's first load claims the unit two ahead,
+     * placed at once here. The inputs were acquired by this thread (the
+     * scatter count, a GEMM1 tile count): fence before TMA reads them. */
+    for(i = 0; i < C::STAGES && !l_done; i++) {
+      if(l_kt == 0) {
+        const int e = sh.ring[l_unit & (HR__MOE_RING - 1)];
+        if(e < 0) {
+          l_done = 1;
+          break;
+        }
+        lun = unit_decode(e, rt, p, nf, C::BN, moe_tt_major<C>(p));
+        fence_proxy_async_global();
+        if(sh.open)
+          sh.open = agn_place<C, STAGE>(p, rt, l_unit + 2, (int)atomicAdd(&p.agn->ticket, 1u));
+      }
+      tma_step_load<C, STAGE>(p, pipe, full, i, lun, l_kt);
+      if(++l_kt == nk) {
+        l_kt = 0;
+        l_unit++;
+      }
+    }
+  }
+  __syncthreads();
+  un = unit_decode(first, rt, p, nf, C::BN, moe_tt_major<C>(p));
+  tile_zero<C>(acc);
+  for(s = 0;; s++) {
+    /* as in moe_gemm_stage_tma: a timed-out thread goes on, dead */
+    if(!dead && !mbar_wait(p, full + slot, (unsigned)(s / C::STAGES) & 1u))
+      dead = 1;
+    {
+      const uint32_t a = smem_addr(pipe + slot * C::STAGE_BYTES);
+      tile_wgmma<C>(acc, a, a + C::A_BYTES, un.nvalid);
+    }
+    if(tid == 0 && claim >= 0) {
+      sh.open = agn_place<C, STAGE>(p, rt, claim_pos, claim);
+      claim = -1;
+    }
+    if(s > 0) {
+      const int prev = slot == 0 ? C::STAGES - 1 : slot - 1;
+      __syncwarp();
+      if(lane == 0)
+        mbar_arrive(empty + prev);
+      if(tid == 0 && !dead && !l_done) {
+        int go = 1;
+        if(l_kt == 0) {
+          const int e = sh.ring[l_unit & (HR__MOE_RING - 1)];
+          if(e < 0) {
+            l_done = 1;
+            go = 0;
+          } else {
+            lun = unit_decode(e, rt, p, nf, C::BN, moe_tt_major<C>(p));
+            fence_proxy_async_global();
+            if(sh.open) {
+              claim = (int)atomicAdd(&p.agn->ticket, 1u);
+              claim_pos = l_unit + 2;
+            }
+          }
+        }
+        if(go) {
+          if(!mbar_wait(p, empty + prev, (unsigned)((s - 1) / C::STAGES) & 1u)) {
+            dead = 1;
+          } else {
+            tma_step_load<C, STAGE>(p, pipe, full, prev, lun, l_kt);
+            if(++l_kt == nk) {
+              l_kt = 0;
+              l_unit++;
+            }
+          }
+        }
+      }
+    }
+    if(++slot == C::STAGES)
+      slot = 0;
+    if(++kt == nk) {
+      tile_drain<C>(acc);
+      tma_tile_store<C, STAGE>(p, un, acc);
+      tile_zero<C>(acc);
+      fence_proxy_async_global();      /* GEMM2's TMA reads h */
+      __syncthreads();                 /* every thread's stores, and the ring */
+      if(tid == 0)
+        agn_finished<STAGE>(p, agn_tile_of(rt, un, C::BN));
+      kt = 0;
+      u++;
+      if(sh.ring[u & (HR__MOE_RING - 1)] < 0)
+        break;
+      un = unit_decode(sh.ring[u & (HR__MOE_RING - 1)], rt, p, nf, C::BN,
+                       moe_tt_major<C>(p));
+    }
+  }
+  tile_drain<C>(acc);
+  dead = __syncthreads_or(dead);
+  if(tid == 0) {
+    if(dead) {
+      sh.tma_failed = STAGE;
+      sh.pending = -1;
+    } else {
+      tma_barriers_inval<C>(full, empty);
+    }
+  }
+  __syncthreads();
+  return sh.pending;
+}
+
+/* The run of tile C: on TMA or on cp.async. */
+template <class C, int STAGE>
+static __device__ __forceinline__ int agn_gemm_run_any(const hr__moe_params &p,
+                                                       const moe_route &rt, uint8_t *pipe,
+                                                       int first)
+{
+  if constexpr(C::TMA)
+    return agn_gemm_run_tma<C, STAGE>(p, rt, pipe, first);
+  else
+    return agn_gemm_run<C, STAGE>(p, rt, pipe, first);
+}
+
 /* ---- combine -------------------------------------------------------------- */
 
 /* Combine task c: tokens [c * tpc, ...). Each thread waits for the token
@@ -529,7 +690,7 @@ static __device__ __forceinline__ int agn_tasks(const hr__moe_params &p, int tic
         return 0;
       if(threadIdx.x == 0)
         sh.scatter_seen = 1;
-      ticket = agn_gemm_run<C, 1>(p, rt, pipe, u);
+      ticket = agn_gemm_run_any<C, 1>(p, rt, pipe, u);
     } else if(ticket < sh.pl.cb) {
       const int u = agn_wrap(ticket - sh.pl.g2, sh.pl.u2);
       const moe_unit un = unit_decode(u, rt, p, sh.pl.nf2, C::BN, moe_tt_major<C>(p));
@@ -538,7 +699,7 @@ static __device__ __forceinline__ int agn_tasks(const hr__moe_params &p, int tic
       if(!sh.all1 && !agn_wait_cta(p, p.g1_done + agn_tile_of(rt, un, C::BN),
                                    sh.pl.need1, HR__MOE_WAIT_GEMM1))
         return 0;
-      ticket = agn_gemm_run<C, 2>(p, rt, pipe, u);
+      ticket = agn_gemm_run_any<C, 2>(p, rt, pipe, u);
     } else if(ticket < sh.pl.end) {
       if(!agn_combine(p, rt, agn_wrap(ticket - sh.pl.cb, sh.pl.nc)))
         return 0;
@@ -588,6 +749,7 @@ static __device__ __noinline__ int agn_begin(const hr__moe_params &p)
       moe_fail(p, HR__MOE_FAIL_STALE, -1, 0);
     sh.polls = 0;
     sh.aborted = 0;
+    sh.tma_failed = 0;
     sh.all1 = 0;
     sh.scatter_seen = 0;
     sh.nonempty = 0;
@@ -658,6 +820,8 @@ hr__moe_agnostic_kernel(const __grid_constant__ hr__moe_params p)
     ok = agn_tasks_for<moe_tile_mid_w0>(p, ticket);
   else if(tile == MOE_TILE_MID)
     ok = agn_tasks_for<moe_tile_mid>(p, ticket);
+  else if(moe_tile_tma(tile, v))
+    ok = agn_tasks_for<moe_tile_big_tma>(p, ticket);
   else if(v & HR__MOE_VAR_SYNC_BIG)
     ok = agn_tasks_for<moe_tile_big_sync>(p, ticket);
   else

@@ -27,6 +27,14 @@
 #define SYNC_SLEEP_NS 50000L
 
 
+/* cuTensorMapEncodeTiled, found through the runtime: the library links
+ * no driver library. */
+typedef CUresult (*tmap_encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+                                   const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
+                                   const cuuint32_t *, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion,
+                                   CUtensorMapFloatOOBfill);
+
 struct hr_moe {
   int device;
   int sms;
@@ -43,6 +51,13 @@ struct hr_moe {
   int32_t *pos_of;
   uint16_t *h;
   uint16_t *ypair;
+
+  /* The TMA pipeline's tensor maps (moe_gemm_tma.cuh): the workspace's
+   * made once, the weights' again whenever the caller's pointers change
+   * (a host-side encoding, no device call). */
+  tmap_encode_fn encode;
+  CUtensorMap tm_xs, tm_h, tm_w1, tm_w2;
+  const void *tm_w1_src, *tm_w2_src;
 
   /* pinned, mapped error and abort words */
   hr__moe_host_words *host;
@@ -117,6 +132,75 @@ static int shape_valid(const hr_moe_shape *s)
 static size_t align_up(size_t n)
 {
   return (n + 255) & ~(size_t)255;
+}
+
+/* A bf16 tensor map of `rank` dimensions (innermost first; strides in
+ * bytes of dimensions 1..rank-1), boxes `box`, the 128-byte swizzle the
+ * wgmma tiles read. */
+static int tmap_make(const hr_moe *m, CUtensorMap *map, const void *base, unsigned rank,
+                     const cuuint64_t *dims, const cuuint64_t *strides,
+                     const cuuint32_t *box)
+{
+  const cuuint32_t ones[5] = { 1, 1, 1, 1, 1 };
+  CUresult r = m->encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, (void *)base, dims,
+                         strides, box, ones, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                         CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? HR_OK : HR_ECUDA;
+}
+
+/* The workspace's maps: the x rows in expert order (in ypair's memory)
+ * [pairs][H] and h [pairs][I], boxes of 64 rows by 64. */
+static int tmap_workspace(hr_moe *m)
+{
+  const cuuint64_t pairs = (cuuint64_t)m->shape.max_tokens * m->shape.topk;
+  const cuuint64_t H = (cuuint64_t)m->shape.hidden, I = (cuuint64_t)m->shape.inter;
+  const cuuint32_t box[2] = { 64, 64 };
+  cuuint64_t dims[2], strides[1];
+  int err;
+
+  dims[0] = H;
+  dims[1] = pairs;
+  strides[0] = H * 2;
+  err = tmap_make(m, &m->tm_xs, m->ypair, 2, dims, strides, box);
+  if(err)
+    return err;
+  dims[0] = I;
+  strides[0] = I * 2;
+  return tmap_make(m, &m->tm_h, m->h, 2, dims, strides, box);
+}
+
+/* The weights' maps, when the pointers are new. W1 [E][2I][H] seen as
+ * [E][I/8][2][8][H]: a box of (64 K, 8 rows, gate and up, 4 groups) is 64
+ * rows in GEMM1's order (per 16: 8 gate rows, then the same features'
+ * up rows). W2 [E][H][I]: boxes of 64 rows. */
+static int tmap_weights(hr_moe *m, const void *w1, const void *w2)
+{
+  const cuuint64_t E = (cuuint64_t)m->shape.experts;
+  const cuuint64_t H = (cuuint64_t)m->shape.hidden, I = (cuuint64_t)m->shape.inter;
+  int err;
+
+  if(w1 != m->tm_w1_src) {
+    const cuuint64_t dims[5] = { H, 8, 2, I / 8, E };
+    const cuuint64_t strides[4] = { H * 2, I * H * 2, 8 * H * 2, 2 * I * H * 2 };
+    const cuuint32_t box[5] = { 64, 8, 2, 4, 1 };
+    m->tm_w1_src = NULL;
+    err = tmap_make(m, &m->tm_w1, w1, 5, dims, strides, box);
+    if(err)
+      return err;
+    m->tm_w1_src = w1;
+  }
+  if(w2 != m->tm_w2_src) {
+    const cuuint64_t dims[3] = { I, H, E };
+    const cuuint64_t strides[2] = { I * 2, H * I * 2 };
+    const cuuint32_t box[3] = { 64, 64, 1 };
+    m->tm_w2_src = NULL;
+    err = tmap_make(m, &m->tm_w2, w2, 3, dims, strides, box);
+    if(err)
+      return err;
+    m->tm_w2_src = w2;
+  }
+  return HR_OK;
 }
 
 /* ---- create / destroy -------------------------------------------------- */
@@ -195,6 +279,21 @@ int hr_moe_create(hr_moe **out, int device, const hr_moe_shape *shape)
   off += align_up(pairs * shape->inter * 2);
   m->ypair = (uint16_t *)((char *)m->ws + off);
   err = err_from_cuda(cudaMemset(m->ws, 0, m->reset_bytes));
+  if(err)
+    goto out;
+  {
+    enum cudaDriverEntryPointQueryResult q;
+    void *fn = NULL;
+    if(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                        cudaEnableDefault, &q) != cudaSuccess ||
+       q != cudaDriverEntryPointSuccess || !fn) {
+      cudaGetLastError();
+      err = HR_EUNSUPPORTED;           /* a driver without TMA */
+      goto out;
+    }
+    m->encode = (tmap_encode_fn)fn;
+  }
+  err = tmap_workspace(m);
   if(err)
     goto out;
 
@@ -367,6 +466,13 @@ static int launch(hr_moe *m, const hr_lease *lease, int grid, int mode,
   p.pos_of = m->pos_of;
   p.h = m->h;
   p.ypair = m->ypair;
+  err = tmap_weights(m, a->w1, a->w2);
+  if(err)
+    goto out;
+  p.tm_w1 = m->tm_w1;
+  p.tm_w2 = m->tm_w2;
+  p.tm_xs = m->tm_xs;
+  p.tm_h = m->tm_h;
   p.agn = m->agn;
   p.g1_done = m->g1_done;
   p.g2_done = m->g2_done;

@@ -91,6 +91,8 @@ struct moe_tile {
    * every warpgroup is done with it (moe_gemm_stage); 0: each step waits
    * for its own MMAs before the next loads are issued. */
   static constexpr int DEPTH = WG ? DEPTH_ : 0;
+  /* 1: loaded by TMA (moe_gemm_tma.cuh's tiles), 0: by cp.async */
+  static constexpr int TMA = 0;
   /* Units of an expert token tile major (the big tiles): the units that
    * read one token tile, a dozen or more, start together and share it in
    * L2; row tile major otherwise (unit_decode). */

@@ -20,6 +20,7 @@
 #include "moe_barrier.cuh"
 #include "moe_combine.cuh"
 #include "moe_gemm.cuh"
+#include "moe_gemm_tma.cuh"
 #include "moe_ptx.cuh"
 #include "moe_route.cuh"
 
@@ -43,12 +44,19 @@ static __device__ void moe_combine(const hr__moe_params &p)
 }
 
 /* GEMM stage STAGE in the launch's tile shape, or the benchmark's variant
- * of it (moe_kernel.h). */
+ * of it (moe_kernel.h). 0 when a TMA load never landed (recorded). */
 template <int STAGE>
-static __device__ __forceinline__ void moe_gemm(const hr__moe_params &p, const moe_route &rt,
-                                                uint8_t *smem, int tile)
+static __device__ __forceinline__ int moe_gemm(const hr__moe_params &p, const moe_route &rt,
+                                               uint8_t *smem, int tile)
 {
   const unsigned v = p.variant;
+  if(moe_tile_tma(tile, v)) {
+    if(moe_gemm_stage_tma<moe_tile_big_tma, STAGE>(p, rt, smem))
+      return 1;
+    if(threadIdx.x == 0)
+      moe_fail_at(p, HR__MOE_FAIL_TIMEOUT, HR__MOE_WAIT_TMA, STAGE, 0);
+    return 0;
+  }
   if(tile == MOE_TILE_TINY)
     moe_gemm_stage<moe_tile_tiny, STAGE>(p, rt, smem);
   else if(tile == MOE_TILE_NARROW)
@@ -65,6 +73,7 @@ static __device__ __forceinline__ void moe_gemm(const hr__moe_params &p, const m
     moe_gemm_stage<moe_tile_big_sync, STAGE>(p, rt, smem);
   else
     moe_gemm_stage<moe_tile_big, STAGE>(p, rt, smem);
+  return 1;
 }
 
 /* Before the grid barrier that opens GEMM stage STAGE, in the benchmark's
@@ -123,14 +132,12 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
 
   /* 1. route: this CTA's slice of the pairs (none in the benchmark's
    * variant without the route phase: the tables are still made) */
-  {
-    const int pairs = p.T * p.k, runs = moe_phase_runs(p, HR__MOE_PHASE_ROUTE);
-    const int lo = (int)((long long)pairs * blockIdx.x / gridDim.x);
-    const int hi = runs ? (int)((long long)pairs * (blockIdx.x + 1) / gridDim.x) : lo;
+  const int pairs = p.T * p.k, runs = moe_phase_runs(p, HR__MOE_PHASE_ROUTE);
+  const int lo = (int)((long long)pairs * blockIdx.x / gridDim.x);
+  const int hi = runs ? (int)((long long)pairs * (blockIdx.x + 1) / gridDim.x) : lo;
+  moe_route_pairs(p, rt, s_warp_sums, lo, hi);
+  if(runs == 2)
     moe_route_pairs(p, rt, s_warp_sums, lo, hi);
-    if(runs == 2)
-      moe_route_pairs(p, rt, s_warp_sums, lo, hi);
-  }
   /* The tile shape follows the pairs per expert that has any: a function
    * of the routing alone, so the same for every grid. */
   for(i = threadIdx.x; i < p.E; i += HR__MOE_THREADS)
@@ -139,6 +146,10 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
   __syncthreads();
   tile = moe_pick_tile(rt.off[p.E], s_nonempty, p.variant);
   moe_route_tiles(p, rt, moe_tile_bn(tile), s_warp_sums);
+  /* The TMA tiles read the x rows in expert order: the slice's, copied
+   * (pos_of is this CTA's own, from moe_route_pairs). */
+  if(moe_tile_tma(tile, p.variant))
+    moe_copy_xs(p, lo, hi);
   /* The weights need no routing: fetch them while the barrier waits. */
   moe_prefetch<1>(p, rt, tile);
   if(!grid_barrier(p, 0, &s_ok))
@@ -146,13 +157,15 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
 
   /* 2. GEMM1 + SwiGLU (each CTA's units come twice, or never, in the
    * benchmark's variants: moe_gemm_stage) */
-  moe_gemm<1>(p, rt, smem, tile);
+  if(!moe_gemm<1>(p, rt, smem, tile))
+    return;
   moe_prefetch<2>(p, rt, tile);
   if(!grid_barrier(p, 1, &s_ok))
     return;
 
   /* 3. GEMM2 */
-  moe_gemm<2>(p, rt, smem, tile);
+  if(!moe_gemm<2>(p, rt, smem, tile))
+    return;
   if(!grid_barrier(p, 2, &s_ok))
     return;
 

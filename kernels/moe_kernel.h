@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 
+#include <cuda.h>             /* CUtensorMap: a type only, no driver call */
 #include <cuda_runtime.h>
 
 #define HR__MOE_THREADS 256
@@ -86,7 +87,10 @@ enum {
   HR__MOE_WAIT_SCATTER = 11,  /* for every scatter piece */
   HR__MOE_WAIT_GEMM1 = 12,    /* for the GEMM1 tiles of a token tile */
   HR__MOE_WAIT_GEMM2 = 13,    /* for the GEMM2 tiles a combine task reads */
-  HR__MOE_WAIT_CLAIM = 14     /* noticed between tasks (an abort) */
+  HR__MOE_WAIT_CLAIM = 14,    /* noticed between tasks (an abort) */
+  /* Either kernel: a TMA load of the big tile never landed (a bug or a
+   * dead context); `arrived` holds the GEMM stage, 1 or 2. */
+  HR__MOE_WAIT_TMA = 15
 };
 
 /* The phases, as bits: the benchmark times variants of a launch that
@@ -121,11 +125,22 @@ enum {
   HR__MOE_VAR_MID_SYNC = 8,
   HR__MOE_VAR_MID_WAIT = 16,
   HR__MOE_VAR_NO_WIDE = 64,
-  HR__MOE_VAR_PREFETCH = 128
+  HR__MOE_VAR_PREFETCH = 128,
+  /* the big tile on the cp.async pipeline, every thread loading and a
+   * __syncthreads a step (the default before the TMA pipeline) */
+  HR__MOE_VAR_CPASYNC = 256
 };
 
-/* Everything one launch needs, passed by value as a __grid_constant__. */
+/* Everything one launch needs, passed by value as a __grid_constant__
+ * (the TMA loads read the tensor maps from the parameter space). */
 typedef struct hr__moe_params {
+  /* The TMA pipeline's tensor maps (moe_gemm_tma.cuh), 64-row boxes of
+   * 64 K (128 bytes, the 128-byte swizzle): W1 as [E][I/8][2][8][H] so a
+   * box is 4 features groups of 8 gate rows then 8 up rows, the GEMM1
+   * row order; W2 as [E][H][I]; the x rows copied in expert order (xs,
+   * which is ypair's memory: GEMM2 overwrites it only after GEMM1 has
+   * read it) as [pairs][H]; h as [pairs][I]. */
+  CUtensorMap tm_w1, tm_w2, tm_xs, tm_h;
   /* inputs and output (bf16 as raw 16-bit words) */
   const uint16_t *x;
   const int32_t *ids;
@@ -138,7 +153,9 @@ typedef struct hr__moe_params {
   int32_t *sorted_tok;  /* [pairs]: token of each pair, in expert order */
   int32_t *pos_of;      /* [T*k]: where pair (t, j) landed, -1 if skipped */
   uint16_t *h;          /* [pairs, I] bf16: SwiGLU output, expert order */
-  uint16_t *ypair;      /* [pairs, H] bf16: GEMM2 output, expert order */
+  uint16_t *ypair;      /* [pairs, H] bf16: GEMM2 output, expert order;
+                           before GEMM2, with the TMA tiles, the x rows
+                           in expert order (xs) that GEMM1 reads */
   /* the agnostic kernel's schedule (unused by the barrier kernel) */
   hr__moe_agn *agn;
   unsigned *g1_done;    /* [token tiles]: GEMM1 units finished, per tile */

@@ -289,4 +289,90 @@ static __device__ __forceinline__ void wgmma_m64k16(float (&d)[NT][4], uint64_t 
 #undef HR__WGMMA_ACC2
 #undef HR__WGMMA_ACC1
 
+/* ---- mbarriers and TMA (sm_90a): the TMA pipeline of moe_gemm_tma.cuh ---- */
+
+/* A shared-memory barrier that completes a phase when `count` arrivals
+ * (and, with expect_tx, the bytes announced) have come. */
+static __device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count)
+{
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n"
+               :: "r"(smem_addr(bar)), "r"(count) : "memory");
+}
+
+/* Before its memory is used for anything else. */
+static __device__ __forceinline__ void mbar_inval(uint64_t *bar)
+{
+  asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" :: "r"(smem_addr(bar)) : "memory");
+}
+
+/* Makes mbar_init visible to the async proxy (the TMA unit). */
+static __device__ __forceinline__ void fence_mbar_init(void)
+{
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+static __device__ __forceinline__ void mbar_arrive(uint64_t *bar)
+{
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n"
+               :: "r"(smem_addr(bar)) : "memory");
+}
+
+/* One arrival that also announces `bytes` the TMA loads will deliver. */
+static __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t *bar, unsigned bytes)
+{
+  asm volatile("{\n.reg .b64 st;\n"
+               "mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n"
+               :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+
+/* 1 when the phase of parity `parity` has completed (the hardware may
+ * suspend the thread a while before answering 0). */
+static __device__ __forceinline__ int mbar_try_wait(uint64_t *bar, unsigned parity)
+{
+  unsigned done;
+  asm volatile("{\n.reg .pred p;\n"
+               "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+               "selp.u32 %0, 1, 0, p;\n}\n"
+               : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+  return (int)done;
+}
+
+/* Generic-proxy writes to global memory (the x rows copied in expert
+ * order, GEMM1's h) and TMA reads of them: the reading thread fences
+ * after it acquires them, the writing one before it releases. */
+static __device__ __forceinline__ void fence_proxy_async_global(void)
+{
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+
+/* TMA tile loads into shared memory, completing on `bar`. c0 is the
+ * innermost coordinate (elements), as the tensor map's dimensions. */
+static __device__ __forceinline__ void tma_load_2d(uint32_t dst, const void *map,
+                                                   uint64_t *bar, int c0, int c1)
+{
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%3, %4}], [%2];\n"
+               :: "r"(dst), "l"(map), "r"(smem_addr(bar)), "r"(c0), "r"(c1) : "memory");
+}
+
+static __device__ __forceinline__ void tma_load_3d(uint32_t dst, const void *map,
+                                                   uint64_t *bar, int c0, int c1, int c2)
+{
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%3, %4, %5}], [%2];\n"
+               :: "r"(dst), "l"(map), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2)
+               : "memory");
+}
+
+static __device__ __forceinline__ void tma_load_5d(uint32_t dst, const void *map,
+                                                   uint64_t *bar, int c0, int c1, int c2,
+                                                   int c3, int c4)
+{
+  asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%3, %4, %5, %6, %7}], [%2];\n"
+               :: "r"(dst), "l"(map), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2),
+                  "r"(c3), "r"(c4)
+               : "memory");
+}
+
 #endif /* HR_MOE_PTX_CUH */

@@ -1,0 +1,310 @@
+/*
+ * moe_gemm_tma.cuh: the big tile's GEMM stages on a TMA pipeline.
+ *
+ * The same units, the same wgmma instructions in the same K order as the
+ * cp.async big tile of moe_gemm.cuh (so y is bitwise the same); what
+ * differs is how the tiles reach shared memory and how the warps hand the
+ * slots around:
+ *
+ *   - One thread (thread 0, the producer) loads a whole step with a few
+ *     TMA instructions (64-row boxes of 64 K: weights from their tensor
+ *     maps, tokens from the x rows copied in expert order or from h), the
+ *     slot's `full` barrier counting the bytes in. The other 255 threads
+ *     issue no loads at all.
+ *   - The warps wait on the slot's `full` barrier, never on each other:
+ *     there is no __syncthreads in the K loop. A warp that has seen the
+ *     MMAs of the step before complete (wgmma.wait_group 1) arrives on
+ *     that step's `empty` barrier; once all 8 have, the producer refills
+ *     the slot STAGES steps ahead.
+ *   - The results go from the accumulators straight to global memory; no
+ *     staging, so all the shared memory is pipeline.
+ *
+ * Why: the cp.async tile spent its time in the loads each thread issued
+ * and in the barrier every step (DeepSeek-V3 T = 8192 at ~290 TFLOP/s,
+ * the reference at ~313; bench/results). GEMM1 gathers token rows, which
+ * a tiled TMA load cannot do on sm_90, so the route stage copies the x
+ * rows into expert order first (moe_copy_xs), into ypair's memory.
+ *
+ * Every wait is bounded by the launch's timeout: a load that never lands
+ * ends the stage with an error the host reads, never a hang.
+ */
+#ifndef HR_MOE_GEMM_TMA_CUH
+#define HR_MOE_GEMM_TMA_CUH
+
+#include "moe_gemm.cuh"
+#include "moe_kernel.h"
+#include "moe_ptx.cuh"
+#include "moe_route.cuh"
+
+/* The big tile on TMA: 256 weight rows by 128 tokens, 4 stages of 64 K,
+ * one step's MMAs in flight (the loads are issued by the producer ahead
+ * of the MMAs, not by the warps between them, so DEPTH 1 no longer holds
+ * loads back as it did with cp.async). */
+struct moe_tile_big_tma : moe_tile<256, 128, 64, 8, 1, 1, 4, 0, 1, 1> {
+  static constexpr int TMA = 1;
+};
+
+/* Rows per TMA box: each box is 64 rows of 128 bytes, 8 KiB. */
+#define HR__MOE_TMA_BOX 64
+/* Warps that release a slot (every warp of both warpgroups). */
+#define HR__MOE_TMA_WARPS (HR__MOE_THREADS / 32)
+
+static_assert(moe_tile_big_tma::BM == moe_tile_big::BM &&
+                  moe_tile_big_tma::BN == moe_tile_big::BN &&
+                  moe_tile_big_tma::BK == moe_tile_big::BK,
+              "the same units and K steps as the cp.async big tile");
+static_assert(moe_tile_big_tma::PIPE_BYTES + 1024 + 2 * 8 * moe_tile_big_tma::STAGES <=
+                  HR__MOE_GEMM_SMEM,
+              "pipeline, alignment and barriers fit");
+
+/* Does this launch's tile run on the TMA pipeline? (Then GEMM1 reads the
+ * x rows in expert order, which the route stage must copy.) */
+static __device__ __forceinline__ int moe_tile_tma(int tile, unsigned variant)
+{
+  return tile == MOE_TILE_BIG && !(variant & HR__MOE_VAR_CPASYNC);
+}
+
+/* Pairs [lo, hi) placed by this CTA (pos_of written, visible after the
+ * __syncthreads that ended the placing): their x rows to xs[pos], one
+ * warp a row, 16-byte chunks. Ends with this thread's proxy fence: the
+ * rows are read by TMA after the grid barrier or the counter that
+ * publishes them. */
+static __device__ void moe_copy_xs(const hr__moe_params &p, int lo, int hi)
+{
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int chunks = p.H / 8;
+  uint16_t *xs = p.ypair;
+  int pi, c;
+  for(pi = lo + warp; pi < hi; pi += HR__MOE_THREADS / 32) {
+    const int pos = __ldcg(p.pos_of + pi);
+    const uint4 *src = (const uint4 *)(p.x + (size_t)(pi / p.k) * p.H);
+    uint4 *dst = (uint4 *)(xs + (size_t)pos * p.H);
+    if(pos < 0)
+      continue;
+    for(c = lane; c < chunks; c += 32)
+      dst[c] = __ldg(src + c);
+  }
+  fence_proxy_async_global();
+}
+
+/* Wait for the phase of `bar` with parity `par`; 0 when the launch's
+ * timeout passes first. Inline, with no call: a call among the wgmma
+ * instructions would make the compiler serialize them. */
+static __device__ __forceinline__ int mbar_wait(const hr__moe_params &p, uint64_t *bar,
+                                                unsigned par)
+{
+  unsigned long long t0 = 0;
+  unsigned it = 0;
+  while(!mbar_try_wait(bar, par)) {
+    if((++it & 255) == 0) {
+      const unsigned long long now = global_timer_ns();
+      if(t0 == 0)
+        t0 = now;
+      else if(now - t0 > p.timeout_ns)
+        return 0;
+    }
+  }
+  return 1;
+}
+
+/* The producer's loads of one step (unit un, K step kt) into `slot`: the
+ * weights (BM rows) and as many 64-token boxes as the unit has tokens
+ * (the MMA reads no further: tile_wgmma's width follows nvalid). */
+template <class C, int STAGE>
+static __device__ __forceinline__ void tma_step_load(const hr__moe_params &p, uint8_t *pipe,
+                                                     uint64_t *full, int slot,
+                                                     const moe_unit &un, int kt)
+{
+  const uint32_t a = smem_addr(pipe + slot * C::STAGE_BYTES);
+  const uint32_t b = a + C::A_BYTES;
+  const int boxes = (un.nvalid + HR__MOE_TMA_BOX - 1) / HR__MOE_TMA_BOX;
+  const int k0 = kt * C::BK, box_bytes = HR__MOE_TMA_BOX * C::ROW_BYTES;
+  int r;
+  mbar_arrive_expect_tx(full + slot, (unsigned)(C::A_BYTES + boxes * box_bytes));
+#pragma unroll
+  for(r = 0; r < C::BM / HR__MOE_TMA_BOX; r++) {
+    if(STAGE == 1)
+      /* 64 rows = 4 groups of (8 gate rows, 8 up rows) of 8 features */
+      tma_load_5d(a + r * box_bytes, &p.tm_w1, full + slot, k0, 0, 0,
+                  un.ft * (C::BM / 16) + r * (HR__MOE_TMA_BOX / 16), un.e);
+    else
+      tma_load_3d(a + r * box_bytes, &p.tm_w2, full + slot, k0,
+                  un.ft * C::BM + r * HR__MOE_TMA_BOX, un.e);
+  }
+  for(r = 0; r < boxes; r++)
+    tma_load_2d(b + r * box_bytes, STAGE == 1 ? (const void *)&p.tm_xs : (const void *)&p.tm_h,
+                full + slot, k0, un.pos0 + r * HR__MOE_TMA_BOX);
+}
+
+/* The unit's results, from the accumulators straight to h (SwiGLU) or
+ * ypair: each thread its rows and token columns (the wgmma layout of
+ * moe_ptx.cuh), columns at and past nvalid left out. */
+template <class C, int STAGE>
+static __device__ __forceinline__ void tma_tile_store(const hr__moe_params &p,
+                                                      const moe_unit &un,
+                                                      float (&acc)[C::MT][C::NT][4])
+{
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  int mt, j;
+#pragma unroll
+  for(mt = 0; mt < C::MT; mt++) {
+    const int m16 = C::m16(warp, mt);
+#pragma unroll
+    for(j = 0; j < C::NT; j++) {
+      const int n = j * 8 + 2 * t4;
+      const float *c = acc[mt][j];
+      if(n >= un.nvalid)
+        continue;
+      if(STAGE == 1) {
+        /* c0,c1: gate of feature f for tokens n, n+1; c2,c3: its up */
+        uint16_t *dst = p.h + (size_t)(un.pos0 + n) * p.I + un.ft * (C::BM / 2) + m16 * 8 + g;
+        dst[0] = to_bf16(hr__swiglu(c[0], c[2]));
+        if(n + 1 < un.nvalid)
+          dst[p.I] = to_bf16(hr__swiglu(c[1], c[3]));
+      } else {
+        uint16_t *dst = p.ypair + (size_t)(un.pos0 + n) * p.H + un.ft * C::BM + m16 * 16 + g;
+        dst[0] = to_bf16(c[0]);
+        dst[8] = to_bf16(c[2]);
+        if(n + 1 < un.nvalid) {
+          dst[p.H] = to_bf16(c[1]);
+          dst[p.H + 8] = to_bf16(c[3]);
+        }
+      }
+    }
+  }
+}
+
+/* Thread 0, before the first load of a run: the slots' barriers, fresh
+ * (full: the producer's one arrival and the bytes; empty: one arrival a
+ * warp). */
+template <class C>
+static __device__ __forceinline__ void tma_barriers_init(uint64_t *full, uint64_t *empty)
+{
+  for(int i = 0; i < C::STAGES; i++) {
+    mbar_init(full + i, 1);
+    mbar_init(empty + i, HR__MOE_TMA_WARPS);
+  }
+  fence_mbar_init();
+}
+
+/* Thread 0, after a run whose loads all landed: the barriers put away,
+ * for whatever uses the memory next. */
+template <class C>
+static __device__ __forceinline__ void tma_barriers_inval(uint64_t *full, uint64_t *empty)
+{
+  for(int i = 0; i < C::STAGES; i++) {
+    mbar_inval(full + i);
+    mbar_inval(empty + i);
+  }
+}
+
+/* One GEMM stage over this CTA's units (blockIdx.x + i * gridDim.x, as
+ * moe_gemm_stage deals them) on the TMA pipeline. 1 when done; 0 when a
+ * wait timed out (the caller records it; the stage's results are then
+ * garbage, and the launch fails). Starts and ends with every thread
+ * together. */
+template <class C, int STAGE>
+__device__ int moe_gemm_stage_tma(const hr__moe_params &p, const moe_route &rt,
+                                  uint8_t *smem)
+{
+  const int tid = threadIdx.x, lane = tid & 31;
+  const int K = STAGE == 1 ? p.H : p.I;
+  const int nk = K / C::BK;
+  const int nf = (STAGE == 1 ? 2 * p.I : p.H) / C::BM;
+  const int units1 = rt.tile_off[p.E] * nf;
+  const int units = units1 * moe_phase_runs(p, STAGE == 1 ? HR__MOE_PHASE_GEMM1
+                                                          : HR__MOE_PHASE_GEMM2);
+  const int mine = units > (int)blockIdx.x
+                       ? (units - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x
+                       : 0;
+  const int steps = mine * nk;
+  uint8_t *const pipe = moe_pipe<C>(smem);
+  uint64_t *const full = (uint64_t *)(pipe + C::PIPE_BYTES);
+  uint64_t *const empty = full + C::STAGES;
+  float acc[C::MT][C::NT][4];
+  moe_unit un, lun;                  /* the MMAs' unit; the producer's */
+  int s, kt = 0, u = 0, slot = 0;
+  int l_unit = 0, l_kt = 0;          /* the producer: next step to load */
+  int dead = 0, ok;
+
+  if(steps == 0)
+    return 1;
+  if(tid == 0) {
+    tma_barriers_init<C>(full, empty);
+    /* the inputs were written through the generic proxy (the x rows by
+     * the route stage, h by GEMM1) and published by the grid barrier */
+    fence_proxy_async_global();
+    lun = unit_decode(moe_unit_wrap(blockIdx.x, units1), rt, p, nf, C::BN,
+                      moe_tt_major<C>(p));
+    for(s = 0; s < C::STAGES && s < steps; s++) {
+      tma_step_load<C, STAGE>(p, pipe, full, s, lun, l_kt);
+      if(++l_kt == nk) {
+        l_kt = 0;
+        if(++l_unit < mine)
+          lun = unit_decode(moe_unit_wrap(blockIdx.x + l_unit * gridDim.x, units1), rt, p,
+                            nf, C::BN, moe_tt_major<C>(p));
+      }
+    }
+  }
+  __syncthreads();
+
+  un = unit_decode(moe_unit_wrap(blockIdx.x, units1), rt, p, nf, C::BN, moe_tt_major<C>(p));
+  tile_zero<C>(acc);
+  for(s = 0; s < steps; s++) {
+    /* A wait that timed out leaves this thread dead: it waits no more
+     * and loads nothing, but goes on through every step, so the warps of
+     * a warpgroup never part at a wgmma (they read garbage; the launch
+     * has failed). */
+    if(!dead && !mbar_wait(p, full + slot, (unsigned)(s / C::STAGES) & 1u))
+      dead = 1;
+    {
+      const uint32_t a = smem_addr(pipe + slot * C::STAGE_BYTES);
+      tile_wgmma<C>(acc, a, a + C::A_BYTES, un.nvalid);  /* step s - 1's are done */
+    }
+    if(s > 0) {
+      const int prev = slot == 0 ? C::STAGES - 1 : slot - 1;
+      __syncwarp();
+      if(lane == 0)
+        mbar_arrive(empty + prev);
+      /* The producer refills the slot step s - 1 used with step
+       * s - 1 + STAGES once every warp is done with it. */
+      if(tid == 0 && !dead && s - 1 + C::STAGES < steps) {
+        if(!mbar_wait(p, empty + prev, (unsigned)((s - 1) / C::STAGES) & 1u)) {
+          dead = 1;
+        } else {
+          tma_step_load<C, STAGE>(p, pipe, full, prev, lun, l_kt);
+          if(++l_kt == nk) {
+            l_kt = 0;
+            if(++l_unit < mine)
+              lun = unit_decode(moe_unit_wrap(blockIdx.x + l_unit * gridDim.x, units1), rt,
+                                p, nf, C::BN, moe_tt_major<C>(p));
+          }
+        }
+      }
+    }
+    if(++kt == nk) {
+      tile_drain<C>(acc);
+      tma_tile_store<C, STAGE>(p, un, acc);
+      tile_zero<C>(acc);
+      kt = 0;
+      if(++u < mine)
+        un = unit_decode(moe_unit_wrap(blockIdx.x + u * gridDim.x, units1), rt, p, nf,
+                         C::BN, moe_tt_major<C>(p));
+    }
+    if(++slot == C::STAGES)
+      slot = 0;
+  }
+  /* As in moe_gemm_stage: the last step drained, but the compiler cannot
+   * know it. Then the stores go out to the async proxy (GEMM2's TMA reads
+   * h), and the barriers are put away for whatever uses the memory next
+   * (not after a timeout: a load may still be in flight). */
+  tile_drain<C>(acc);
+  fence_proxy_async_global();
+  ok = !__syncthreads_or(dead);
+  if(tid == 0 && ok)
+    tma_barriers_inval<C>(full, empty);
+  return ok;
+}
+
+#endif /* HR_MOE_GEMM_TMA_CUH */
