@@ -66,12 +66,9 @@ typedef struct gemm_variant {
 
 static const gemm_variant gemm_variants[] = {
   { "default", 0, 1, 1 << 30 },
-  { "before: mid tile waiting for each step's MMAs", HR__MOE_VAR_NO_WIDE | HR__MOE_VAR_MID_WAIT,
-    1024, 1024 },
-  { "mid tile where the wide one runs", HR__MOE_VAR_NO_WIDE, 1024, 1024 },
   { "before: big tile on the cp.async pipeline", HR__MOE_VAR_CPASYNC, 8192, 1 << 30 },
-  { "big tile weights evict-first (cp.async)", HR__MOE_VAR_CPASYNC | HR__MOE_VAR_A_EVICT_FIRST,
-    8192, 1 << 30 },
+  { "weights evict-first in L2", HR__MOE_VAR_A_EVICT_FIRST, 8192, 1 << 30 },
+  { "barrier kernel without clusters", HR__MOE_VAR_NO_CLUSTER, 8192, 1 << 30 },
   { "L2 prefetch of the weights before the waits", HR__MOE_VAR_PREFETCH, 1, 128 },
 };
 #define NGEMM ((int)(sizeof(gemm_variants) / sizeof(gemm_variants[0])))

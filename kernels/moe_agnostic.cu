@@ -808,7 +808,9 @@ hr__moe_agnostic_kernel(const __grid_constant__ hr__moe_params p)
   /* The tile shape follows the routing: the same in every CTA. */
   const unsigned v = p.variant;
   const int tile = sh.pl.tile;
-  if(tile == MOE_TILE_TINY)
+  if(moe_tile_tma(tile, v))
+    ok = agn_tasks_for<moe_tile_big_tma>(p, ticket);
+  else if(tile == MOE_TILE_TINY)
     ok = agn_tasks_for<moe_tile_tiny>(p, ticket);
   else if(tile == MOE_TILE_NARROW)
     ok = agn_tasks_for<moe_tile_narrow>(p, ticket);
@@ -820,8 +822,6 @@ hr__moe_agnostic_kernel(const __grid_constant__ hr__moe_params p)
     ok = agn_tasks_for<moe_tile_mid_w0>(p, ticket);
   else if(tile == MOE_TILE_MID)
     ok = agn_tasks_for<moe_tile_mid>(p, ticket);
-  else if(moe_tile_tma(tile, v))
-    ok = agn_tasks_for<moe_tile_big_tma>(p, ticket);
   else if(v & HR__MOE_VAR_SYNC_BIG)
     ok = agn_tasks_for<moe_tile_big_sync>(p, ticket);
   else

@@ -548,7 +548,8 @@ int hr__moe_forward_variant(hr_moe *m, int grid, const hr__moe_variant *v,
   if(!v)
     return HR_EINVAL;
   return launch(m, NULL, grid, v->agnostic ? HR_MODE_AGNOSTIC : HR_MODE_HEADROOM,
-                v->agnostic ? 1 : 2, args, (cudaStream_t)stream, v);
+                v->agnostic || (v->gemm & HR__MOE_VAR_NO_CLUSTER) ? 1 : 2, args,
+                (cudaStream_t)stream, v);
 }
 
 int hr_moe_forward(hr_moe *m, const hr_lease *lease, const hr_moe_args *args,

@@ -53,15 +53,20 @@ static_assert(moe_tile_big_tma::BM == moe_tile_big::BM &&
                   moe_tile_big_tma::BN == moe_tile_big::BN &&
                   moe_tile_big_tma::BK == moe_tile_big::BK,
               "the same units and K steps as the cp.async big tile");
-static_assert(moe_tile_big_tma::PIPE_BYTES + 1024 + 2 * 8 * moe_tile_big_tma::STAGES <=
-                  HR__MOE_GEMM_SMEM,
-              "pipeline, alignment and barriers fit");
+#define HR__MOE_TMA_FITS(C)                                                    \
+  (C::PIPE_BYTES + 1024 + 2 * 8 * C::STAGES + 4 * HR__MOE_RING <= HR__MOE_GEMM_SMEM)
+static_assert(HR__MOE_TMA_FITS(moe_tile_big_tma), "pipeline, alignment, barriers, ring fit");
 
-/* Does this launch's tile run on the TMA pipeline? (Then GEMM1 reads the
- * x rows in expert order, which the route stage must copy.) */
+/* Does this launch's tile run on the TMA pipeline? The big tile does,
+ * unless the benchmark asks for its cp.async versions. (Then GEMM1 reads
+ * the x rows in expert order, which the route stage must copy.) The mid
+ * and wide tiles stay on cp.async: on TMA, as this pipeline, they were
+ * slower (same run, H200: Qwen3-30B-A3B T = 1024 0.548 ms against 0.486,
+ * DeepSeek-V3 T = 1024 7.25 against 5.93; bench/results/
+ * moe-tma-h200-2026-11-30.md). */
 static __device__ __forceinline__ int moe_tile_tma(int tile, unsigned variant)
 {
-  return tile == MOE_TILE_BIG && !(variant & HR__MOE_VAR_CPASYNC);
+  return tile == MOE_TILE_BIG && !(variant & (HR__MOE_VAR_CPASYNC | HR__MOE_VAR_SYNC_BIG));
 }
 
 /* Pairs [lo, hi) placed by this CTA (pos_of written, visible after the
@@ -119,6 +124,10 @@ static __device__ __forceinline__ void tma_step_load(const hr__moe_params &p, ui
   const uint32_t b = a + C::A_BYTES;
   const int boxes = (un.nvalid + HR__MOE_TMA_BOX - 1) / HR__MOE_TMA_BOX;
   const int k0 = kt * C::BK, box_bytes = HR__MOE_TMA_BOX * C::ROW_BYTES;
+  /* the weights are read once per unit; the benchmark may mark them
+   * evict-first so that the token rows many units share stay in L2 */
+  const uint64_t pol = (p.variant & HR__MOE_VAR_A_EVICT_FIRST) ? l2_policy_evict_first()
+                                                               : l2_policy_evict_normal();
   int r;
   mbar_arrive_expect_tx(full + slot, (unsigned)(C::A_BYTES + boxes * box_bytes));
 #pragma unroll
@@ -126,10 +135,10 @@ static __device__ __forceinline__ void tma_step_load(const hr__moe_params &p, ui
     if(STAGE == 1)
       /* 64 rows = 4 groups of (8 gate rows, 8 up rows) of 8 features */
       tma_load_5d(a + r * box_bytes, &p.tm_w1, full + slot, k0, 0, 0,
-                  un.ft * (C::BM / 16) + r * (HR__MOE_TMA_BOX / 16), un.e);
+                  un.ft * (C::BM / 16) + r * (HR__MOE_TMA_BOX / 16), un.e, pol);
     else
       tma_load_3d(a + r * box_bytes, &p.tm_w2, full + slot, k0,
-                  un.ft * C::BM + r * HR__MOE_TMA_BOX, un.e);
+                  un.ft * C::BM + r * HR__MOE_TMA_BOX, un.e, pol);
   }
   for(r = 0; r < boxes; r++)
     tma_load_2d(b + r * box_bytes, STAGE == 1 ? (const void *)&p.tm_xs : (const void *)&p.tm_h,
@@ -199,11 +208,34 @@ static __device__ __forceinline__ void tma_barriers_inval(uint64_t *full, uint64
   }
 }
 
-/* One GEMM stage over this CTA's units (blockIdx.x + i * gridDim.x, as
- * moe_gemm_stage deals them) on the TMA pipeline. 1 when done; 0 when a
- * wait timed out (the caller records it; the stage's results are then
- * garbage, and the launch fails). Starts and ends with every thread
- * together. */
+/* Thread 0: the next unit of GEMM stage STAGE for this CTA, claimed from
+ * the stage's counter (HR__MOE_RING units of look-ahead at most), or -1
+ * when they are all taken. */
+template <int STAGE>
+static __device__ __forceinline__ int tma_claim(const hr__moe_params &p, int units, int units1)
+{
+  const int t = (int)atomicAdd(&p.sync->claim[STAGE - 1], 1u);
+  return t < units ? moe_unit_wrap(t, units1) : -1;
+}
+
+/* One GEMM stage of the barrier kernel on the TMA pipeline. The units are
+ * claimed in order from a counter, not dealt round-robin as in
+ * moe_gemm_stage: the units that share weight rows (an expert's token
+ * tiles) sit a few apart in the order and must run at the same time to
+ * share them in L2; a fixed deal lets the CTAs drift apart over the
+ * stage's dozens of units, and then each reads the weights from memory
+ * (DeepSeek-V3 T = 8192: 20 to 25 ms from run to run, against 16 to 17
+ * for the agnostic kernel, which claims). Claims change only which CTA
+ * computes a unit, never the unit's sums: y stays the same for every
+ * grid.
+ *
+ * Thread 0 claims the unit two ahead of the one it starts loading and
+ * places it in the ring at the next step; the warps read a unit's ring
+ * entry at the end of the unit before, after waiting on a slot that
+ * thread 0 filled (its arrive releases, their wait acquires) later than
+ * it placed the entry. 1 when done; 0 when a wait timed out (the caller
+ * records it; the stage's results are then garbage, and the launch
+ * fails). Starts and ends with every thread together. */
 template <class C, int STAGE>
 __device__ int moe_gemm_stage_tma(const hr__moe_params &p, const moe_route &rt,
                                   uint8_t *smem)
@@ -215,43 +247,54 @@ __device__ int moe_gemm_stage_tma(const hr__moe_params &p, const moe_route &rt,
   const int units1 = rt.tile_off[p.E] * nf;
   const int units = units1 * moe_phase_runs(p, STAGE == 1 ? HR__MOE_PHASE_GEMM1
                                                           : HR__MOE_PHASE_GEMM2);
-  const int mine = units > (int)blockIdx.x
-                       ? (units - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x
-                       : 0;
-  const int steps = mine * nk;
   uint8_t *const pipe = moe_pipe<C>(smem);
   uint64_t *const full = (uint64_t *)(pipe + C::PIPE_BYTES);
   uint64_t *const empty = full + C::STAGES;
+  int *const ring = (int *)(empty + C::STAGES);
   float acc[C::MT][C::NT][4];
   moe_unit un, lun;                  /* the MMAs' unit; the producer's */
-  int s, kt = 0, u = 0, slot = 0;
-  int l_unit = 0, l_kt = 0;          /* the producer: next step to load */
+  int s, i, kt = 0, u = 0, slot = 0;
+  int l_unit = 0, l_kt = 0, l_done = 0;  /* thread 0: the next step to load */
+  int claim = -2, claim_pos = 0;     /* thread 0: a claim to place (-2: none) */
   int dead = 0, ok;
 
-  if(steps == 0)
+  if(units == 0)
     return 1;
   if(tid == 0) {
     tma_barriers_init<C>(full, empty);
     /* the inputs were written through the generic proxy (the x rows by
      * the route stage, h by GEMM1) and published by the grid barrier */
     fence_proxy_async_global();
-    lun = unit_decode(moe_unit_wrap(blockIdx.x, units1), rt, p, nf, C::BN,
-                      moe_tt_major<C>(p));
-    for(s = 0; s < C::STAGES && s < steps; s++) {
-      tma_step_load<C, STAGE>(p, pipe, full, s, lun, l_kt);
+    ring[0] = tma_claim<STAGE>(p, units, units1);
+    ring[1] = ring[0] < 0 ? -1 : tma_claim<STAGE>(p, units, units1);
+    for(i = 0; i < C::STAGES; i++) {
+      if(l_kt == 0) {
+        const int e = ring[l_unit & (HR__MOE_RING - 1)];
+        if(e < 0) {
+          l_done = 1;
+          break;
+        }
+        lun = unit_decode(e, rt, p, nf, C::BN, moe_tt_major<C>(p));
+        ring[(l_unit + 2) & (HR__MOE_RING - 1)] =
+            ring[(l_unit + 1) & (HR__MOE_RING - 1)] < 0 ? -1 : tma_claim<STAGE>(p, units, units1);
+      }
+      tma_step_load<C, STAGE>(p, pipe, full, i, lun, l_kt);
       if(++l_kt == nk) {
         l_kt = 0;
-        if(++l_unit < mine)
-          lun = unit_decode(moe_unit_wrap(blockIdx.x + l_unit * gridDim.x, units1), rt, p,
-                            nf, C::BN, moe_tt_major<C>(p));
+        l_unit++;
       }
     }
   }
   __syncthreads();
+  if(ring[0] < 0) {                  /* no unit left for this CTA */
+    if(tid == 0)
+      tma_barriers_inval<C>(full, empty);
+    return 1;
+  }
 
-  un = unit_decode(moe_unit_wrap(blockIdx.x, units1), rt, p, nf, C::BN, moe_tt_major<C>(p));
+  un = unit_decode(ring[0], rt, p, nf, C::BN, moe_tt_major<C>(p));
   tile_zero<C>(acc);
-  for(s = 0; s < steps; s++) {
+  for(s = 0;; s++) {
     /* A wait that timed out leaves this thread dead: it waits no more
      * and loads nothing, but goes on through every step, so the warps of
      * a warpgroup never part at a wgmma (they read garbage; the launch
@@ -262,38 +305,54 @@ __device__ int moe_gemm_stage_tma(const hr__moe_params &p, const moe_route &rt,
       const uint32_t a = smem_addr(pipe + slot * C::STAGE_BYTES);
       tile_wgmma<C>(acc, a, a + C::A_BYTES, un.nvalid);  /* step s - 1's are done */
     }
+    if(tid == 0 && claim != -2) {
+      ring[claim_pos & (HR__MOE_RING - 1)] = claim;
+      claim = -2;
+    }
     if(s > 0) {
       const int prev = slot == 0 ? C::STAGES - 1 : slot - 1;
       __syncwarp();
       if(lane == 0)
         mbar_arrive(empty + prev);
-      /* The producer refills the slot step s - 1 used with step
-       * s - 1 + STAGES once every warp is done with it. */
-      if(tid == 0 && !dead && s - 1 + C::STAGES < steps) {
-        if(!mbar_wait(p, empty + prev, (unsigned)((s - 1) / C::STAGES) & 1u)) {
-          dead = 1;
-        } else {
-          tma_step_load<C, STAGE>(p, pipe, full, prev, lun, l_kt);
-          if(++l_kt == nk) {
-            l_kt = 0;
-            if(++l_unit < mine)
-              lun = unit_decode(moe_unit_wrap(blockIdx.x + l_unit * gridDim.x, units1), rt,
-                                p, nf, C::BN, moe_tt_major<C>(p));
+      /* The producer refills the slot step s - 1 used with the next step
+       * to load once every warp is done with it. */
+      if(tid == 0 && !dead && !l_done) {
+        if(l_kt == 0) {
+          const int e = ring[l_unit & (HR__MOE_RING - 1)];
+          if(e < 0) {
+            l_done = 1;
+          } else {
+            lun = unit_decode(e, rt, p, nf, C::BN, moe_tt_major<C>(p));
+            claim = ring[(l_unit + 1) & (HR__MOE_RING - 1)] < 0
+                        ? -1 : tma_claim<STAGE>(p, units, units1);
+            claim_pos = l_unit + 2;
+          }
+        }
+        if(!l_done) {
+          if(!mbar_wait(p, empty + prev, (unsigned)((s - 1) / C::STAGES) & 1u)) {
+            dead = 1;
+          } else {
+            tma_step_load<C, STAGE>(p, pipe, full, prev, lun, l_kt);
+            if(++l_kt == nk) {
+              l_kt = 0;
+              l_unit++;
+            }
           }
         }
       }
     }
+    if(++slot == C::STAGES)
+      slot = 0;
     if(++kt == nk) {
       tile_drain<C>(acc);
       tma_tile_store<C, STAGE>(p, un, acc);
       tile_zero<C>(acc);
       kt = 0;
-      if(++u < mine)
-        un = unit_decode(moe_unit_wrap(blockIdx.x + u * gridDim.x, units1), rt, p, nf,
-                         C::BN, moe_tt_major<C>(p));
+      u++;
+      if(ring[u & (HR__MOE_RING - 1)] < 0)
+        break;
+      un = unit_decode(ring[u & (HR__MOE_RING - 1)], rt, p, nf, C::BN, moe_tt_major<C>(p));
     }
-    if(++slot == C::STAGES)
-      slot = 0;
   }
   /* As in moe_gemm_stage: the last step drained, but the compiler cannot
    * know it. Then the stores go out to the async proxy (GEMM2's TMA reads

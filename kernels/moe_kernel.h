@@ -53,6 +53,10 @@ typedef struct hr__moe_sync {
   unsigned pad1[31];
   unsigned fail;
   unsigned pad2[31];
+  /* The TMA big tile's units, claimed in order (GEMM1, GEMM2): the last
+   * CTA into barrier 1 (2) puts GEMM1's (GEMM2's) back to 0. */
+  unsigned claim[2];
+  unsigned pad3[30];
 } hr__moe_sync;
 
 /* The agnostic kernel's schedule (moe_agnostic.cu), in device memory
@@ -126,9 +130,12 @@ enum {
   HR__MOE_VAR_MID_WAIT = 16,
   HR__MOE_VAR_NO_WIDE = 64,
   HR__MOE_VAR_PREFETCH = 128,
-  /* the big tile on the cp.async pipeline, every thread loading and a
+  /* the wgmma tiles on the cp.async pipeline, every thread loading and a
    * __syncthreads a step (the default before the TMA pipeline) */
-  HR__MOE_VAR_CPASYNC = 256
+  HR__MOE_VAR_CPASYNC = 256,
+  /* the barrier kernel launched without clusters (not a GEMM variant: the
+   * launch's; moe_api.cu) */
+  HR__MOE_VAR_NO_CLUSTER = 512
 };
 
 /* Everything one launch needs, passed by value as a __grid_constant__

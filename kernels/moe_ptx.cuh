@@ -355,23 +355,26 @@ static __device__ __forceinline__ void tma_load_2d(uint32_t dst, const void *map
                :: "r"(dst), "l"(map), "r"(smem_addr(bar)), "r"(c0), "r"(c1) : "memory");
 }
 
+/* The weights' loads take an L2 policy (l2_policy_*). */
 static __device__ __forceinline__ void tma_load_3d(uint32_t dst, const void *map,
-                                                   uint64_t *bar, int c0, int c1, int c2)
+                                                   uint64_t *bar, int c0, int c1, int c2,
+                                                   uint64_t policy)
 {
   asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-               " [%0], [%1, {%3, %4, %5}], [%2];\n"
-               :: "r"(dst), "l"(map), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2)
+               ".L2::cache_hint [%0], [%1, {%3, %4, %5}], [%2], %6;\n"
+               :: "r"(dst), "l"(map), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2),
+                  "l"(policy)
                : "memory");
 }
 
 static __device__ __forceinline__ void tma_load_5d(uint32_t dst, const void *map,
                                                    uint64_t *bar, int c0, int c1, int c2,
-                                                   int c3, int c4)
+                                                   int c3, int c4, uint64_t policy)
 {
   asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-               " [%0], [%1, {%3, %4, %5, %6, %7}], [%2];\n"
+               ".L2::cache_hint [%0], [%1, {%3, %4, %5, %6, %7}], [%2], %8;\n"
                :: "r"(dst), "l"(map), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2),
-                  "r"(c3), "r"(c4)
+                  "r"(c3), "r"(c4), "l"(policy)
                : "memory");
 }
 
