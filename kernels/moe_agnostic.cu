@@ -549,7 +549,7 @@ static __device__ int agn_gemm_run_tma(const hr__moe_params &p, const moe_route 
       __syncwarp();
       if(lane == 0)
         mbar_arrive(empty + prev);
-      if(tid == 0 && !dead && !l_done) {
+      if(tid == 0 && !dead && !l_done && !tma_drop(p, s)) {
         int go = 1;
         if(l_kt == 0) {
           const int e = sh.ring[l_unit & (HR__MOE_RING - 1)];

@@ -184,6 +184,14 @@ static __device__ __forceinline__ void tma_tile_store(const hr__moe_params &p,
   }
 }
 
+/* The tests' fault (HR__MOE_VAR_TMA_DROP): the refill at step 1 never
+ * happens, so the slot step 0 used is never filled again and the warps
+ * wait on it until the timeout. */
+static __device__ __forceinline__ int tma_drop(const hr__moe_params &p, int s)
+{
+  return (p.variant & HR__MOE_VAR_TMA_DROP) && s == 1;
+}
+
 /* Thread 0, before the first load of a run: the slots' barriers, fresh
  * (full: the producer's one arrival and the bytes; empty: one arrival a
  * warp). */
@@ -316,7 +324,7 @@ __device__ int moe_gemm_stage_tma(const hr__moe_params &p, const moe_route &rt,
         mbar_arrive(empty + prev);
       /* The producer refills the slot step s - 1 used with the next step
        * to load once every warp is done with it. */
-      if(tid == 0 && !dead && !l_done) {
+      if(tid == 0 && !dead && !l_done && !tma_drop(p, s)) {
         if(l_kt == 0) {
           const int e = ring[l_unit & (HR__MOE_RING - 1)];
           if(e < 0) {

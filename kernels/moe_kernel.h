@@ -135,7 +135,11 @@ enum {
   HR__MOE_VAR_CPASYNC = 256,
   /* the barrier kernel launched without clusters (not a GEMM variant: the
    * launch's; moe_api.cu) */
-  HR__MOE_VAR_NO_CLUSTER = 512
+  HR__MOE_VAR_NO_CLUSTER = 512,
+  /* a fault, for the tests only: each CTA's TMA producer leaves one step
+   * unloaded, so the warps' wait on it must time out into the error word
+   * (tests/gpu/test_moe_tma_timeout.c) */
+  HR__MOE_VAR_TMA_DROP = 1024
 };
 
 /* Everything one launch needs, passed by value as a __grid_constant__

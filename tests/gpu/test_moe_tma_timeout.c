@@ -1,0 +1,116 @@
+/*
+ * test_moe_tma_timeout.c: a TMA load that never lands ends the launch with
+ * an error the host reads, never a hang or a trap.
+ *
+ * The big tile's warps wait on mbarriers that the TMA loads complete
+ * (kernels/moe_gemm_tma.cuh). With the fault bit HR__MOE_VAR_TMA_DROP
+ * each CTA's producer leaves one step unloaded; for the barrier kernel and
+ * the agnostic one, at the small shape with T = 8192 (the big tile):
+ *   - hr_moe_sync returns HR_EBARRIER_TIMEOUT about the launch's timeout
+ *     after the launch, and the failure says where: HR__MOE_WAIT_TMA and
+ *     the GEMM stage (1 or 2);
+ *   - the next launch on the same context succeeds and its y is bitwise
+ *     the y of a launch before the fault.
+ * It links the static library: the fault bit is only reachable through
+ * hr__moe_forward_variant (kernels/moe_bench.h).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "gpu_util.h"
+#include "moe_bench.h"
+
+#define NAME "test_moe_tma_timeout"
+#define T_TOKENS 8192
+#define TIMEOUT_MS 200
+/* on top of the timeout: the waits read the clock every 256 polls, and
+ * hr_moe_sync polls the error word every 50 us */
+#define SLACK_MS 300
+
+/* One launch of kernel `agnostic` with the GEMM variant bits `gemm`, then
+ * hr_moe_sync; y to `out` when it succeeded. */
+static int forward(gt_moe *g, int agnostic, unsigned gemm, int timeout_ms, uint16_t *out)
+{
+  const size_t ybytes = (size_t)g->T * g->s.H * 2;
+  hr__moe_variant v = { agnostic, 0, 0, gemm };
+  hr_moe_args a = gt_args(g, timeout_ms);
+  int rc;
+  GT_CUDA(cudaMemsetAsync(g->y, 0xff, ybytes, (cudaStream_t)g->stream));
+  rc = hr__moe_forward_variant(g->m, hr_moe_sms(g->m), &v, &a, g->stream);
+  if(rc)
+    return rc;
+  rc = hr_moe_sync(g->m);
+  if(rc == HR_OK && out)
+    GT_CUDA(cudaMemcpy(out, g->y, ybytes, cudaMemcpyDeviceToHost));
+  return rc;
+}
+
+static void fault_case(gt_moe *g, int agnostic, uint16_t *good, uint16_t *after)
+{
+  const char *kernel = agnostic ? "agnostic" : "barrier";
+  const size_t ybytes = (size_t)g->T * g->s.H * 2;
+  hr_moe_failure f;
+  double t0, dt;
+  int rc;
+
+  rc = forward(g, agnostic, 0, TIMEOUT_MS * 20, good);
+  GT_EXPECT(rc == HR_OK, "%s baseline: %s", kernel, hr_strerror(rc));
+
+  t0 = gt_now_ms();
+  rc = forward(g, agnostic, HR__MOE_VAR_TMA_DROP, TIMEOUT_MS, NULL);
+  dt = gt_now_ms() - t0;
+  printf("  %-8s kernel, a TMA step never loaded: %s after %.1f ms (timeout %d ms)\n",
+         kernel, hr_strerror(rc), dt, TIMEOUT_MS);
+  GT_EXPECT(rc == HR_EBARRIER_TIMEOUT, "%s: got %s", kernel, hr_strerror(rc));
+  GT_EXPECT(dt >= TIMEOUT_MS * 0.9 && dt < TIMEOUT_MS + SLACK_MS,
+            "%s: sync returned after %.1f ms", kernel, dt);
+  rc = hr_moe_last_failure(g->m, &f);
+  GT_EXPECT(rc == HR_OK, "%s: failure recorded: %s", kernel, hr_strerror(rc));
+  if(rc == HR_OK) {
+    printf("  detail: wait %d, GEMM stage %d, noticed by CTA %d on SM %d\n",
+           f.detail.barrier, f.detail.arrived, f.cta, f.detail.sm);
+    GT_EXPECT(f.code == HR_EBARRIER_TIMEOUT, "%s: code %d", kernel, f.code);
+    GT_EXPECT(f.detail.barrier == HR__MOE_WAIT_TMA, "%s: wait %d", kernel,
+              f.detail.barrier);
+    GT_EXPECT(f.detail.arrived == 1 || f.detail.arrived == 2, "%s: stage %d", kernel,
+              f.detail.arrived);
+  }
+
+  /* the same context, right away */
+  rc = forward(g, agnostic, 0, TIMEOUT_MS * 20, after);
+  GT_EXPECT(rc == HR_OK, "%s: launch after the fault: %s", kernel, hr_strerror(rc));
+  GT_EXPECT(rc != HR_OK || memcmp(after, good, ybytes) == 0,
+            "%s: y after the fault differs from before", kernel);
+  printf("  next launch on the same context: %s, y %s\n", hr_strerror(rc),
+         rc == HR_OK && memcmp(after, good, ybytes) == 0 ? "identical" : "DIFFERENT");
+}
+
+int main(void)
+{
+  gt_moe g;
+  uint16_t *good, *after;
+  size_t ybytes;
+
+  gt_require_gpu(NAME);
+  gt_seed(NAME);
+  gt_moe_init(&g, &gt_shapes[GT_SMALL], T_TOKENS);
+  gt_route_random(&g, T_TOKENS);
+  ybytes = (size_t)g.T * g.s.H * 2;
+  good = malloc(ybytes);
+  after = malloc(ybytes);
+  if(!good || !after) {
+    fprintf(stderr, "%s: out of memory\n", NAME);
+    return 1;
+  }
+  fault_case(&g, 0, good, after);
+  fault_case(&g, 1, good, after);
+  memcpy(g.y_h, after, ybytes);
+  gt_expect_correct(&g, "after both faults");
+  free(good);
+  free(after);
+  gt_moe_free(&g);
+  return gt_finish(NAME);
+}
