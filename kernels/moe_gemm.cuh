@@ -11,7 +11,9 @@
  *          ypair [pairs, H]
  *
  * Work unit = (expert, BM weight rows, BN tokens) with the whole K; units
- * are dealt round-robin over the CTAs (unit u to CTA u % grid). Within an
+ * are dealt round-robin over the CTAs (unit u to CTA u % grid), except the
+ * big tile's, which run on the TMA pipeline of moe_gemm_tma.cuh and are
+ * claimed in order. Within an
  * expert, units that share weight rows are adjacent (the big tile: units
  * that share a token tile), so the CTAs that read the same tile run side
  * by side and share it in L2; at small T (a few tokens per expert) every
@@ -39,9 +41,12 @@
  *        each touched expert once: T up to ~128), mma.sync
  *   mid (< 48): 128 x 64, 8 stages of 64, wgmma (DeepSeek-V3 T ~ 1024)
  *   wide (< 96): 128 x 128, 6 stages of 64, wgmma (Qwen3 T ~ 1024)
- *   big: 256 x 128, 4 stages of 64, wgmma, where the MMAs dominate
+ *   big: 256 x 128, 4 stages of 64, wgmma, where the MMAs dominate; in
+ *        production on TMA (moe_gemm_tma.cuh), here on cp.async for the
+ *        benchmark's comparison (HR__MOE_VAR_CPASYNC)
  * The mid and wide tiles keep one step's MMAs in flight while the next
- * step's loads land (DEPTH 1); the big tile waits for each step's.
+ * step's loads land (DEPTH 1); the cp.async big tile waits for each
+ * step's.
  *
  * GEMM1 interleaves gate and up rows per 16-row MMA tile (rows 0..7 gate
  * of 8 features, rows 8..15 up of the same 8), so each thread holds the
@@ -179,7 +184,9 @@ typedef moe_tile<128, 128, 64, 8, 1, 1, 6, 0, 1, 1> moe_tile_wide;
  * benchmark's variant bits for its old unit order and L2 hint it is the
  * kernel as it was: DeepSeek-V3 T = 8192 in 32.2 ms against 22.8). */
 typedef moe_tile<256, 128, 64, 4, 2, 1, 3, 1> moe_tile_big_sync;
-/* The same tile on wgmma: the tensor cores read both operands straight
+/* The same tile on wgmma, on cp.async (the default until the TMA
+ * pipeline of moe_gemm_tma.cuh replaced it; now HR__MOE_VAR_CPASYNC): the
+ * tensor cores read both operands straight
  * from the loader's shared tiles (whose swizzle is wgmma's 128-byte one),
  * no ldmatrix, no fragments in registers, and the output is staged in a
  * used slot, so 4 stages fit instead of 3. The default; the mma.sync tile

@@ -112,7 +112,7 @@ enum {
 
 /* The benchmark's variants of the GEMMs, bits of `variant` (all 0 in
  * production), to compare with what came before or might come next: the
- * mma.sync big tile (3 stages) instead of the wgmma one; the big tile's
+ * mma.sync big tile (3 stages) instead of the wgmma one (on cp.async); the big tile's
  * units row tile major instead of token tile major; its weight loads
  * evict-first in L2 instead of no preference; the mma.sync mid tile
  * instead of the wgmma one; the wgmma mid tile waiting for each step's
