@@ -488,10 +488,9 @@ template <class C, int STAGE>
 static __device__ int agn_gemm_run_tma(const hr__moe_params &p, const moe_route &rt,
                                        uint8_t *smem, int first)
 {
-  const int tid = threadIdx.x, lane = tid & 31;
-  const int K = STAGE == 1 ? p.H : p.I;
-  const int nk = K / C::BK;
-  const int nf = (STAGE == 1 ? 2 * p.I : p.H) / C::BM;
+  const int tid = threadIdx.x;
+  const moe_stage_dims d = moe_stage_dims_of<C, STAGE>(p, rt);
+  const int nk = d.nk, nf = d.nf;
   uint8_t *const pipe = moe_pipe<C>(smem);
   uint64_t *const full = (uint64_t *)(pipe + C::PIPE_BYTES);
   uint64_t *const empty = full + C::STAGES;
@@ -534,56 +533,32 @@ static __device__ int agn_gemm_run_tma(const hr__moe_params &p, const moe_route 
   tile_zero<C>(acc);
   for(s = 0;; s++) {
     /* as in moe_gemm_stage_tma: a timed-out thread goes on, dead */
-    if(!dead && !mbar_wait(p, full + slot, (unsigned)(s / C::STAGES) & 1u))
-      dead = 1;
-    {
-      const uint32_t a = smem_addr(pipe + slot * C::STAGE_BYTES);
-      tile_wgmma<C>(acc, a, a + C::A_BYTES, un.nvalid);
-    }
+    tma_step_mma<C>(p, pipe, full, empty, s, slot, acc, un.nvalid, dead);
     if(tid == 0 && claim >= 0) {
       sh.open = agn_place<C, STAGE>(p, rt, claim_pos, claim);
       claim = -1;
     }
-    if(s > 0) {
-      const int prev = slot == 0 ? C::STAGES - 1 : slot - 1;
-      __syncwarp();
-      if(lane == 0)
-        mbar_arrive(empty + prev);
-      if(tid == 0 && !dead && !l_done && !tma_drop(p, s)) {
-        int go = 1;
-        if(l_kt == 0) {
-          const int e = sh.ring[l_unit & (HR__MOE_RING - 1)];
-          if(e < 0) {
-            l_done = 1;
-            go = 0;
-          } else {
-            lun = unit_decode(e, rt, p, nf, C::BN, moe_tt_major<C>(p));
-            fence_proxy_async_global();
-            if(sh.open) {
-              claim = (int)atomicAdd(&p.agn->ticket, 1u);
-              claim_pos = l_unit + 2;
-            }
-          }
-        }
-        if(go) {
-          if(!mbar_wait(p, empty + prev, (unsigned)((s - 1) / C::STAGES) & 1u)) {
-            dead = 1;
-          } else {
-            tma_step_load<C, STAGE>(p, pipe, full, prev, lun, l_kt);
-            if(++l_kt == nk) {
-              l_kt = 0;
-              l_unit++;
-            }
+    if(s > 0 && tid == 0 && !dead && !l_done && !tma_drop(p, s)) {
+      if(l_kt == 0) {
+        const int e = sh.ring[l_unit & (HR__MOE_RING - 1)];
+        if(e < 0) {
+          l_done = 1;
+        } else {
+          lun = unit_decode(e, rt, p, nf, C::BN, moe_tt_major<C>(p));
+          fence_proxy_async_global();
+          if(sh.open) {
+            claim = (int)atomicAdd(&p.agn->ticket, 1u);
+            claim_pos = l_unit + 2;
           }
         }
       }
+      if(!l_done && !tma_refill<C, STAGE>(p, pipe, full, empty, s, slot, lun, nk, l_kt, l_unit))
+        dead = 1;
     }
     if(++slot == C::STAGES)
       slot = 0;
     if(++kt == nk) {
-      tile_drain<C>(acc);
-      tma_tile_store<C, STAGE>(p, un, acc);
-      tile_zero<C>(acc);
+      tma_unit_end<C, STAGE>(p, un, acc);
       fence_proxy_async_global();      /* GEMM2's TMA reads h */
       __syncthreads();                 /* every thread's stores, and the ring */
       if(tid == 0)

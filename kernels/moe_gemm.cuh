@@ -744,6 +744,26 @@ static __device__ __forceinline__ void moe_prefetch_unit(const hr__moe_params &p
   prefetch_l2_bulk(src, (uint32_t)bytes);
 }
 
+/* The sizes of GEMM stage STAGE in tile C: K steps per unit, row tiles
+ * per expert, units, and units this launch runs (each once; none or each
+ * twice in the benchmark's variants). */
+struct moe_stage_dims {
+  int nk, nf, units1, units;
+};
+
+template <class C, int STAGE>
+static __device__ __forceinline__ moe_stage_dims moe_stage_dims_of(const hr__moe_params &p,
+                                                                   const moe_route &rt)
+{
+  moe_stage_dims d;
+  d.nk = (STAGE == 1 ? p.H : p.I) / C::BK;
+  d.nf = (STAGE == 1 ? 2 * p.I : p.H) / C::BM;
+  d.units1 = rt.tile_off[p.E] * d.nf;
+  d.units = d.units1 * moe_phase_runs(p, STAGE == 1 ? HR__MOE_PHASE_GEMM1
+                                                    : HR__MOE_PHASE_GEMM2);
+  return d;
+}
+
 /* One GEMM stage over all of this CTA's units. */
 template <class C, int STAGE>
 __device__ void moe_gemm_stage(const hr__moe_params &p, const moe_route &rt,
@@ -752,13 +772,8 @@ __device__ void moe_gemm_stage(const hr__moe_params &p, const moe_route &rt,
   const int warp = threadIdx.x >> 5;
   const int wm = warp % C::WM, wn = (warp / C::WM) % C::WN;
   const int wk = warp / (C::WM * C::WN);
-  const int K = STAGE == 1 ? p.H : p.I;
-  const int nk = K / C::BK;
-  const int nf = (STAGE == 1 ? 2 * p.I : p.H) / C::BM;
-  /* Each unit once; none or each twice in the benchmark's variants. */
-  const int units1 = rt.tile_off[p.E] * nf;
-  const int units = units1 * moe_phase_runs(p, STAGE == 1 ? HR__MOE_PHASE_GEMM1
-                                                          : HR__MOE_PHASE_GEMM2);
+  const moe_stage_dims d = moe_stage_dims_of<C, STAGE>(p, rt);
+  const int nk = d.nk, nf = d.nf, units1 = d.units1, units = d.units;
   const int mine = units > (int)blockIdx.x
                        ? (units - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x
                        : 0;

@@ -216,6 +216,58 @@ static __device__ __forceinline__ void tma_barriers_inval(uint64_t *full, uint64
   }
 }
 
+/* Every thread, step s of a run: wait for the step's loads, issue its
+ * MMAs (those of step s - 1 are then complete), and, from step 1, release
+ * step s - 1's slot (one arrival a warp). A thread whose wait times out
+ * goes on dead, as moe_gemm_stage_tma says. */
+template <class C>
+static __device__ __forceinline__ void tma_step_mma(const hr__moe_params &p, uint8_t *pipe,
+                                                    uint64_t *full, uint64_t *empty, int s,
+                                                    int slot, float (&acc)[C::MT][C::NT][4],
+                                                    int nvalid, int &dead)
+{
+  const uint32_t a = smem_addr(pipe + slot * C::STAGE_BYTES);
+  if(!dead && !mbar_wait(p, full + slot, (unsigned)(s / C::STAGES) & 1u))
+    dead = 1;
+  tile_wgmma<C>(acc, a, a + C::A_BYTES, nvalid);
+  if(s > 0) {
+    __syncwarp();
+    if((threadIdx.x & 31) == 0)
+      mbar_arrive(empty + (slot == 0 ? C::STAGES - 1 : slot - 1));
+  }
+}
+
+/* Thread 0, at step s >= 1: once every warp has released the slot step
+ * s - 1 used, load the producer's next step (unit lun, K step l_kt) into
+ * it and move the producer on. 0 when the wait timed out. */
+template <class C, int STAGE>
+static __device__ __forceinline__ int tma_refill(const hr__moe_params &p, uint8_t *pipe,
+                                                 uint64_t *full, uint64_t *empty, int s,
+                                                 int slot, const moe_unit &lun, int nk,
+                                                 int &l_kt, int &l_unit)
+{
+  const int prev = slot == 0 ? C::STAGES - 1 : slot - 1;
+  if(!mbar_wait(p, empty + prev, (unsigned)((s - 1) / C::STAGES) & 1u))
+    return 0;
+  tma_step_load<C, STAGE>(p, pipe, full, prev, lun, l_kt);
+  if(++l_kt == nk) {
+    l_kt = 0;
+    l_unit++;
+  }
+  return 1;
+}
+
+/* Every thread, after a unit's last step: its results out, the
+ * accumulators zeroed for the next. */
+template <class C, int STAGE>
+static __device__ __forceinline__ void tma_unit_end(const hr__moe_params &p, const moe_unit &un,
+                                                    float (&acc)[C::MT][C::NT][4])
+{
+  tile_drain<C>(acc);
+  tma_tile_store<C, STAGE>(p, un, acc);
+  tile_zero<C>(acc);
+}
+
 /* Thread 0: the next unit of GEMM stage STAGE for this CTA, claimed from
  * the stage's counter (HR__MOE_RING units of look-ahead at most), or -1
  * when they are all taken. */
@@ -248,13 +300,9 @@ template <class C, int STAGE>
 __device__ int moe_gemm_stage_tma(const hr__moe_params &p, const moe_route &rt,
                                   uint8_t *smem)
 {
-  const int tid = threadIdx.x, lane = tid & 31;
-  const int K = STAGE == 1 ? p.H : p.I;
-  const int nk = K / C::BK;
-  const int nf = (STAGE == 1 ? 2 * p.I : p.H) / C::BM;
-  const int units1 = rt.tile_off[p.E] * nf;
-  const int units = units1 * moe_phase_runs(p, STAGE == 1 ? HR__MOE_PHASE_GEMM1
-                                                          : HR__MOE_PHASE_GEMM2);
+  const int tid = threadIdx.x;
+  const moe_stage_dims d = moe_stage_dims_of<C, STAGE>(p, rt);
+  const int nk = d.nk, nf = d.nf, units1 = d.units1, units = d.units;
   uint8_t *const pipe = moe_pipe<C>(smem);
   uint64_t *const full = (uint64_t *)(pipe + C::PIPE_BYTES);
   uint64_t *const empty = full + C::STAGES;
@@ -307,54 +355,32 @@ __device__ int moe_gemm_stage_tma(const hr__moe_params &p, const moe_route &rt,
      * and loads nothing, but goes on through every step, so the warps of
      * a warpgroup never part at a wgmma (they read garbage; the launch
      * has failed). */
-    if(!dead && !mbar_wait(p, full + slot, (unsigned)(s / C::STAGES) & 1u))
-      dead = 1;
-    {
-      const uint32_t a = smem_addr(pipe + slot * C::STAGE_BYTES);
-      tile_wgmma<C>(acc, a, a + C::A_BYTES, un.nvalid);  /* step s - 1's are done */
-    }
+    tma_step_mma<C>(p, pipe, full, empty, s, slot, acc, un.nvalid, dead);
     if(tid == 0 && claim != -2) {
       ring[claim_pos & (HR__MOE_RING - 1)] = claim;
       claim = -2;
     }
-    if(s > 0) {
-      const int prev = slot == 0 ? C::STAGES - 1 : slot - 1;
-      __syncwarp();
-      if(lane == 0)
-        mbar_arrive(empty + prev);
-      /* The producer refills the slot step s - 1 used with the next step
-       * to load once every warp is done with it. */
-      if(tid == 0 && !dead && !l_done && !tma_drop(p, s)) {
-        if(l_kt == 0) {
-          const int e = ring[l_unit & (HR__MOE_RING - 1)];
-          if(e < 0) {
-            l_done = 1;
-          } else {
-            lun = unit_decode(e, rt, p, nf, C::BN, moe_tt_major<C>(p));
-            claim = ring[(l_unit + 1) & (HR__MOE_RING - 1)] < 0
-                        ? -1 : tma_claim<STAGE>(p, units, units1);
-            claim_pos = l_unit + 2;
-          }
-        }
-        if(!l_done) {
-          if(!mbar_wait(p, empty + prev, (unsigned)((s - 1) / C::STAGES) & 1u)) {
-            dead = 1;
-          } else {
-            tma_step_load<C, STAGE>(p, pipe, full, prev, lun, l_kt);
-            if(++l_kt == nk) {
-              l_kt = 0;
-              l_unit++;
-            }
-          }
+    /* The producer refills the slot step s - 1 used with the next step
+     * to load once every warp is done with it. */
+    if(s > 0 && tid == 0 && !dead && !l_done && !tma_drop(p, s)) {
+      if(l_kt == 0) {
+        const int e = ring[l_unit & (HR__MOE_RING - 1)];
+        if(e < 0) {
+          l_done = 1;
+        } else {
+          lun = unit_decode(e, rt, p, nf, C::BN, moe_tt_major<C>(p));
+          claim = ring[(l_unit + 1) & (HR__MOE_RING - 1)] < 0
+                      ? -1 : tma_claim<STAGE>(p, units, units1);
+          claim_pos = l_unit + 2;
         }
       }
+      if(!l_done && !tma_refill<C, STAGE>(p, pipe, full, empty, s, slot, lun, nk, l_kt, l_unit))
+        dead = 1;
     }
     if(++slot == C::STAGES)
       slot = 0;
     if(++kt == nk) {
-      tile_drain<C>(acc);
-      tma_tile_store<C, STAGE>(p, un, acc);
-      tile_zero<C>(acc);
+      tma_unit_end<C, STAGE>(p, un, acc);
       kt = 0;
       u++;
       if(ring[u & (HR__MOE_RING - 1)] < 0)
