@@ -1,9 +1,10 @@
 /*
  * moe_once.c: one shape, a few token counts, one forward each, for a
  * profiler to look at (ncu -k regex:hr__moe ...). Random inputs as in the
- * GPU tests; prints each launch's time.
+ * GPU tests; prints each launch's time. --agnostic runs the agnostic
+ * kernel instead of the barrier kernel.
  *
- *     build/tests/moe_once deepseek-v3 1024 8192
+ *     build/tests/moe_once [--agnostic] deepseek-v3 1024 8192
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,10 +16,18 @@ int main(int argc, char **argv)
 {
   const gt_shape *s = NULL;
   gt_moe g;
-  int i, max_T = 1, rc;
+  hr_mode mode = HR_MODE_HEADROOM;
+  int i, max_T = 1, rc, cluster = 2;
 
+  if(argc > 1 && strcmp(argv[1], "--agnostic") == 0) {
+    mode = HR_MODE_AGNOSTIC;
+    cluster = 1;
+    argc--;
+    argv++;
+  }
   if(argc < 3) {
-    fprintf(stderr, "usage: %s small|qwen3-30b-a3b|deepseek-v3 T...\n", argv[0]);
+    fprintf(stderr, "usage: %s [--agnostic] small|qwen3-30b-a3b|deepseek-v3 T...\n",
+            argv[0]);
     return 2;
   }
   for(i = 0; i < GT_NSHAPES; i++)
@@ -36,8 +45,9 @@ int main(int argc, char **argv)
   gt_moe_init(&g, s, max_T);
   for(i = 2; i < argc; i++) {
     gt_route_random(&g, atoi(argv[i]));
-    rc = gt_run(&g, hr_moe_sms(g.m), HR_MODE_HEADROOM, 2, 10000);
-    printf("%s T=%d: %s, %.3f ms\n", s->name, g.T, hr_strerror(rc), g.last_ms);
+    rc = gt_run(&g, hr_moe_sms(g.m), mode, cluster, 10000);
+    printf("%s T=%d %s: %s, %.3f ms\n", s->name, g.T,
+           mode == HR_MODE_AGNOSTIC ? "agnostic" : "barrier", hr_strerror(rc), g.last_ms);
   }
   gt_moe_free(&g);
   return 0;

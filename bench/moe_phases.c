@@ -66,6 +66,8 @@ typedef struct gemm_variant {
 
 static const gemm_variant gemm_variants[] = {
   { "default", 0, 1, 1 << 30 },
+  { "before: the 128-token wide tile", HR__MOE_VAR_WIDE128, 1024, 1024 },
+  { "the mid tile where the wide one runs", HR__MOE_VAR_NO_WIDE, 1024, 1024 },
   { "before: big tile on the cp.async pipeline", HR__MOE_VAR_CPASYNC, 8192, 1 << 30 },
   { "weights evict-first in L2", HR__MOE_VAR_A_EVICT_FIRST, 8192, 1 << 30 },
   { "barrier kernel without clusters", HR__MOE_VAR_NO_CLUSTER, 8192, 1 << 30 },

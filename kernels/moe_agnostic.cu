@@ -791,6 +791,8 @@ hr__moe_agnostic_kernel(const __grid_constant__ hr__moe_params p)
     ok = agn_tasks_for<moe_tile_narrow>(p, ticket);
   else if(tile == MOE_TILE_WIDE)
     ok = agn_tasks_for<moe_tile_wide>(p, ticket);
+  else if(tile == MOE_TILE_WIDE96)
+    ok = agn_tasks_for<moe_tile_wide96>(p, ticket);
   else if(tile == MOE_TILE_MID && (v & HR__MOE_VAR_MID_SYNC))
     ok = agn_tasks_for<moe_tile_mid_sync>(p, ticket);
   else if(tile == MOE_TILE_MID && (v & HR__MOE_VAR_MID_WAIT))

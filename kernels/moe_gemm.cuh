@@ -178,6 +178,14 @@ typedef moe_tile<128, 64, 64, 8, 1, 1, 8, 0, 1, 0> moe_tile_mid_w0;
  * agnostic kernel 0.621 against 0.770; but DeepSeek-V3, 32 pairs per
  * expert, 6.48 against 5.86, so it runs from 48 pairs per expert.) */
 typedef moe_tile<128, 128, 64, 8, 1, 1, 6, 0, 1, 1> moe_tile_wide;
+/* 96 tokens wide, 7 stages: from 48 to 72 pairs per expert (Qwen3-30B-A3B
+ * at T = 1024 has ~64) the experts above 96 are a few percent, and the
+ * smaller token tile buys a stage: 6 steps of weights in flight instead
+ * of 5. At T = 1024 the weights stream at ~2.7 TB/s of 4.2, and the tiny
+ * tile, with ~1.8x the weight bytes in flight per SM, reaches ~1.7x the
+ * DRAM throughput (ncu, bench/results/ncu-qwen3-h200-2026-11-30.md):
+ * latency-bound, so bytes in flight are what counts. */
+typedef moe_tile<128, 96, 64, 8, 1, 1, 7, 0, 1, 1> moe_tile_wide96;
 /* Hundreds of tokens per expert: 256 weight rows by 128 tokens. This is
  * the mma.sync version, 64 x 64 per warp, 3 stages, which the wgmma tile
  * below replaced; it stays as the benchmark's comparison (with the
@@ -204,7 +212,8 @@ static_assert(moe_tile_big::BM == moe_tile_big_sync::BM &&
                   moe_tile_big::BN == moe_tile_big_sync::BN &&
                   moe_tile_mid::BM == moe_tile_mid_sync::BM &&
                   moe_tile_mid::BN == moe_tile_mid_sync::BN &&
-                  moe_tile_wide::BM == moe_tile_mid::BM,
+                  moe_tile_wide::BM == moe_tile_mid::BM &&
+                  moe_tile_wide96::BM == moe_tile_mid::BM,
               "the variants cover the same units");
 
 /* Which tile, by the average pairs per expert that has any: the narrowest
@@ -212,8 +221,10 @@ static_assert(moe_tile_big::BM == moe_tile_big_sync::BM &&
 #define HR__MOE_TINY_MAX_PAIRS 12
 #define HR__MOE_NARROW_MAX_PAIRS 24
 #define HR__MOE_WIDE_MIN_PAIRS 48
+#define HR__MOE_WIDE128_MIN_PAIRS 72
 #define HR__MOE_BIG_MIN_PAIRS 96
-enum { MOE_TILE_TINY = 0, MOE_TILE_NARROW, MOE_TILE_MID, MOE_TILE_BIG, MOE_TILE_WIDE };
+enum { MOE_TILE_TINY = 0, MOE_TILE_NARROW, MOE_TILE_MID, MOE_TILE_BIG, MOE_TILE_WIDE,
+       MOE_TILE_WIDE96 };
 
 /* The tile shape for `pairs` valid pairs over `nonempty` experts that have
  * any: a function of the routing alone (and of the benchmark's variant
@@ -227,7 +238,9 @@ static __device__ __forceinline__ int moe_pick_tile(int pairs, int nonempty,
          : per_expert <= HR__MOE_NARROW_MAX_PAIRS            ? MOE_TILE_NARROW
          : per_expert < HR__MOE_WIDE_MIN_PAIRS ||
                (variant & HR__MOE_VAR_NO_WIDE)               ? MOE_TILE_MID
-                                                             : MOE_TILE_WIDE;
+         : per_expert >= HR__MOE_WIDE128_MIN_PAIRS ||
+               (variant & HR__MOE_VAR_WIDE128)               ? MOE_TILE_WIDE
+                                                             : MOE_TILE_WIDE96;
 }
 
 /* Weight rows per unit of each tile shape. */
@@ -237,6 +250,7 @@ static __device__ __forceinline__ int moe_tile_bm(int tile)
          : tile == MOE_TILE_NARROW ? moe_tile_narrow::BM
          : tile == MOE_TILE_MID    ? moe_tile_mid::BM
          : tile == MOE_TILE_WIDE   ? moe_tile_wide::BM
+         : tile == MOE_TILE_WIDE96 ? moe_tile_wide96::BM
                                    : moe_tile_big::BM;
 }
 
@@ -247,6 +261,7 @@ static __device__ __forceinline__ int moe_tile_bn(int tile)
          : tile == MOE_TILE_NARROW ? moe_tile_narrow::BN
          : tile == MOE_TILE_MID    ? moe_tile_mid::BN
          : tile == MOE_TILE_WIDE   ? moe_tile_wide::BN
+         : tile == MOE_TILE_WIDE96 ? moe_tile_wide96::BN
                                    : moe_tile_big::BN;
 }
 
@@ -561,9 +576,15 @@ static __device__ __forceinline__ void tile_wgmma(float (&acc)[C::MT][C::NT][4],
                                                   uint32_t a_base, uint32_t b_base,
                                                   int nvalid)
 {
+  if constexpr(C::BN > 96) {
+    if(nvalid > 96) {
+      tile_wgmma_n<C, 128>(acc, a_base, b_base);
+      return;
+    }
+  }
   if constexpr(C::BN > 64) {
     if(nvalid > 64) {
-      tile_wgmma_n<C, 128>(acc, a_base, b_base);
+      tile_wgmma_n<C, (C::BN > 96 ? 128 : 96)>(acc, a_base, b_base);
       return;
     }
   }

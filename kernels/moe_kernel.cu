@@ -63,6 +63,8 @@ static __device__ __forceinline__ int moe_gemm(const hr__moe_params &p, const mo
     moe_gemm_stage<moe_tile_narrow, STAGE>(p, rt, smem);
   else if(tile == MOE_TILE_WIDE)
     moe_gemm_stage<moe_tile_wide, STAGE>(p, rt, smem);
+  else if(tile == MOE_TILE_WIDE96)
+    moe_gemm_stage<moe_tile_wide96, STAGE>(p, rt, smem);
   else if(tile == MOE_TILE_MID && (v & HR__MOE_VAR_MID_SYNC))
     moe_gemm_stage<moe_tile_mid_sync, STAGE>(p, rt, smem);
   else if(tile == MOE_TILE_MID && (v & HR__MOE_VAR_MID_WAIT))
@@ -94,6 +96,8 @@ static __device__ void moe_prefetch(const hr__moe_params &p, const moe_route &rt
     moe_prefetch_unit<moe_tile_narrow, STAGE>(p, rt, nf, u);
   else if(tile == MOE_TILE_WIDE)
     moe_prefetch_unit<moe_tile_wide, STAGE>(p, rt, nf, u);
+  else if(tile == MOE_TILE_WIDE96)
+    moe_prefetch_unit<moe_tile_wide96, STAGE>(p, rt, nf, u);
   else
     moe_prefetch_unit<moe_tile_mid, STAGE>(p, rt, nf, u);
 }

@@ -139,7 +139,10 @@ enum {
   /* a fault, for the tests only: each CTA's TMA producer leaves one step
    * unloaded, so the warps' wait on it must time out into the error word
    * (tests/gpu/test_moe_tma_timeout.c) */
-  HR__MOE_VAR_TMA_DROP = 1024
+  HR__MOE_VAR_TMA_DROP = 1024,
+  /* the 128-token wide tile where the 96-token one runs (48 to 72 pairs
+   * per expert), as before 2026-11-30 12:00 */
+  HR__MOE_VAR_WIDE128 = 2048
 };
 
 /* Everything one launch needs, passed by value as a __grid_constant__
