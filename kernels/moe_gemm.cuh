@@ -35,12 +35,13 @@
  * alone, and the tile shape on the routing alone: results never depend on
  * the grid.
  *
- * Five tile shapes, by the pairs per expert that has any:
+ * Six tile shapes, by the pairs per expert that has any:
  *   tiny (<= 12), narrow (<= 24): 128 weight rows by 16 or 32 tokens,
  *        the weights streamed in 256-byte row pieces (the work is reading
  *        each touched expert once: T up to ~128), mma.sync
  *   mid (< 48): 128 x 64, 8 stages of 64, wgmma (DeepSeek-V3 T ~ 1024)
- *   wide (< 96): 128 x 128, 6 stages of 64, wgmma (Qwen3 T ~ 1024)
+ *   wide96 (< 72): 128 x 96, 7 stages of 64, wgmma (Qwen3 T ~ 1024)
+ *   wide (< 96): 128 x 128, 6 stages of 64, wgmma
  *   big: 256 x 128, 4 stages of 64, wgmma, where the MMAs dominate; in
  *        production on TMA (moe_gemm_tma.cuh), here on cp.async for the
  *        benchmark's comparison (HR__MOE_VAR_CPASYNC)
