@@ -23,9 +23,12 @@ CUDA_LIBDIR := $(CUDA_HOME)/lib64
 LDLIBS_CUDART := -L$(CUDA_LIBDIR) -lcudart_static -ldl -lrt -lpthread
 
 NVCC_ARCH := -gencode=arch=compute_90a,code=sm_90a
+# NVCC_EXTRA: more flags, e.g. `make NVCC_EXTRA=-lineinfo` so that Nsight
+# Compute can put its stall samples on source lines (docs/kernels.md).
+NVCC_EXTRA ?=
 NVCCFLAGS := -std=c++17 -O3 $(NVCC_ARCH) -Xcompiler -fPIC \
              -Xcompiler -Wall,-Wextra -Xptxas -warn-spills \
-             -Iclient -Ikernels -Iproto
+             -Iclient -Ikernels -Iproto $(NVCC_EXTRA)
 
 # libheadroom (client/client.mk) gives the lease and takes the incidents.
 MOE_LIBHEADROOM := $(LIBDIR)/libheadroom.so
