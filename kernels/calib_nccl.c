@@ -11,52 +11,11 @@
 #include "calib_nccl.h"
 #include "nccl_dl.h"
 
-static struct {
-  void *lib;
-  ncclResult_t (*get_version)(int *);
-  ncclResult_t (*get_unique_id)(ncclUniqueId *);
-  ncclResult_t (*init_rank_config)(ncclComm_t *, int, ncclUniqueId, int,
-                                   ncclConfig_t *);
-  ncclResult_t (*destroy)(ncclComm_t);
-  ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t,
-                             ncclRedOp_t, ncclComm_t, cudaStream_t);
-  ncclResult_t (*group_start)(void);
-  ncclResult_t (*group_end)(void);
-  const char *(*error_string)(ncclResult_t);
-} nccl;
-
-static const char *nccl_why(ncclResult_t r)
-{
-  return nccl.error_string ? nccl.error_string(r) : "NCCL error";
-}
+static hr__nccl_fns nccl;
 
 int hr__nccl_open(char *version, size_t vn, char *why, size_t n)
 {
-  int v = 0;
-
-  if(nccl.lib)
-    goto out;
-  nccl.lib = hr__nccl_dlopen(why, n);
-  if(!nccl.lib)
-    return -1;
-  if(HR__NCCL_SYM(nccl, "ncclGetVersion", get_version) ||
-     HR__NCCL_SYM(nccl, "ncclGetUniqueId", get_unique_id) ||
-     HR__NCCL_SYM(nccl, "ncclCommInitRankConfig", init_rank_config) ||
-     HR__NCCL_SYM(nccl, "ncclCommDestroy", destroy) ||
-     HR__NCCL_SYM(nccl, "ncclAllReduce", all_reduce) ||
-     HR__NCCL_SYM(nccl, "ncclGroupStart", group_start) ||
-     HR__NCCL_SYM(nccl, "ncclGroupEnd", group_end) ||
-     HR__NCCL_SYM(nccl, "ncclGetErrorString", error_string)) {
-    snprintf(why, n, "libnccl.so.2 lacks a function this tool needs "
-             "(NCCL 2.17 or later)");
-    dlclose(nccl.lib);
-    nccl.lib = NULL;
-    return -1;
-  }
-out:
-  nccl.get_version(&v);
-  hr__nccl_version_text(v, version, vn);
-  return 0;
+  return hr__nccl_load(&nccl, "this tool", version, vn, why, n);
 }
 
 int hr__nccl_set_create(hr__nccl_set *s, int max_ctas, int cga, size_t bytes,
@@ -94,7 +53,7 @@ int hr__nccl_set_create(hr__nccl_set *s, int max_ctas, int cga, size_t bytes,
     if(r == ncclSuccess)
       r = nccl.group_end();
     if(r != ncclSuccess) {
-      snprintf(why, n, "ncclCommInitRankConfig: %s", nccl_why(r));
+      snprintf(why, n, "ncclCommInitRankConfig: %s", hr__nccl_why(&nccl, r));
       return -1;
     }
   }
@@ -137,7 +96,7 @@ int hr__nccl_set_allreduce(hr__nccl_set *s, int concurrent, char *why,
     if(r == ncclSuccess)
       r = nccl.group_end();
     if(r != ncclSuccess) {
-      snprintf(why, n, "ncclAllReduce: %s", nccl_why(r));
+      snprintf(why, n, "ncclAllReduce: %s", hr__nccl_why(&nccl, r));
       return -1;
     }
   }

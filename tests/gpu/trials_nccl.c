@@ -16,58 +16,11 @@
 #include "gpu_util.h"
 #include "nccl_dl.h"
 
-static struct {
-  void *lib;
-  ncclResult_t (*get_version)(int *);
-  ncclResult_t (*get_unique_id)(ncclUniqueId *);
-  ncclResult_t (*init_rank_config)(ncclComm_t *, int, ncclUniqueId, int,
-                                   ncclConfig_t *);
-  ncclResult_t (*finalize)(ncclComm_t);
-  ncclResult_t (*destroy)(ncclComm_t);
-  ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t,
-                             ncclRedOp_t, ncclComm_t, cudaStream_t);
-  ncclResult_t (*all_gather)(const void *, void *, size_t, ncclDataType_t,
-                             ncclComm_t, cudaStream_t);
-  ncclResult_t (*reduce_scatter)(const void *, void *, size_t,
-                                 ncclDataType_t, ncclRedOp_t, ncclComm_t,
-                                 cudaStream_t);
-  const char *(*error_string)(ncclResult_t);
-} nccl;
-
-static const char *nccl_why(ncclResult_t r)
-{
-  return nccl.error_string ? nccl.error_string(r) : "NCCL error";
-}
+static hr__nccl_fns nccl;
 
 int tr_nccl_open(char *version, size_t vn, char *why, size_t n)
 {
-  int v = 0;
-
-  if(nccl.lib)
-    goto out;
-  nccl.lib = hr__nccl_dlopen(why, n);
-  if(!nccl.lib)
-    return -1;
-  if(HR__NCCL_SYM(nccl, "ncclGetVersion", get_version) ||
-     HR__NCCL_SYM(nccl, "ncclGetUniqueId", get_unique_id) ||
-     HR__NCCL_SYM(nccl, "ncclCommInitRankConfig", init_rank_config) ||
-     HR__NCCL_SYM(nccl, "ncclCommDestroy", destroy) ||
-     HR__NCCL_SYM(nccl, "ncclAllReduce", all_reduce) ||
-     HR__NCCL_SYM(nccl, "ncclAllGather", all_gather) ||
-     HR__NCCL_SYM(nccl, "ncclReduceScatter", reduce_scatter) ||
-     HR__NCCL_SYM(nccl, "ncclGetErrorString", error_string)) {
-    snprintf(why, n, "libnccl.so.2 lacks a function the trials need "
-             "(NCCL 2.17 or later)");
-    dlclose(nccl.lib);
-    memset(&nccl, 0, sizeof(nccl));
-    return -1;
-  }
-  if(HR__NCCL_SYM(nccl, "ncclCommFinalize", finalize))
-    nccl.finalize = NULL;               /* before 2.14: destroy alone */
-out:
-  nccl.get_version(&v);
-  hr__nccl_version_text(v, version, vn);
-  return 0;
+  return hr__nccl_load(&nccl, "the trials", version, vn, why, n);
 }
 
 int tr_nccl_id_share(const char *dir, const char *name, int rank,
@@ -82,7 +35,7 @@ int tr_nccl_id_share(const char *dir, const char *name, int rank,
   if(rank == 0) {
     r = nccl.get_unique_id(id);
     if(r != ncclSuccess) {
-      snprintf(why, n, "ncclGetUniqueId: %s", nccl_why(r));
+      snprintf(why, n, "ncclGetUniqueId: %s", hr__nccl_why(&nccl, r));
       return -1;
     }
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
@@ -173,7 +126,7 @@ int tr_nccl_set_create(tr_nccl_set *s, const char *dir, const char *name,
     r = nccl.init_rank_config(&s->comm[c], 2, id, rank, &cfg);
     if(r != ncclSuccess) {
       s->comm[c] = NULL;
-      snprintf(why, n, "ncclCommInitRankConfig(%s): %s", cname, nccl_why(r));
+      snprintf(why, n, "ncclCommInitRankConfig(%s): %s", cname, hr__nccl_why(&nccl, r));
       return -1;
     }
   }
@@ -228,7 +181,7 @@ int tr_nccl_run(tr_nccl_set *s, const tr_coll *c, char *why, size_t n)
   }
   if(r != ncclSuccess) {
     snprintf(why, n, "%s of %zu bytes on communicator %d: %s",
-             tr_op_name(c->op), c->bytes, c->comm, nccl_why(r));
+             tr_op_name(c->op), c->bytes, c->comm, hr__nccl_why(&nccl, r));
     return -1;
   }
   return 0;
