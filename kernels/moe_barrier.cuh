@@ -72,8 +72,6 @@ static __device__ __noinline__ int moe_barrier_wait(const hr__moe_params &p, int
   __threadfence();                    /* the CTA's writes, before arrival */
   if(atomicAdd(&s->count, 1u) == expected - 1) {
     atomicExch(&s->count, 0u);        /* last in: reset, then release */
-    if(barrier == 1 || barrier == 2)  /* the GEMM stage before has ended */
-      atomicExch(&s->claim[barrier - 1], 0u);
     __threadfence();
     atomicAdd(&s->gen, 1u);
     return 1;

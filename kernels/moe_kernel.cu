@@ -78,6 +78,14 @@ static __device__ __forceinline__ int moe_gemm(const hr__moe_params &p, const mo
   return 1;
 }
 
+/* Past the grid barrier that ends GEMM stage STAGE, where no CTA claims
+ * its units any more: its claim counter back to 0 for the next launch. */
+static __device__ __forceinline__ void moe_claims_reset(const hr__moe_params &p, int stage)
+{
+  if(blockIdx.x == 0 && threadIdx.x == 0)
+    atomicExch(&p.sync->claim[stage - 1], 0u);
+}
+
 /* Before the grid barrier that opens GEMM stage STAGE, in the benchmark's
  * variant HR__MOE_VAR_PREFETCH only: L2 fetches this CTA's first unit of
  * it (moe_prefetch_unit, which does nothing otherwise). */
@@ -166,12 +174,14 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
   moe_prefetch<2>(p, rt, tile);
   if(!grid_barrier(p, 1, &s_ok))
     return;
+  moe_claims_reset(p, 1);
 
   /* 3. GEMM2 */
   if(!moe_gemm<2>(p, rt, smem, tile))
     return;
   if(!grid_barrier(p, 2, &s_ok))
     return;
+  moe_claims_reset(p, 2);
 
   /* 4. combine */
   for(i = moe_phase_runs(p, HR__MOE_PHASE_COMBINE); i > 0; i--)

@@ -53,8 +53,8 @@ typedef struct hr__moe_sync {
   unsigned pad1[31];
   unsigned fail;
   unsigned pad2[31];
-  /* The TMA big tile's units, claimed in order (GEMM1, GEMM2): the last
-   * CTA into barrier 1 (2) puts GEMM1's (GEMM2's) back to 0. */
+  /* The TMA big tile's units, claimed in order (GEMM1, GEMM2): CTA 0
+   * puts each back to 0 past the grid barrier that ends its stage. */
   unsigned claim[2];
   unsigned pad3[30];
 } hr__moe_sync;
