@@ -602,9 +602,15 @@ static __device__ __forceinline__ int agn_gemm_run_any(const hr__moe_params &p,
 /* Combine task c: tokens [c * tpc, ...). Each thread waits for the token
  * tiles of some of the pairs (most are long finished), then the CTA makes
  * the outputs as the barrier kernel does. The task that finishes the last
- * of them tells the host y is complete. */
-static __device__ int agn_combine(const hr__moe_params &p, const moe_route &rt, int c)
+ * of them tells the host y is complete. A function of its own, so that
+ * the combine's four slots in flight get registers of their own: inlined
+ * among the GEMM runs it spilled, and with one slot at a time each chunk
+ * was 16 dependent L2 round trips (Qwen3 T = 1024: the combine cost
+ * 0.036-0.052 ms against the barrier kernel's 0.011-0.022). */
+static __device__ __noinline__ int agn_combine(const hr__moe_params &p, const moe_route &rt,
+                                               int c)
 {
+  const moe_comb a = moe_comb_of(p);
   const int tid = threadIdx.x, chunks = p.H / 8;
   const int t0 = c * sh.pl.tpc, nt = min(p.T - t0, sh.pl.tpc);
   const int bn = sh.pl.bn;
@@ -629,7 +635,7 @@ static __device__ int agn_combine(const hr__moe_params &p, const moe_route &rt, 
     return 0;
   for(i = tid; i < nt * chunks; i += HR__MOE_THREADS) {
     const int t = i / chunks;
-    moe_combine_chunk<1>(p, t0 + t, i - t * chunks);
+    moe_combine_chunk<4>(a, t0 + t, i - t * chunks);
   }
   __syncthreads();
   if(tid == 0 && atom_add_acq_rel_gpu(&p.agn->combine_done, 1u) ==
@@ -640,10 +646,17 @@ static __device__ int agn_combine(const hr__moe_params &p, const moe_route &rt, 
   return 1;
 }
 
-/* The tasks past the scatters, in the launch's tile shape C: GEMM runs,
- * combine tasks, until the tickets run out (1) or the launch failed (0).
- * One copy per tile shape (agn_tasks_call), so that what the compiler
- * keeps in registers across the loop is one shape's. */
+/* The GEMM tasks past the scatters, in the launch's tile shape C, until
+ * a ticket past them: returns it (a combine task's, or one past the end),
+ * or -1 when the launch failed.
+ * Every tile shape's copy is inlined in the kernel. Not only because a
+ * call to a function holding wgmma instructions makes the compiler
+ * serialize them: in a function of its own, the parameters are reached
+ * through a generic pointer, and the cp.async loader read them with
+ * generic loads at every step. Nsight Compute counted 1.9 million of
+ * those against none in the barrier kernel (Qwen3 T = 16); inlined, the
+ * agnostic kernel took 0.214 ms there instead of 0.254
+ * (bench/results/moe-floor-h200-2026-11-30.md). */
 template <class C>
 static __device__ __forceinline__ int agn_tasks(const hr__moe_params &p, int ticket)
 {
@@ -653,7 +666,7 @@ static __device__ __forceinline__ int agn_tasks(const hr__moe_params &p, int tic
     if(ticket < 0) {
       if(threadIdx.x == 0)
         agn_stop_record(p);
-      return 0;
+      return -1;
     }
     if(ticket < sh.pl.g2) {
       const int u = agn_wrap(ticket - sh.pl.g1, sh.pl.u1);
@@ -662,7 +675,7 @@ static __device__ __forceinline__ int agn_tasks(const hr__moe_params &p, int tic
       if(sh.scatter_seen == 0)
         moe_prefetch_unit<C, 1>(p, rt, sh.pl.nf1, u);
       if(!agn_wait_cta(p, &p.agn->scatter_done, sh.pl.need_s, HR__MOE_WAIT_SCATTER))
-        return 0;
+        return -1;
       if(threadIdx.x == 0)
         sh.scatter_seen = 1;
       ticket = agn_gemm_run_any<C, 1>(p, rt, pipe, u);
@@ -673,35 +686,32 @@ static __device__ __forceinline__ int agn_tasks(const hr__moe_params &p, int tic
         moe_prefetch_unit<C, 2>(p, rt, sh.pl.nf2, u);    /* as for GEMM1 */
       if(!sh.all1 && !agn_wait_cta(p, p.g1_done + agn_tile_of(rt, un, C::BN),
                                    sh.pl.need1, HR__MOE_WAIT_GEMM1))
-        return 0;
+        return -1;
       ticket = agn_gemm_run_any<C, 2>(p, rt, pipe, u);
-    } else if(ticket < sh.pl.end) {
-      if(!agn_combine(p, rt, agn_wrap(ticket - sh.pl.cb, sh.pl.nc)))
-        return 0;
-      ticket = agn_claim(p);
     } else {
-      return 1;
+      return ticket;
     }
   }
 }
 
-/* agn_tasks in a function of its own for the mma.sync tiles; inlined in
- * the kernel for the wgmma ones, because a call to a function holding
- * wgmma instructions makes the compiler serialize them (it cannot follow
- * their pipeline across the call). */
-template <class C>
-static __device__ __noinline__ int agn_tasks_call(const hr__moe_params &p, int ticket)
+/* The combine tasks, from `ticket` (past the GEMM tickets) until the
+ * tickets run out (1) or the launch failed (0). Called from the kernel
+ * itself, where nothing of the GEMM runs is live any more: a call from
+ * inside agn_tasks made the compiler spill around it. */
+static __device__ __noinline__ int agn_combines(const hr__moe_params &p, int ticket)
 {
-  return agn_tasks<C>(p, ticket);
-}
-
-template <class C>
-static __device__ __forceinline__ int agn_tasks_for(const hr__moe_params &p, int ticket)
-{
-  if constexpr(C::WG)
-    return agn_tasks<C>(p, ticket);
-  else
-    return agn_tasks_call<C>(p, ticket);
+  const moe_route rt = agn_rt();
+  while(ticket >= 0 && ticket < sh.pl.end) {
+    if(!agn_combine(p, rt, agn_wrap(ticket - sh.pl.cb, sh.pl.nc)))
+      return 0;
+    ticket = agn_claim(p);
+  }
+  if(ticket < 0) {
+    if(threadIdx.x == 0)
+      agn_stop_record(p);
+    return 0;
+  }
+  return 1;
 }
 
 /* ---- the kernel ----------------------------------------------------------- */
@@ -776,7 +786,7 @@ static __device__ __noinline__ void agn_leave(const hr__moe_params &p)
 __global__ void __launch_bounds__(HR__MOE_THREADS, 1)
 hr__moe_agnostic_kernel(const __grid_constant__ hr__moe_params p)
 {
-  int ticket = agn_begin(p), ok;
+  int ticket = agn_begin(p);
 
   if(ticket < 0)
     return;
@@ -784,26 +794,26 @@ hr__moe_agnostic_kernel(const __grid_constant__ hr__moe_params p)
   const unsigned v = p.variant;
   const int tile = sh.pl.tile;
   if(moe_tile_tma(tile, v))
-    ok = agn_tasks_for<moe_tile_big_tma>(p, ticket);
+    ticket = agn_tasks<moe_tile_big_tma>(p, ticket);
   else if(tile == MOE_TILE_TINY)
-    ok = agn_tasks_for<moe_tile_tiny>(p, ticket);
+    ticket = agn_tasks<moe_tile_tiny>(p, ticket);
   else if(tile == MOE_TILE_NARROW)
-    ok = agn_tasks_for<moe_tile_narrow>(p, ticket);
+    ticket = agn_tasks<moe_tile_narrow>(p, ticket);
   else if(tile == MOE_TILE_WIDE)
-    ok = agn_tasks_for<moe_tile_wide>(p, ticket);
+    ticket = agn_tasks<moe_tile_wide>(p, ticket);
   else if(tile == MOE_TILE_WIDE96)
-    ok = agn_tasks_for<moe_tile_wide96>(p, ticket);
+    ticket = agn_tasks<moe_tile_wide96>(p, ticket);
   else if(tile == MOE_TILE_MID && (v & HR__MOE_VAR_MID_SYNC))
-    ok = agn_tasks_for<moe_tile_mid_sync>(p, ticket);
+    ticket = agn_tasks<moe_tile_mid_sync>(p, ticket);
   else if(tile == MOE_TILE_MID && (v & HR__MOE_VAR_MID_WAIT))
-    ok = agn_tasks_for<moe_tile_mid_w0>(p, ticket);
+    ticket = agn_tasks<moe_tile_mid_w0>(p, ticket);
   else if(tile == MOE_TILE_MID)
-    ok = agn_tasks_for<moe_tile_mid>(p, ticket);
+    ticket = agn_tasks<moe_tile_mid>(p, ticket);
   else if(v & HR__MOE_VAR_SYNC_BIG)
-    ok = agn_tasks_for<moe_tile_big_sync>(p, ticket);
+    ticket = agn_tasks<moe_tile_big_sync>(p, ticket);
   else
-    ok = agn_tasks_for<moe_tile_big>(p, ticket);
-  if(ok)
+    ticket = agn_tasks<moe_tile_big>(p, ticket);
+  if(ticket >= 0 && agn_combines(p, ticket))
     agn_leave(p);
 }
 

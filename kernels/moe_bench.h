@@ -29,6 +29,10 @@ typedef struct hr__moe_variant {
 int hr__moe_forward_variant(hr_moe *m, int grid, const hr__moe_variant *v,
                             const hr_moe_args *args, void *stream);
 
+/* The dynamic shared memory both kernels launch with, in bytes (for a
+ * benchmark that launches something else alike). */
+int hr__moe_smem_bytes(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -26,54 +26,66 @@ static __device__ __forceinline__ void moe_combine_add(float (&acc)[8], float w,
   acc[7] = __fmaf_rn(w, bf16_hi(v.w), acc[7]);
 }
 
+/* What the combine reads and writes, copied out of the parameters once
+ * per caller: in a function of its own (the agnostic kernel's combine
+ * task) the parameters are reached through a generic pointer, and reading
+ * them at every chunk would put a load on each chunk's path. */
+struct moe_comb {
+  const int *pos_of;
+  const float *wts;
+  const uint16_t *ypair;
+  uint16_t *y;
+  int k, H;
+};
+
+static __device__ __forceinline__ moe_comb moe_comb_of(const hr__moe_params &p)
+{
+  moe_comb a;
+  a.pos_of = p.pos_of;
+  a.wts = p.wts;
+  a.ypair = p.ypair;
+  a.y = p.y;
+  a.k = p.k;
+  a.H = p.H;
+  return a;
+}
+
 /* Outputs 8c .. 8c+7 of token t. ypair and pos_of were written by other
  * CTAs in this launch: read them from L2 (.cg), never a stale L1 line.
  * The slots go BATCH at a time: their positions, then their rows, each
  * batch's loads in flight together (two L2 round trips a batch instead of
  * two a slot), then the sums in slot order, so any BATCH gives the same
- * bits. The barrier kernel, whose threads make hundreds of chunks each at
- * large T, takes 4; the agnostic kernel 1 (its registers are short where
- * the combine is inlined among the GEMM runs). */
+ * bits. Both kernels take 4. */
 template <int BATCH>
-static __device__ __forceinline__ void moe_combine_chunk(const hr__moe_params &p,
-                                                         int t, int c)
+static __device__ __forceinline__ void moe_combine_chunk(const moe_comb &a, int t, int c)
 {
   float acc[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
   uint4 o;
   int j0, j;
-  for(j0 = 0; j0 < p.k; j0 += BATCH) {
-    if constexpr(BATCH == 1) {            /* one slot: no arrays */
-      const int pos = __ldcg(p.pos_of + t * p.k + j0);
-      if(pos >= 0) {
-        const float w = __ldg(p.wts + t * p.k + j0);
-        const uint4 v = __ldcg((const uint4 *)(p.ypair + (size_t)pos * p.H + c * 8));
-        moe_combine_add(acc, w, v);
+  for(j0 = 0; j0 < a.k; j0 += BATCH) {
+    int pos[BATCH];
+    float w[BATCH];
+    uint4 v[BATCH];
+#pragma unroll
+    for(j = 0; j < BATCH; j++)
+      pos[j] = j0 + j < a.k ? __ldcg(a.pos_of + t * a.k + j0 + j) : -1;
+#pragma unroll
+    for(j = 0; j < BATCH; j++) {
+      if(pos[j] >= 0) {
+        w[j] = __ldg(a.wts + t * a.k + j0 + j);
+        v[j] = __ldcg((const uint4 *)(a.ypair + (size_t)pos[j] * a.H + c * 8));
       }
-    } else {
-      int pos[BATCH];
-      float w[BATCH];
-      uint4 v[BATCH];
-#pragma unroll
-      for(j = 0; j < BATCH; j++)
-        pos[j] = j0 + j < p.k ? __ldcg(p.pos_of + t * p.k + j0 + j) : -1;
-#pragma unroll
-      for(j = 0; j < BATCH; j++) {
-        if(pos[j] >= 0) {
-          w[j] = __ldg(p.wts + t * p.k + j0 + j);
-          v[j] = __ldcg((const uint4 *)(p.ypair + (size_t)pos[j] * p.H + c * 8));
-        }
-      }
-#pragma unroll
-      for(j = 0; j < BATCH; j++)
-        if(pos[j] >= 0)
-          moe_combine_add(acc, w[j], v[j]);
     }
+#pragma unroll
+    for(j = 0; j < BATCH; j++)
+      if(pos[j] >= 0)
+        moe_combine_add(acc, w[j], v[j]);
   }
   o.x = pack_bf16x2(acc[0], acc[1]);
   o.y = pack_bf16x2(acc[2], acc[3]);
   o.z = pack_bf16x2(acc[4], acc[5]);
   o.w = pack_bf16x2(acc[6], acc[7]);
-  *(uint4 *)(p.y + (size_t)t * p.H + c * 8) = o;
+  *(uint4 *)(a.y + (size_t)t * a.H + c * 8) = o;
 }
 
 #endif /* HR_MOE_COMBINE_CUH */

@@ -33,13 +33,14 @@ static_assert(HR__MOE_SMEM_BYTES + 128 <= 227 * 1024, "fits an SM, with the stat
  * (moe_combine.cuh), chunks dealt over the whole grid. */
 static __device__ void moe_combine(const hr__moe_params &p)
 {
+  const moe_comb a = moe_comb_of(p);
   const int chunks = p.H / 8;
   const long long total = (long long)p.T * chunks;
   long long i;
   for(i = (long long)blockIdx.x * HR__MOE_THREADS + threadIdx.x; i < total;
       i += (long long)gridDim.x * HR__MOE_THREADS) {
     const int t = (int)(i / chunks), c = (int)(i - (long long)t * chunks);
-    moe_combine_chunk<4>(p, t, c);
+    moe_combine_chunk<4>(a, t, c);
   }
 }
 
@@ -186,6 +187,11 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
   /* 4. combine */
   for(i = moe_phase_runs(p, HR__MOE_PHASE_COMBINE); i > 0; i--)
     moe_combine(p);
+}
+
+extern "C" int hr__moe_smem_bytes(void)
+{
+  return HR__MOE_SMEM_BYTES;
 }
 
 extern "C" cudaError_t hr__moe_prepare(void)
