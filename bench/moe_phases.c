@@ -25,6 +25,12 @@
  * are the same ones) and the default's against the CPU reference on
  * sampled tokens. --no-phases times the variants alone.
  *
+ * First, for each shape and T, the floor measured rather than computed:
+ * a kernel that only reads the touched experts' weights once on every SM
+ * (tests/gpu/gpu_kernels.cu, stream), timed the same way, beside both
+ * kernels with every phase left out (launch, counts and barriers alone)
+ * and an empty kernel (what two events around any launch measure).
+ *
  * Timing as bench/bench_moe.py: inputs rotating between several sets, a
  * warm-up, then each rep timed alone with CUDA events, the host given a
  * head start (a spinning kernel) so launch overhead never shows; the
@@ -74,6 +80,8 @@ static const gemm_variant gemm_variants[] = {
   { "L2 prefetch of the weights before the waits", HR__MOE_VAR_PREFETCH, 1, 128 },
 };
 #define NGEMM ((int)(sizeof(gemm_variants) / sizeof(gemm_variants[0])))
+/* Variants of what only the barrier kernel has: not timed for the other. */
+#define BARRIER_ONLY HR__MOE_VAR_NO_CLUSTER
 
 /* Relative L2 difference of two bf16 arrays. */
 static double rel_l2(const uint16_t *a, const uint16_t *ref, size_t n)
@@ -93,13 +101,19 @@ typedef struct input_set {
   uint16_t *x;
   int32_t *ids;
   float *wts;
+  int *experts;          /* the experts this set touches (device), nexp */
+  int nexp;
 } input_set;
 
 typedef struct bench {
   gt_moe g;
   int T, nsets, reps;
   input_set set[MAX_SETS];
+  unsigned *sink;        /* the stream kernel's output word (device) */
 } bench;
+
+/* One launch of whatever is timed, on input set `set`. */
+typedef void (*launch_fn)(bench *b, const void *arg, int set);
 
 static int cmp_float(const void *a, const void *b)
 {
@@ -126,6 +140,37 @@ static void launch(bench *b, const hr__moe_variant *v, int set)
   }
 }
 
+static void launch_moe(bench *b, const void *arg, int set)
+{
+  launch(b, (const hr__moe_variant *)arg, set);
+}
+
+/* The floor kernels: reading the touched weights once (of set `set`, or
+ * of the input_set arg when given); nothing. */
+static void launch_stream(bench *b, const void *arg, int set)
+{
+  const gt_shape *s = &b->g.s;
+  const input_set *in = arg ? (const input_set *)arg : &b->set[set];
+  const size_t w1 = (size_t)2 * s->I * s->H * 2, w2 = (size_t)s->H * s->I * 2;
+  GT_CUDA(gt_stream_launch(b->g.w1, b->g.w2, in->experts, in->nexp, w1, w2,
+                           hr_moe_sms(b->g.m), b->sink, b->g.stream));
+}
+
+static void launch_null(bench *b, const void *arg, int set)
+{
+  (void)arg;
+  (void)set;
+  GT_CUDA(gt_null_launch(b->g.stream));
+}
+
+/* arg: the cluster size (int) */
+static void launch_null_like(bench *b, const void *arg, int set)
+{
+  (void)set;
+  GT_CUDA(gt_null_like_launch(hr_moe_sms(b->g.m), 256, hr__moe_smem_bytes(),
+                              *(const int *)arg, b->g.stream));
+}
+
 static void sync_ok(bench *b)
 {
   int rc = hr_moe_sync(b->g.m);
@@ -136,8 +181,8 @@ static void sync_ok(bench *b)
   GT_CUDA(cudaStreamSynchronize((cudaStream_t)b->g.stream));
 }
 
-/* Median ms of b->reps launches of variant v, each timed alone. */
-static float time_variant(bench *b, const hr__moe_variant *v)
+/* Median ms of b->reps launches of fn, each timed alone. */
+static float time_launches(bench *b, launch_fn fn, const void *arg)
 {
   cudaStream_t st = (cudaStream_t)b->g.stream;
   cudaEvent_t e0[MAX_REPS], e1[MAX_REPS];
@@ -145,7 +190,7 @@ static float time_variant(bench *b, const hr__moe_variant *v)
   int i;
 
   for(i = 0; i < 3; i++)                        /* warm-up */
-    launch(b, v, i % b->nsets);
+    fn(b, arg, i % b->nsets);
   sync_ok(b);
   for(i = 0; i < b->reps; i++) {
     GT_CUDA(cudaEventCreate(&e0[i]));
@@ -154,7 +199,7 @@ static float time_variant(bench *b, const hr__moe_variant *v)
   GT_CUDA(gt_spin_launch(20, st));              /* head start for the host */
   for(i = 0; i < b->reps; i++) {
     GT_CUDA(cudaEventRecord(e0[i], st));
-    launch(b, v, i % b->nsets);
+    fn(b, arg, i % b->nsets);
     GT_CUDA(cudaEventRecord(e1[i], st));
   }
   sync_ok(b);
@@ -165,6 +210,36 @@ static float time_variant(bench *b, const hr__moe_variant *v)
   }
   qsort(ms, (size_t)b->reps, sizeof(float), cmp_float);
   return b->reps % 2 ? ms[b->reps / 2] : 0.5f * (ms[b->reps / 2 - 1] + ms[b->reps / 2]);
+}
+
+static float time_variant(bench *b, const hr__moe_variant *v)
+{
+  return time_launches(b, launch_moe, v);
+}
+
+/* The distinct experts of the routing in g's host copy, to the device. */
+static void set_experts(bench *b, input_set *in)
+{
+  const gt_moe *g = &b->g;
+  const size_t pairs = (size_t)b->T * g->s.k;
+  char *seen = calloc((size_t)g->s.E, 1);
+  int *list = malloc((size_t)g->s.E * sizeof(int)), e;
+  size_t j;
+  if(!seen || !list) {
+    fprintf(stderr, "FAIL: out of memory\n");
+    exit(1);
+  }
+  for(j = 0; j < pairs; j++)
+    if(g->ids_h[j] >= 0 && g->ids_h[j] < g->s.E)
+      seen[g->ids_h[j]] = 1;
+  in->nexp = 0;
+  for(e = 0; e < g->s.E; e++)
+    if(seen[e])
+      list[in->nexp++] = e;
+  GT_CUDA(cudaMalloc((void **)&in->experts, (size_t)g->s.E * sizeof(int)));
+  GT_CUDA(cudaMemcpy(in->experts, list, (size_t)in->nexp * sizeof(int), cudaMemcpyHostToDevice));
+  free(seen);
+  free(list);
 }
 
 /* y of one launch of v on the last set (whose host copies gt_moe keeps,
@@ -211,9 +286,9 @@ int main(int argc, char **argv)
   const char *shapes = "qwen3-30b-a3b,deepseek-v3", *out_path = NULL;
   int tokens[MAX_TOKENS], ntok, reps = 20, i, si, ti, kk, ph, phases = 1;
   char mach[256], date[64], cmd[1024] = "";
-  char *table = NULL, *vtable = NULL;
-  size_t table_len = 0, vtable_len = 0;
-  FILE *tf, *vf;
+  char *table = NULL, *vtable = NULL, *ftable = NULL;
+  size_t table_len = 0, vtable_len = 0, ftable_len = 0;
+  FILE *tf, *vf, *ff;
   time_t now = time(NULL);
 
   ntok = parse_list("1,16,128,1024,8192", tokens, MAX_TOKENS);
@@ -247,8 +322,24 @@ int main(int argc, char **argv)
 
   tf = open_memstream(&table, &table_len);
   vf = open_memstream(&vtable, &vtable_len);
-  if(!tf || !vf)
+  ff = open_memstream(&ftable, &ftable_len);
+  if(!tf || !vf || !ff)
     return 1;
+  fprintf(ff, "\nThe floor, measured (same timing): stream = a kernel that only "
+              "reads the touched experts' W1 and W2 once, two CTAs per SM, 128 KB "
+              "in flight per SM (tests/gpu/gpu_kernels.cu); no phases = the kernel "
+              "with route, GEMM1, GEMM2 and combine left out (launch, counts, "
+              "barriers or waits); empty = an empty kernel between the events; "
+              "empty, launched alike = an empty kernel with the MoE kernels' grid, "
+              "threads and dynamic shared memory (clusters of 2 for the barrier "
+              "kernel's, none for the agnostic's). "
+              "Whole-weights read rate, per shape: the stream kernel over every "
+              "expert.\n\n"
+              "| shape | T | experts | MB read | stream ms | stream TB/s | barrier ms "
+              "| agnostic ms | barrier / stream | agnostic / stream | no phases: "
+              "barrier ms | no phases: agnostic ms | empty kernel ms | empty, launched "
+              "alike: barrier / agnostic ms |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   fprintf(vf, "\nGEMM variants (same inputs; TFLOP/s = "
               "2 T k 3 H I / time; y against the default's: bitwise or rel L2; "
               "the default's against the CPU reference on sampled tokens):\n\n"
@@ -288,6 +379,29 @@ int main(int argc, char **argv)
     memset(&b, 0, sizeof(b));
     gt_moe_init(&b.g, s, max_T);
     b.reps = reps;
+    b.nsets = 1;
+    GT_CUDA(cudaMalloc((void **)&b.sink, sizeof(unsigned)));
+    {
+      /* the sustained read rate: every expert's weights once */
+      input_set all;
+      int *list = malloc((size_t)s->E * sizeof(int)), e;
+      const double mb = (double)s->E * 3 * s->H * s->I * 2 / 1e6;
+      float ms;
+      if(!list)
+        return 1;
+      for(e = 0; e < s->E; e++)
+        list[e] = e;
+      all.nexp = s->E;
+      GT_CUDA(cudaMalloc((void **)&all.experts, (size_t)s->E * sizeof(int)));
+      GT_CUDA(cudaMemcpy(all.experts, list, (size_t)s->E * sizeof(int), cudaMemcpyHostToDevice));
+      ms = time_launches(&b, launch_stream, &all);
+      fprintf(ff, "| %s | all %d experts | %d | %.0f | %.3f | %.2f | | | | | | | | |\n",
+              s->name, s->E, s->E, mb, ms, mb / 1e6 / (ms * 1e-3));
+      fprintf(stderr, "%-14s stream over all experts: %.0f MB in %.3f ms, %.2f TB/s\n",
+              s->name, mb, ms, mb / 1e6 / (ms * 1e-3));
+      cudaFree(all.experts);
+      free(list);
+    }
     if(si == 0)
       fprintf(stderr, "moe_phases: %s\n", mach);
     for(ti = 0; ti < ntok; ti++) {
@@ -306,6 +420,37 @@ int main(int argc, char **argv)
         GT_CUDA(cudaMemcpy(b.set[i].x, b.g.x, (size_t)T * s->H * 2, cudaMemcpyDeviceToDevice));
         GT_CUDA(cudaMemcpy(b.set[i].ids, b.g.ids, (size_t)T * s->k * 4, cudaMemcpyDeviceToDevice));
         GT_CUDA(cudaMemcpy(b.set[i].wts, b.g.wts, (size_t)T * s->k * 4, cudaMemcpyDeviceToDevice));
+        set_experts(&b, &b.set[i]);
+      }
+      {
+        /* the floor, measured */
+        const hr__moe_variant none0 = { 0, HR__MOE_PHASE_ROUTE | HR__MOE_PHASE_GEMM1 |
+                                        HR__MOE_PHASE_GEMM2 | HR__MOE_PHASE_COMBINE, 0, 0 };
+        hr__moe_variant none1 = none0, v0 = { 0, 0, 0, 0 }, v1 = { 1, 0, 0, 0 };
+        double nexp = 0, mb;
+        const int two = 2, one = 1;
+        float st, tb, ta, nb, na, nul, nl2, nl1;
+        none1.agnostic = 1;
+        for(i = 0; i < b.nsets; i++)
+          nexp += b.set[i].nexp;
+        nexp /= b.nsets;
+        mb = nexp * 3 * s->H * s->I * 2 / 1e6;
+        st = time_launches(&b, launch_stream, NULL);
+        tb = time_variant(&b, &v0);
+        ta = time_variant(&b, &v1);
+        nb = time_variant(&b, &none0);
+        na = time_variant(&b, &none1);
+        nul = time_launches(&b, launch_null, NULL);
+        nl2 = time_launches(&b, launch_null_like, &two);
+        nl1 = time_launches(&b, launch_null_like, &one);
+        fprintf(ff, "| %s | %d | %.1f | %.0f | %.4f | %.2f | %.4f | %.4f | %.2f | %.2f | "
+                    "%.4f | %.4f | %.4f | %.4f / %.4f |\n", s->name, T, nexp, mb, st,
+                mb / 1e6 / (st * 1e-3), tb, ta, tb / st, ta / st, nb, na, nul, nl2, nl1);
+        fflush(ff);
+        fprintf(stderr, "%-14s T=%-5d floor: stream %.4f ms (%.0f MB, %.2f TB/s); barrier "
+                        "%.4f (%.2fx) agnostic %.4f (%.2fx); no phases %.4f / %.4f; "
+                        "empty %.4f, launched alike %.4f / %.4f\n", s->name, T, st, mb,
+                mb / 1e6 / (st * 1e-3), tb, tb / st, ta, ta / st, nb, na, nul, nl2, nl1);
       }
       for(kk = 0; kk < 2; kk++) {
         hr__moe_variant v = { kk, 0, 0, 0 };
@@ -344,6 +489,8 @@ int main(int argc, char **argv)
           float ms;
           if(T < gvar->t_min || T > gvar->t_max)
             continue;
+          if(kk == 1 && (gvar->bits & BARRIER_ONLY))   /* nothing to change there */
+            continue;
           ms = time_variant(&b, &gv);
           y_of(&b, &gv, y1);
           if(i == 0) {
@@ -368,24 +515,30 @@ int main(int argc, char **argv)
         cudaFree(b.set[i].x);
         cudaFree(b.set[i].ids);
         cudaFree(b.set[i].wts);
+        cudaFree(b.set[i].experts);
       }
       free(y0);
       free(y1);
     }
+    cudaFree(b.sink);
     gt_moe_free(&b.g);
   }
   fclose(tf);
   fclose(vf);
+  fclose(ff);
   fputs(table, stdout);
+  fputs(ftable, stdout);
   fputs(vtable, stdout);
   if(out_path) {
     FILE *f = fopen(out_path, "w");
-    if(!f || fputs(table, f) < 0 || fputs(vtable, f) < 0 || fclose(f) != 0) {
+    if(!f || fputs(table, f) < 0 || fputs(ftable, f) < 0 || fputs(vtable, f) < 0 ||
+       fclose(f) != 0) {
       fprintf(stderr, "FAIL: cannot write %s\n", out_path);
       return 1;
     }
   }
   free(table);
   free(vtable);
+  free(ftable);
   return 0;
 }

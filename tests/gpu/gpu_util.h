@@ -136,6 +136,17 @@ int gt_fill_bf16(void *p, size_t n, uint64_t seed, float scale, void *stream);
 /* One CTA spinning for `ms` on `stream`: a head start for the host before
  * timed launches (the benchmarks). */
 int gt_spin_launch(int ms, void *stream);
+/* Read W1 and W2 of experts[0..n) once (device array; w1_bytes, w2_bytes
+ * per expert, multiples of 8 KB) with two CTAs per SM: the floor of any
+ * kernel that must read them. sink: a device word, written only by chance. */
+int gt_stream_launch(const void *w1, const void *w2, const int *experts, int n,
+                     size_t w1_bytes, size_t w2_bytes, int sms, unsigned *sink,
+                     void *stream);
+/* An empty kernel (<<<1, 32>>>); one launched like the MoE kernels:
+ * grid x threads, smem bytes of dynamic shared memory, clusters of
+ * `cluster` (1: none). */
+int gt_null_launch(void *stream);
+int gt_null_like_launch(int grid, int threads, int smem, int cluster, void *stream);
 
 /* A hog on its own stream that holds `ctas` SMs for `ms`; returns once
  * every hog CTA runs. */
