@@ -5,3 +5,8 @@ UNIT_TESTS += $(TESTBIN)/test_moe_ref
 $(TESTBIN)/test_moe_ref: $(OBJDIR)/tests/unit/test_moe_ref.o $(OBJDIR)/kernels/moe_ref.o
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_CMOCKA) -lm
+
+# kernels/nvcc_strict.sh, through which the library's kernels are built:
+# it refuses ptxas's performance-loss notes, and the strict flags refuse
+# spills (a real nvcc where there is one).
+UNIT_TESTS += tests/unit/test_nvcc_strict.sh
