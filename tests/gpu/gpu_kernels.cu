@@ -183,12 +183,16 @@ extern "C" int gt_null_launch(void *stream)
 extern "C" int gt_null_like_launch(int grid, int threads, int smem, int cluster,
                                    void *stream)
 {
+  static int smem_set = -1;    /* the size the kernel is allowed: once, not per launch */
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attr[1] = {};
-  cudaError_t e = cudaFuncSetAttribute(gt_null_smem_kernel,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if(e != cudaSuccess)
-    return (int)e;
+  if(smem != smem_set) {
+    cudaError_t e = cudaFuncSetAttribute(gt_null_smem_kernel,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if(e != cudaSuccess)
+      return (int)e;
+    smem_set = smem;
+  }
   cfg.gridDim = dim3((unsigned)grid, 1, 1);
   cfg.blockDim = dim3((unsigned)threads, 1, 1);
   cfg.dynamicSmemBytes = (size_t)smem;
