@@ -72,7 +72,6 @@ typedef struct gemm_variant {
 
 static const gemm_variant gemm_variants[] = {
   { "default", 0, 1, 1 << 30 },
-  { "before: the mid and wide tiles on the cp.async pipeline", HR__MOE_VAR_NO_WS, 512, 4096 },
   { "mid and wide96 tiles 256 rows tall", HR__MOE_VAR_TALL, 512, 4096 },
   { "before: the 128-token wide tile", HR__MOE_VAR_WIDE128, 1024, 1024 },
   { "the mid tile where the wide one runs", HR__MOE_VAR_NO_WIDE, 1024, 1024 },
@@ -83,7 +82,7 @@ static const gemm_variant gemm_variants[] = {
 };
 #define NGEMM ((int)(sizeof(gemm_variants) / sizeof(gemm_variants[0])))
 /* Variants of what only the barrier kernel has: not timed for the other. */
-#define BARRIER_ONLY (HR__MOE_VAR_NO_CLUSTER | HR__MOE_VAR_NO_WS | HR__MOE_VAR_TALL)
+#define BARRIER_ONLY (HR__MOE_VAR_NO_CLUSTER | HR__MOE_VAR_TALL)
 
 /* Relative L2 difference of two bf16 arrays. */
 static double rel_l2(const uint16_t *a, const uint16_t *ref, size_t n)

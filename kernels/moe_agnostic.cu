@@ -444,9 +444,7 @@ static __device__ int agn_gemm_run(const hr__moe_params &p, const moe_route &rt,
       cp_async_commit();
     }
     if(++kt == nk) {
-      tile_drain<C>(acc);
-      tile_store<C, STAGE>(p, un, acc, pipe, pipe + slot * C::STAGE_BYTES, wm, wn, wk);
-      tile_zero<C>(acc);
+      tile_unit_end<C, STAGE>(p, un, acc, pipe, slot, wm, wn, wk);
       if(tid == 0)
         sh.finished = agn_tile_of(rt, un, C::BN);
     }
@@ -511,12 +509,10 @@ static __device__ int agn_gemm_run_tma(const hr__moe_params &p, const moe_route 
      * scatter count, a GEMM1 tile count): fence before TMA reads them. */
     for(i = 0; i < C::STAGES && !l_done; i++) {
       if(l_kt == 0) {
-        const int e = sh.ring[l_unit & (HR__MOE_RING - 1)];
-        if(e < 0) {
+        if(!tma_next_unit<C>(p, rt, sh.ring, l_unit, nf, lun)) {
           l_done = 1;
           break;
         }
-        lun = unit_decode(e, rt, p, nf, C::BN, moe_tt_major<C>(p));
         fence_proxy_async_global();
         if(sh.open)
           sh.open = agn_place<C, STAGE>(p, rt, l_unit + 2, (int)atomicAdd(&p.agn->ticket, 1u));
@@ -540,11 +536,9 @@ static __device__ int agn_gemm_run_tma(const hr__moe_params &p, const moe_route 
     }
     if(s > 0 && tid == 0 && !dead && !l_done && !tma_drop(p, s)) {
       if(l_kt == 0) {
-        const int e = sh.ring[l_unit & (HR__MOE_RING - 1)];
-        if(e < 0) {
+        if(!tma_next_unit<C>(p, rt, sh.ring, l_unit, nf, lun)) {
           l_done = 1;
         } else {
-          lun = unit_decode(e, rt, p, nf, C::BN, moe_tt_major<C>(p));
           fence_proxy_async_global();
           if(sh.open) {
             claim = (int)atomicAdd(&p.agn->ticket, 1u);

@@ -739,6 +739,20 @@ __device__ void tile_store(const hr__moe_params &p, const moe_unit &un,
   }
 }
 
+/* Every thread, after a unit's last step on the cp.async pipeline: its
+ * MMAs complete, its results out (staged in `slot`, the slot that step
+ * used), the accumulators zeroed for the next unit. */
+template <class C, int STAGE>
+static __device__ __forceinline__ void tile_unit_end(const hr__moe_params &p, const moe_unit &un,
+                                                     float (&acc)[C::MT][C::NT][4],
+                                                     uint8_t *pipe, int slot, int wm, int wn,
+                                                     int wk)
+{
+  tile_drain<C>(acc);
+  tile_store<C, STAGE>(p, un, acc, pipe, pipe + slot * C::STAGE_BYTES, wm, wn, wk);
+  tile_zero<C>(acc);
+}
+
 /* The benchmark's variant HR__MOE_VAR_PREFETCH (off in production): before
  * a wait (a grid barrier, or the agnostic kernel's wait for a unit's
  * inputs), ask L2 for the weights of unit u of a stage (nf row tiles per
@@ -845,11 +859,8 @@ __device__ void moe_gemm_stage(const hr__moe_params &p, const moe_route &rt,
         ld.issue(p, rt, pipe, nf, nk);
       cp_async_commit();
     }
-    if(++kt == nk) {
-      tile_drain<C>(acc);
-      tile_store<C, STAGE>(p, un, acc, pipe, pipe + slot * C::STAGE_BYTES, wm, wn, wk);
-      tile_zero<C>(acc);
-    }
+    if(++kt == nk)
+      tile_unit_end<C, STAGE>(p, un, acc, pipe, slot, wm, wn, wk);
     if(++slot == C::STAGES)
       slot = 0;
     if(kt == nk) {

@@ -237,6 +237,21 @@ static __device__ __forceinline__ void tma_step_mma(const hr__moe_params &p, uin
   }
 }
 
+/* Thread 0, where the producer starts loading a unit: the ring's entry
+ * for its l_unit-th unit, decoded into lun; 0 when the entry says the
+ * run ends there. */
+template <class C>
+static __device__ __forceinline__ int tma_next_unit(const hr__moe_params &p, const moe_route &rt,
+                                                    const int *ring, int l_unit, int nf,
+                                                    moe_unit &lun)
+{
+  const int e = ring[l_unit & (HR__MOE_RING - 1)];
+  if(e < 0)
+    return 0;
+  lun = unit_decode(e, rt, p, nf, C::BN, moe_tt_major<C>(p));
+  return 1;
+}
+
 /* Thread 0, at step s >= 1: once every warp has released the slot step
  * s - 1 used, load the producer's next step (unit lun, K step l_kt) into
  * it and move the producer on. 0 when the wait timed out. */
@@ -325,12 +340,10 @@ __device__ int moe_gemm_stage_tma(const hr__moe_params &p, const moe_route &rt,
     ring[1] = ring[0] < 0 ? -1 : tma_claim<STAGE>(p, units, units1);
     for(i = 0; i < C::STAGES; i++) {
       if(l_kt == 0) {
-        const int e = ring[l_unit & (HR__MOE_RING - 1)];
-        if(e < 0) {
+        if(!tma_next_unit<C>(p, rt, ring, l_unit, nf, lun)) {
           l_done = 1;
           break;
         }
-        lun = unit_decode(e, rt, p, nf, C::BN, moe_tt_major<C>(p));
         ring[(l_unit + 2) & (HR__MOE_RING - 1)] =
             ring[(l_unit + 1) & (HR__MOE_RING - 1)] < 0 ? -1 : tma_claim<STAGE>(p, units, units1);
       }
@@ -364,11 +377,9 @@ __device__ int moe_gemm_stage_tma(const hr__moe_params &p, const moe_route &rt,
      * to load once every warp is done with it. */
     if(s > 0 && tid == 0 && !dead && !l_done && !tma_drop(p, s)) {
       if(l_kt == 0) {
-        const int e = ring[l_unit & (HR__MOE_RING - 1)];
-        if(e < 0) {
+        if(!tma_next_unit<C>(p, rt, ring, l_unit, nf, lun)) {
           l_done = 1;
         } else {
-          lun = unit_decode(e, rt, p, nf, C::BN, moe_tt_major<C>(p));
           claim = ring[(l_unit + 1) & (HR__MOE_RING - 1)] < 0
                       ? -1 : tma_claim<STAGE>(p, units, units1);
           claim_pos = l_unit + 2;

@@ -21,7 +21,6 @@
 #include "moe_combine.cuh"
 #include "moe_gemm.cuh"
 #include "moe_gemm_tma.cuh"
-#include "moe_gemm_ws.cuh"
 #include "moe_ptx.cuh"
 #include "moe_route.cuh"
 
@@ -66,16 +65,6 @@ static __device__ __forceinline__ int moe_gemm(const hr__moe_params &p, const mo
   if((v & HR__MOE_VAR_TALL) && tile == MOE_TILE_WIDE96) {
     moe_gemm_stage<moe_tile_wide96_tall, STAGE>(p, rt, smem);
     return 1;
-  }
-  if(moe_tile_ws_on(tile, v)) {
-    const int ok = tile == MOE_TILE_MID      ? moe_gemm_stage_ws<moe_tile_mid_ws, STAGE>(p, rt, smem)
-                   : tile == MOE_TILE_WIDE96 ? moe_gemm_stage_ws<moe_tile_wide96_ws, STAGE>(p, rt, smem)
-                                             : moe_gemm_stage_ws<moe_tile_wide_ws, STAGE>(p, rt, smem);
-    if(ok)
-      return 1;
-    if(threadIdx.x == 0)
-      moe_fail_at(p, HR__MOE_FAIL_TIMEOUT, HR__MOE_WAIT_TMA, STAGE, 0);
-    return 0;
   }
   if(tile == MOE_TILE_TINY)
     moe_gemm_stage<moe_tile_tiny, STAGE>(p, rt, smem);

@@ -143,14 +143,9 @@ enum {
   /* the 128-token wide tile where the 96-token one runs (48 to 72 pairs
    * per expert), as before 2026-11-30 12:00 */
   HR__MOE_VAR_WIDE128 = 2048,
-  /* the mid and wide tiles on the cp.async pipeline, where every thread
-   * loads and every step passes two __syncthreads, instead of the
-   * specialized warps and split rings of moe_gemm_ws.cuh (barrier kernel;
-   * as before 2026-11-30 14:00) */
-  HR__MOE_VAR_NO_WS = 4096,
   /* the mid and wide96 tiles 256 weight rows tall (moe_gemm.cuh), on the
    * cp.async pipeline (barrier kernel) */
-  HR__MOE_VAR_TALL = 8192
+  HR__MOE_VAR_TALL = 4096
 };
 
 /* Everything one launch needs, passed by value as a __grid_constant__

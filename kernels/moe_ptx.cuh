@@ -348,15 +348,6 @@ static __device__ __forceinline__ int mbar_try_wait(uint64_t *bar, unsigned pari
   return (int)done;
 }
 
-/* One arrival on `bar` once every cp.async this thread issued before has
- * landed; noinc: the barrier's count includes it (it was initialized to
- * expect one such arrival from each copying thread). */
-static __device__ __forceinline__ void cp_async_mbar_arrive_noinc(uint64_t *bar)
-{
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n"
-               :: "r"(smem_addr(bar)) : "memory");
-}
-
 /* Generic-proxy writes to global memory (the x rows copied in expert
  * order, GEMM1's h) and TMA reads of them: the reading thread fences
  * after it acquires them, the writing one before it releases. */
