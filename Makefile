@@ -87,7 +87,8 @@ test: deps-test
 
 gpu-test: deps
 	@$(MAKE) --no-print-directory all $(GPU_TESTS)
-	@HEADROOM_REQUIRE_GPU=1 sh tests/run_tests.sh $(GPU_TESTS)
+	@HEADROOM_REQUIRE_GPU=1 HR_TEST_TIMEOUT=$${HR_TEST_TIMEOUT:-300} \
+	  sh tests/run_tests.sh $(GPU_TESTS)
 
 clean:
 	rm -rf $(BUILD)

@@ -41,7 +41,11 @@ void gt_require_gpu(const char *name)
 {
   struct cudaDeviceProp prop;
   int n = 0;
-  cudaError_t e = cudaGetDeviceCount(&n);
+  cudaError_t e;
+  /* A line at a time, also into a log file: a test stopped for running
+   * too long (tests/run_tests.sh) still shows how far it got. */
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  e = cudaGetDeviceCount(&n);
   if(e != cudaSuccess || n == 0) {
     hr_moe_shape s = { 8, 256, 512, 2, 16 };
     hr_moe *m = NULL;
