@@ -145,7 +145,11 @@ enum {
   HR__MOE_VAR_WIDE128 = 2048,
   /* the mid and wide96 tiles 256 weight rows tall (moe_gemm.cuh), on the
    * cp.async pipeline (barrier kernel) */
-  HR__MOE_VAR_TALL = 4096
+  HR__MOE_VAR_TALL = 4096,
+  /* the agnostic kernel's cp.async runs: a finished unit counted (thread
+   * 0's fence and add) after the next step's MMAs and loads are issued,
+   * not before them (prepared 2026-11-30, not yet measured) */
+  HR__MOE_VAR_LATE_PUBLISH = 8192
 };
 
 /* Everything one launch needs, passed by value as a __grid_constant__
