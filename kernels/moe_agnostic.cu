@@ -357,6 +357,18 @@ static __device__ __forceinline__ void agn_finished(const hr__moe_params &p, int
     red_add_relaxed_gpu(&p.agn->g1_total, 1u);
 }
 
+/* Thread 0: the unit a run finished last, if not yet counted, counted
+ * now (agn_finished). Called after a __syncthreads that follows the
+ * unit's stores. */
+template <int STAGE>
+static __device__ __forceinline__ void agn_publish_finished(const hr__moe_params &p)
+{
+  if(sh.finished >= 0) {
+    agn_finished<STAGE>(p, sh.finished);
+    sh.finished = -1;
+  }
+}
+
 /* Units of one GEMM stage, starting with `first` (its inputs ready), for
  * as long as the tickets claimed ahead continue the run. The loop is
  * moe_gemm_stage's, with the units from the ring; each finished unit is
@@ -406,10 +418,8 @@ static __device__ int agn_gemm_run(const hr__moe_params &p, const moe_route &rt,
   for(;;) {
     moe_step_landed<C>();                       /* this step has landed */
     __syncthreads();                            /* and the last slot is free */
-    if(!late_publish && tid == 0 && sh.finished >= 0) {
-      agn_finished<STAGE>(p, sh.finished);
-      sh.finished = -1;
-    }
+    if(!late_publish && tid == 0)
+      agn_publish_finished<STAGE>(p);
     {
       /* The loads of this step start a unit: claim one more. The claim's
        * answer is not needed before this step's MMAs are issued: the
@@ -448,10 +458,8 @@ static __device__ int agn_gemm_run(const hr__moe_params &p, const moe_route &rt,
      * the last unit once this step's MMAs and loads are issued, so that
      * its fence overlaps them instead of holding back its warpgroup's
      * MMAs (still after a __syncthreads that follows the unit's stores) */
-    if(late_publish && tid == 0 && sh.finished >= 0) {
-      agn_finished<STAGE>(p, sh.finished);
-      sh.finished = -1;
-    }
+    if(late_publish && tid == 0)
+      agn_publish_finished<STAGE>(p);
     if(++kt == nk) {
       tile_unit_end<C, STAGE>(p, un, acc, pipe, slot, wm, wn, wk);
       if(tid == 0)
@@ -476,8 +484,8 @@ static __device__ int agn_gemm_run(const hr__moe_params &p, const moe_route &rt,
   tile_drain<C>(acc);                           /* as in moe_gemm_stage */
   cp_async_wait<0>();
   __syncthreads();
-  if(tid == 0 && sh.finished >= 0)
-    agn_finished<STAGE>(p, sh.finished);
+  if(tid == 0)
+    agn_publish_finished<STAGE>(p);
   return sh.pending;
 }
 

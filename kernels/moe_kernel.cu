@@ -58,22 +58,18 @@ static __device__ __forceinline__ int moe_gemm(const hr__moe_params &p, const mo
       moe_fail_at(p, HR__MOE_FAIL_TIMEOUT, HR__MOE_WAIT_TMA, STAGE, 0);
     return 0;
   }
-  if((v & HR__MOE_VAR_TALL) && tile == MOE_TILE_MID) {
-    moe_gemm_stage<moe_tile_mid_tall, STAGE>(p, rt, smem);
-    return 1;
-  }
-  if((v & HR__MOE_VAR_TALL) && tile == MOE_TILE_WIDE96) {
-    moe_gemm_stage<moe_tile_wide96_tall, STAGE>(p, rt, smem);
-    return 1;
-  }
   if(tile == MOE_TILE_TINY)
     moe_gemm_stage<moe_tile_tiny, STAGE>(p, rt, smem);
   else if(tile == MOE_TILE_NARROW)
     moe_gemm_stage<moe_tile_narrow, STAGE>(p, rt, smem);
   else if(tile == MOE_TILE_WIDE)
     moe_gemm_stage<moe_tile_wide, STAGE>(p, rt, smem);
+  else if(tile == MOE_TILE_WIDE96 && (v & HR__MOE_VAR_TALL))
+    moe_gemm_stage<moe_tile_wide96_tall, STAGE>(p, rt, smem);
   else if(tile == MOE_TILE_WIDE96)
     moe_gemm_stage<moe_tile_wide96, STAGE>(p, rt, smem);
+  else if(tile == MOE_TILE_MID && (v & HR__MOE_VAR_TALL))
+    moe_gemm_stage<moe_tile_mid_tall, STAGE>(p, rt, smem);
   else if(tile == MOE_TILE_MID && (v & HR__MOE_VAR_MID_SYNC))
     moe_gemm_stage<moe_tile_mid_sync, STAGE>(p, rt, smem);
   else if(tile == MOE_TILE_MID && (v & HR__MOE_VAR_MID_WAIT))
