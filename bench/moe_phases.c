@@ -37,8 +37,14 @@
  * median of the reps. Prints a markdown table with the date, machine and
  * command.
  *
+ * --patterns times instead, per shape, every expert's weights read in a
+ * GEMM tile's access pattern with no math (gt_tile_stream_launch): a few
+ * bytes of each of 128 rows per step, with and without token rows beside
+ * them, against the plain stream read. It separates what a tile's memory
+ * access allows from what its math and bookkeeping cost.
+ *
  *     build/tests/moe_phases [--reps N] [--shapes a,b] [--tokens 1,16,..]
- *                            [--no-phases] [--out FILE]
+ *                            [--no-phases] [--patterns] [--out FILE]
  */
 #include <math.h>
 #include <stdio.h>
@@ -73,8 +79,10 @@ typedef struct gemm_variant {
 static const gemm_variant gemm_variants[] = {
   { "default", 0, 1, 1 << 30 },
   { "mid and wide96 tiles 256 rows tall", HR__MOE_VAR_TALL, 512, 4096 },
-  { "agnostic: a unit counted after the next step's MMAs", HR__MOE_VAR_LATE_PUBLISH, 1,
+  { "barrier: the big TMA tile where mid, wide96 or wide run", HR__MOE_VAR_BIG_TALL, 512,
     4096 },
+  { "agnostic: before, the cp.async tiles where mid, wide96 or wide run",
+    HR__MOE_VAR_AGN_CPASYNC_MID, 512, 4096 },
   { "before: the 128-token wide tile", HR__MOE_VAR_WIDE128, 1024, 1024 },
   { "the mid tile where the wide one runs", HR__MOE_VAR_NO_WIDE, 1024, 1024 },
   { "before: big tile on the cp.async pipeline", HR__MOE_VAR_CPASYNC, 8192, 1 << 30 },
@@ -83,10 +91,13 @@ static const gemm_variant gemm_variants[] = {
   { "L2 prefetch of the weights before the waits", HR__MOE_VAR_PREFETCH, 1, 128 },
 };
 #define NGEMM ((int)(sizeof(gemm_variants) / sizeof(gemm_variants[0])))
-/* Variants of what only the barrier kernel has: not timed for the other. */
-#define BARRIER_ONLY (HR__MOE_VAR_NO_CLUSTER | HR__MOE_VAR_TALL)
+/* Variants of what only the barrier kernel has (or, for the tiles from 25
+ * pairs per expert, only it runs): not timed for the other. */
+#define BARRIER_ONLY                                                                     \
+  (HR__MOE_VAR_NO_CLUSTER | HR__MOE_VAR_TALL | HR__MOE_VAR_BIG_TALL | HR__MOE_VAR_WIDE128 | \
+   HR__MOE_VAR_NO_WIDE)
 /* And of what only the agnostic kernel has. */
-#define AGNOSTIC_ONLY HR__MOE_VAR_LATE_PUBLISH
+#define AGNOSTIC_ONLY HR__MOE_VAR_AGN_CPASYNC_MID
 
 /* Relative L2 difference of two bf16 arrays. */
 static double rel_l2(const uint16_t *a, const uint16_t *ref, size_t n)
@@ -159,6 +170,27 @@ static void launch_stream(bench *b, const void *arg, int set)
   const size_t w1 = (size_t)2 * s->I * s->H * 2, w2 = (size_t)s->H * s->I * 2;
   GT_CUDA(gt_stream_launch(b->g.w1, b->g.w2, in->experts, in->nexp, w1, w2,
                            hr_moe_sms(b->g.m), b->sink, b->g.stream));
+}
+
+/* Tile-pattern reads of every expert's W1 then W2 (gpu_util.h): rows,
+ * chunk, stages, token rows, their sharing (group), K rotation. */
+static const gt_tile_pattern read_patterns[] = {
+  { 128, 128, 7, 0, 0, 0 },   { 128, 128, 13, 0, 0, 0 },  { 128, 256, 4, 0, 0, 0 },
+  { 128, 128, 7, 96, 0, 0 },  { 128, 128, 7, 96, 1, 0 },  { 128, 128, 7, 96, 12, 0 },
+  { 128, 128, 7, 96, 12, 5 }, { 128, 128, 7, 64, 12, 0 }, { 128, 256, 3, 96, 12, 0 },
+  { 256, 128, 4, 96, 6, 0 },  { 256, 128, 4, 96, 1, 0 },  { 256, 128, 6, 32, 6, 0 },
+};
+#define NPATTERNS ((int)(sizeof(read_patterns) / sizeof(read_patterns[0])))
+
+static void launch_pattern(bench *b, const void *arg, int set)
+{
+  const gt_tile_pattern *tp = (const gt_tile_pattern *)arg;
+  const gt_shape *s = &b->g.s;
+  (void)set;
+  GT_CUDA(gt_tile_stream_launch(b->g.w1, (size_t)s->E * 2 * s->I, s->H, b->g.x, tp, b->T,
+                                hr_moe_sms(b->g.m), b->sink, b->g.stream));
+  GT_CUDA(gt_tile_stream_launch(b->g.w2, (size_t)s->E * s->H, s->I, b->g.x, tp, b->T,
+                                hr_moe_sms(b->g.m), b->sink, b->g.stream));
 }
 
 static void launch_null(bench *b, const void *arg, int set)
@@ -289,7 +321,7 @@ static int parse_list(const char *s, int *out, int max)
 int main(int argc, char **argv)
 {
   const char *shapes = "qwen3-30b-a3b,deepseek-v3", *out_path = NULL;
-  int tokens[MAX_TOKENS], ntok, reps = 20, i, si, ti, kk, ph, phases = 1;
+  int tokens[MAX_TOKENS], ntok, reps = 20, i, si, ti, kk, ph, phases = 1, patterns = 0;
   char mach[256], date[64], cmd[1024] = "";
   char *table = NULL, *vtable = NULL, *ftable = NULL;
   size_t table_len = 0, vtable_len = 0, ftable_len = 0;
@@ -308,9 +340,11 @@ int main(int argc, char **argv)
       out_path = argv[++i];
     else if(strcmp(argv[i], "--no-phases") == 0)
       phases = 0;
+    else if(strcmp(argv[i], "--patterns") == 0)
+      patterns = 1;
     else {
       fprintf(stderr, "usage: %s [--reps N] [--shapes a,b] [--tokens 1,16,...] "
-                      "[--no-phases] [--out FILE]\n", argv[0]);
+                      "[--no-phases] [--patterns] [--out FILE]\n", argv[0]);
       return 2;
     }
   }
@@ -376,6 +410,7 @@ int main(int argc, char **argv)
     const gt_shape *s = &gt_shapes[si];
     bench b;
     int max_T = 1;
+    float all_ms = 0;
     const char *hit = strstr(shapes, s->name);
     if(!hit || (hit[strlen(s->name)] != 0 && hit[strlen(s->name)] != ','))
       continue;
@@ -400,6 +435,7 @@ int main(int argc, char **argv)
       GT_CUDA(cudaMalloc((void **)&all.experts, (size_t)s->E * sizeof(int)));
       GT_CUDA(cudaMemcpy(all.experts, list, (size_t)s->E * sizeof(int), cudaMemcpyHostToDevice));
       ms = time_launches(&b, launch_stream, &all);
+      all_ms = ms;
       fprintf(ff, "| %s | all %d experts | %d | %.0f | %.3f | %.2f | | | | | | | | |\n",
               s->name, s->E, s->E, mb, ms, mb / 1e6 / (ms * 1e-3));
       fprintf(stderr, "%-14s stream over all experts: %.0f MB in %.3f ms, %.2f TB/s\n",
@@ -409,6 +445,42 @@ int main(int argc, char **argv)
     }
     if(si == 0)
       fprintf(stderr, "moe_phases: %s\n", mach);
+    if(patterns) {
+      /* every expert's weights in each tile pattern; token rows drawn from
+       * the first max_T rows of x (L2-resident, as a GEMM's token tile) */
+      const double mb = (double)s->E * 3 * s->H * s->I * 2 / 1e6;
+      static int head;
+      int pi;
+      b.T = max_T;
+      if(!head++)
+        fprintf(ff, "\nTile-pattern reads (gt_tile_stream_launch): every expert's W1 "
+                    "then W2, tiles of `rows` rows dealt round-robin, one CTA per "
+                    "SM, `chunk` bytes of each row a step, `stages` cp.async slots "
+                    "(stages - 1 steps in flight), `token rows` more rows a step "
+                    "from x (max T rows, L2-resident); group 0: neighbouring units "
+                    "read nearly the same token rows, g: g neighbouring units share "
+                    "a token tile; rot r: unit u starts along K at step (u mod 16) r "
+                    "(gt_tile_pattern); no math. Against the stream read of the "
+                    "same bytes.\n\n"
+                    "| shape | pattern | MB of weights | ms | weights TB/s | / stream |\n"
+                    "|---|---|---|---|---|---|\n");
+      fprintf(ff, "| %s | stream: the plain read of all %d experts | %.0f | %.3f | %.2f | 1.00 |\n",
+              s->name, s->E, mb, all_ms, mb / 1e6 / (all_ms * 1e-3));
+      for(pi = 0; pi < NPATTERNS; pi++) {
+        const gt_tile_pattern *rp = &read_patterns[pi];
+        const float ms = time_launches(&b, launch_pattern, rp);
+        char name[128];
+        snprintf(name, sizeof(name), "%d rows x %d B, %d stages, %d token rows, group %d, "
+                 "rot %d", rp->rows, rp->chunk, rp->stages, rp->tok_rows, rp->group, rp->rot);
+        fprintf(ff, "| %s | %s | %.0f | %.3f | %.2f | %.2f |\n", s->name, name, mb, ms,
+                mb / 1e6 / (ms * 1e-3), ms / all_ms);
+        fprintf(stderr, "%-14s %-60s %.3f ms, %.2f TB/s, %.2fx stream\n", s->name, name,
+                ms, mb / 1e6 / (ms * 1e-3), ms / all_ms);
+      }
+      cudaFree(b.sink);
+      gt_moe_free(&b.g);
+      continue;
+    }
     for(ti = 0; ti < ntok; ti++) {
       const int T = tokens[ti];
       const size_t ybytes = (size_t)T * s->H * 2;

@@ -12,6 +12,12 @@
  *   stream reads the weights of a list of experts once, on every SM: what
  *         any kernel that must read those bytes takes at least, launch
  *         included (bench/moe_phases.c, its floor table).
+ *   tile stream reads a weight matrix the way a GEMM tile does: 128-row
+ *         tiles dealt round-robin, each walked along K a few bytes of every
+ *         row per step through a cp.async ring, optionally with token rows
+ *         from a small (L2-resident) buffer beside them, and no math: the
+ *         read rate that a tile's access pattern allows (moe_phases
+ *         --patterns).
  */
 #include <stdint.h>
 
@@ -160,6 +166,137 @@ extern "C" int gt_stream_launch(const void *w1, const void *w2, const int *exper
       (const uint4 *)w1, (const uint4 *)w2, experts, n, w1_bytes / chunk,
       w2_bytes / chunk, sink);
   return (int)cudaGetLastError();
+}
+
+/* ---- tile stream ---------------------------------------------------------
+ * One CTA of 256 threads per SM; a step is CHUNK bytes of each of the ROWS
+ * rows of a tile (plus tok_rows token rows of the same K range), copied by
+ * cp.async into slot step % STAGES; STAGES - 1 steps are in flight, each
+ * waited for and passed through a __syncthreads as the GEMM tiles do
+ * (kernels/moe_gemm.cuh, DEPTH 0). One word per thread of every landed
+ * slot goes into an XOR, so the copies are observed.
+ *
+ * Which token rows a unit reads: group 0, rows (13 u + r) mod ~ntok, so
+ * that neighbouring units read nearly the same rows at the same time (a
+ * hot spot); group g > 0, window u / g of tok_rows rows, so that g
+ * neighbouring units share one token tile (a GEMM's units of one expert).
+ * rot > 0 starts unit u's walk along K at step (u mod 16) * rot, so the
+ * units sharing a token tile read different parts of it at a time. */
+#define TS_THREADS 256
+
+struct ts_args {
+  const uint16_t *w, *tok;
+  int units, K, tok_rows, ntok, group, rot;
+};
+
+__device__ __forceinline__ void ts_copy16(uint32_t dst, const void *src)
+{
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src)
+               : "memory");
+}
+
+/* The copies of step i (32-bit index math, none per copy beyond a row's
+ * offset: the address arithmetic must not be what limits the rate). */
+template <int ROWS, int CHUNK, int STAGES>
+__device__ __forceinline__ void ts_issue(const ts_args &a, int i, int spu, uint32_t smem)
+{
+  constexpr int cpr = CHUNK / 16;
+  const int rows = ROWS + a.tok_rows, uu = i / spu;
+  const int u = (int)blockIdx.x + uu * (int)gridDim.x;
+  const int k = a.rot ? (i - uu * spu + (u & 15) * a.rot) % spu : i - uu * spu;
+  const int span = a.ntok - a.tok_rows + 1;
+  const int base = a.group ? (u / a.group) * a.tok_rows % span : u * 13 % span;
+  const uint32_t dst = smem + (uint32_t)((i % STAGES) * rows * CHUNK);
+  const int col = k * (CHUNK / 2) + (threadIdx.x % cpr) * 8;
+  int p;
+  for(p = threadIdx.x; p < rows * cpr; p += TS_THREADS) {
+    const int r = p / cpr;
+    int tr = base + r - ROWS;
+    if(r < ROWS) {
+      ts_copy16(dst + p * 16, a.w + ((size_t)u * ROWS + r) * a.K + col);
+    } else {
+      if(!a.group && tr >= span)      /* group 0 wraps around */
+        tr -= span;
+      ts_copy16(dst + p * 16, a.tok + (size_t)tr * a.K + col);
+    }
+  }
+}
+
+template <int ROWS, int CHUNK, int STAGES>
+__global__ void __launch_bounds__(TS_THREADS, 1)
+gt_tile_stream_kernel(const ts_args a, unsigned *sink)
+{
+  extern __shared__ __align__(16) unsigned char ts_smem[];
+  const uint32_t smem = (uint32_t)__cvta_generic_to_shared(ts_smem);
+  const int spu = a.K * 2 / CHUNK, rows = ROWS + a.tok_rows;
+  const int mine = a.units > (int)blockIdx.x
+                       ? (a.units - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x
+                       : 0;
+  const int steps = mine * spu;
+  unsigned acc = 0;
+  int s, i;
+
+  for(i = 0; i < STAGES - 1; i++) {
+    if(i < steps)
+      ts_issue<ROWS, CHUNK, STAGES>(a, i, spu, smem);
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  }
+  for(s = 0; s < steps; s++) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 2) : "memory");
+    __syncthreads();
+    acc ^= ((const unsigned *)(ts_smem + (s % STAGES) * rows * CHUNK))[threadIdx.x];
+    if(s + STAGES - 1 < steps)
+      ts_issue<ROWS, CHUNK, STAGES>(a, s + STAGES - 1, spu, smem);
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  }
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  if(acc == 0x9e3779b9u)
+    *sink = acc;
+}
+
+template <int ROWS, int CHUNK, int STAGES>
+static int ts_launch(const ts_args &a, int sms, unsigned *sink, cudaStream_t st)
+{
+  const int smem = STAGES * (ROWS + a.tok_rows) * CHUNK;
+  cudaError_t rc = cudaFuncSetAttribute(gt_tile_stream_kernel<ROWS, CHUNK, STAGES>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if(rc)
+    return (int)rc;
+  gt_tile_stream_kernel<ROWS, CHUNK, STAGES><<<sms, TS_THREADS, smem, st>>>(a, sink);
+  return (int)cudaGetLastError();
+}
+
+extern "C" int gt_tile_stream_launch(const void *w, size_t rows, int K, const void *tok,
+                                     const gt_tile_pattern *tp, int ntok, int sms,
+                                     unsigned *sink, void *stream)
+{
+  const cudaStream_t st = (cudaStream_t)stream;
+  ts_args a;
+  if(!tp || (tp->rows != 128 && tp->rows != 256) || rows % tp->rows || K <= 0 ||
+     (K * 2) % tp->chunk || tp->tok_rows < 0 || tp->tok_rows > 128 || tp->group < 0 ||
+     tp->rot < 0 || (tp->tok_rows && (!tok || ntok < tp->tok_rows)) || sms < 1)
+    return (int)cudaErrorInvalidValue;
+  a.w = (const uint16_t *)w;
+  a.tok = (const uint16_t *)tok;
+  a.units = (int)(rows / tp->rows);
+  a.K = K;
+  a.tok_rows = tp->tok_rows;
+  a.ntok = ntok;
+  a.group = tp->group;
+  a.rot = tp->rot;
+#define TS_CASE(R, C, S)                                                             \
+  if(tp->rows == R && tp->chunk == C && tp->stages == S)                             \
+    return ts_launch<R, C, S>(a, sms, sink, st);
+  TS_CASE(128, 128, 7)
+  TS_CASE(128, 128, 13)
+  TS_CASE(128, 256, 3)
+  TS_CASE(128, 256, 4)
+  TS_CASE(128, 256, 6)
+  TS_CASE(128, 512, 3)
+  TS_CASE(256, 128, 4)
+  TS_CASE(256, 128, 6)
+#undef TS_CASE
+  return (int)cudaErrorInvalidValue;
 }
 
 /* An empty kernel: what a launch alone measures between two events; and

@@ -142,6 +142,23 @@ int gt_spin_launch(int ms, void *stream);
 int gt_stream_launch(const void *w1, const void *w2, const int *experts, int n,
                      size_t w1_bytes, size_t w2_bytes, int sms, unsigned *sink,
                      void *stream);
+/* A GEMM tile's access pattern, for gt_tile_stream_launch: rows of
+ * weights a unit, chunk bytes of each row a step, stages cp.async slots
+ * (stages - 1 steps in flight), tok_rows token rows beside each step;
+ * group: 0, neighbouring units read nearly the same token rows at once, or
+ * g, every g neighbouring units share one token tile; rot: 0, or unit u
+ * starts along K at step (u mod 16) * rot. (rows, chunk, stages): (128,
+ * 128, 7 or 13), (128, 256, 3, 4 or 6), (128, 512, 3), (256, 128, 4 or 6). */
+typedef struct gt_tile_pattern {
+  int rows, chunk, stages, tok_rows, group, rot;
+} gt_tile_pattern;
+
+/* Read `rows` rows of K bf16 (a multiple of tp->rows) as a GEMM tile
+ * does, the units dealt round-robin over `sms` CTAs of one per SM, the
+ * token rows from `tok` (ntok rows of K); no math. */
+int gt_tile_stream_launch(const void *w, size_t rows, int K, const void *tok,
+                          const gt_tile_pattern *tp, int ntok, int sms, unsigned *sink,
+                          void *stream);
 /* An empty kernel (<<<1, 32>>>); one launched like the MoE kernels:
  * grid x threads, smem bytes of dynamic shared memory, clusters of
  * `cluster` (1: none). */
