@@ -2,32 +2,70 @@
  * moe_once.c: one shape, a few token counts, one forward each, for a
  * profiler to look at (ncu -k regex:hr__moe ...). Random inputs as in the
  * GPU tests; prints each launch's time. --agnostic runs the agnostic
- * kernel instead of the barrier kernel.
+ * kernel instead of the barrier kernel; --variant N launches through the
+ * benchmark's entry point with the GEMM variant bits N (HR__MOE_VAR_*,
+ * kernels/moe_kernel.h), so a profiler can look at a variant too.
  *
- *     build/tests/moe_once [--agnostic] deepseek-v3 1024 8192
+ *     build/tests/moe_once [--agnostic] [--variant N] deepseek-v3 1024 8192
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda_runtime.h>
+
 #include "gpu_util.h"
+#include "moe_bench.h"
+
+/* One launch of the variant, timed with events like gt_run. */
+static int run_variant(gt_moe *g, int agnostic, unsigned bits)
+{
+  const hr__moe_variant v = { agnostic, 0, 0, bits };
+  cudaStream_t st = (cudaStream_t)g->stream;
+  hr_moe_args a = gt_args(g, 10000);
+  cudaEvent_t e0, e1;
+  int rc;
+  GT_CUDA(cudaEventCreate(&e0));
+  GT_CUDA(cudaEventCreate(&e1));
+  GT_CUDA(cudaEventRecord(e0, st));
+  rc = hr__moe_forward_variant(g->m, hr_moe_sms(g->m), &v, &a, st);
+  if(rc == 0) {
+    GT_CUDA(cudaEventRecord(e1, st));
+    rc = hr_moe_sync(g->m);
+  }
+  if(rc == 0) {
+    GT_CUDA(cudaEventSynchronize(e1));
+    GT_CUDA(cudaEventElapsedTime(&g->last_ms, e0, e1));
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return rc;
+}
 
 int main(int argc, char **argv)
 {
   const gt_shape *s = NULL;
   gt_moe g;
   hr_mode mode = HR_MODE_HEADROOM;
-  int i, max_T = 1, rc, cluster = 2;
+  int i, max_T = 1, rc, cluster = 2, variant = -1;
 
-  if(argc > 1 && strcmp(argv[1], "--agnostic") == 0) {
-    mode = HR_MODE_AGNOSTIC;
-    cluster = 1;
-    argc--;
-    argv++;
+  for(;;) {
+    if(argc > 1 && strcmp(argv[1], "--agnostic") == 0) {
+      mode = HR_MODE_AGNOSTIC;
+      cluster = 1;
+      argc--;
+      argv++;
+    } else if(argc > 2 && strcmp(argv[1], "--variant") == 0) {
+      variant = atoi(argv[2]);
+      argc -= 2;
+      argv += 2;
+    } else {
+      break;
+    }
   }
-  if(argc < 3) {
-    fprintf(stderr, "usage: %s [--agnostic] small|qwen3-30b-a3b|deepseek-v3 T...\n",
-            argv[0]);
+  if(argc < 3 || variant < -1) {
+    fprintf(stderr, "usage: %s [--agnostic] [--variant N] small|qwen3-30b-a3b|deepseek-v3 "
+                    "T...\n", argv[0]);
     return 2;
   }
   for(i = 0; i < GT_NSHAPES; i++)
@@ -45,7 +83,8 @@ int main(int argc, char **argv)
   gt_moe_init(&g, s, max_T);
   for(i = 2; i < argc; i++) {
     gt_route_random(&g, atoi(argv[i]));
-    rc = gt_run(&g, hr_moe_sms(g.m), mode, cluster, 10000);
+    rc = variant >= 0 ? run_variant(&g, mode == HR_MODE_AGNOSTIC, (unsigned)variant)
+                      : gt_run(&g, hr_moe_sms(g.m), mode, cluster, 10000);
     printf("%s T=%d %s: %s, %.3f ms\n", s->name, g.T,
            mode == HR_MODE_AGNOSTIC ? "agnostic" : "barrier", hr_strerror(rc), g.last_ms);
   }
