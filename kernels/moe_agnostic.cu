@@ -260,7 +260,7 @@ static __device__ void agn_route(const hr__moe_params &p, const moe_route &rt)
       atomicAdd(&sh.nonempty, 1);
   __syncthreads();
   if(tid == 0)
-    sh.pl.tile = moe_pick_tile(rt.off[E], sh.nonempty, p.variant);
+    sh.pl.tile = moe_pick_tile_agnostic(rt.off[E], sh.nonempty, p.variant);
   __syncthreads();
   moe_route_tiles(p, rt, moe_tile_bn(sh.pl.tile), sh.warp_sums);
   if(tid == 0) {
@@ -389,7 +389,6 @@ static __device__ int agn_gemm_run(const hr__moe_params &p, const moe_route &rt,
   float acc[C::MT][C::NT][4];
   int kt = 0, slot = 0, u = 0, i;
   int claim = -1;                      /* thread 0: a ticket in flight */
-  const int late_publish = (p.variant & HR__MOE_VAR_LATE_PUBLISH) != 0;
 
   pipe = moe_pipe<C>(pipe);
   __syncthreads();                     /* the last run's ring is read */
@@ -418,7 +417,7 @@ static __device__ int agn_gemm_run(const hr__moe_params &p, const moe_route &rt,
   for(;;) {
     moe_step_landed<C>();                       /* this step has landed */
     __syncthreads();                            /* and the last slot is free */
-    if(!late_publish && tid == 0)
+    if(tid == 0)
       agn_publish_finished<STAGE>(p);
     {
       /* The loads of this step start a unit: claim one more. The claim's
@@ -454,12 +453,6 @@ static __device__ int agn_gemm_run(const hr__moe_params &p, const moe_route &rt,
       }
       cp_async_commit();
     }
-    /* The benchmark's variant HR__MOE_VAR_LATE_PUBLISH: thread 0 counts
-     * the last unit once this step's MMAs and loads are issued, so that
-     * its fence overlaps them instead of holding back its warpgroup's
-     * MMAs (still after a __syncthreads that follows the unit's stores) */
-    if(late_publish && tid == 0)
-      agn_publish_finished<STAGE>(p);
     if(++kt == nk) {
       tile_unit_end<C, STAGE>(p, un, acc, pipe, slot, wm, wn, wk);
       if(tid == 0)

@@ -243,11 +243,33 @@ static __device__ __forceinline__ int moe_pick_tile(int pairs, int nonempty,
   return per_expert >= HR__MOE_BIG_MIN_PAIRS                  ? MOE_TILE_BIG
          : per_expert <= HR__MOE_TINY_MAX_PAIRS              ? MOE_TILE_TINY
          : per_expert <= HR__MOE_NARROW_MAX_PAIRS            ? MOE_TILE_NARROW
+         : (variant & HR__MOE_VAR_BIG_TALL)                  ? MOE_TILE_BIG
          : per_expert < HR__MOE_WIDE_MIN_PAIRS ||
                (variant & HR__MOE_VAR_NO_WIDE)               ? MOE_TILE_MID
          : per_expert >= HR__MOE_WIDE128_MIN_PAIRS ||
                (variant & HR__MOE_VAR_WIDE128)               ? MOE_TILE_WIDE
                                                              : MOE_TILE_WIDE96;
+}
+
+/* The agnostic kernel's tile: from 25 pairs per expert the big tile on
+ * the TMA pipeline instead of the mid, wide96 or wide cp.async tiles. Its
+ * 256 weight rows a unit halve the token rows read from L2 per weight
+ * byte, which is what limits those tiles (a read in their pattern with no
+ * math at all takes 1.4x the plain stream, in the big tile's 1.07x:
+ * bench/results/moe-patterns-h200-2026-11-30.md). Measured side by side
+ * (H200, two runs): DeepSeek-V3 T = 1024
+ * 6.31-6.40 ms against 7.44-7.46, Qwen3-30B-A3B T = 512 0.449 against
+ * 0.499, T = 1024 0.543 against 0.581; y bitwise the same. The barrier
+ * kernel keeps the cp.async tiles there: on the big tile it was level or
+ * slower (Qwen3 T = 1024 0.436 against 0.419). Either tile gives the
+ * same sums in the same K order, so the two kernels' y stay bitwise the
+ * same. */
+static __device__ __forceinline__ int moe_pick_tile_agnostic(int pairs, int nonempty,
+                                                             unsigned variant)
+{
+  if(!(variant & HR__MOE_VAR_AGN_CPASYNC_MID))
+    variant |= HR__MOE_VAR_BIG_TALL;
+  return moe_pick_tile(pairs, nonempty, variant);
 }
 
 /* Weight rows per unit of each tile shape. */
