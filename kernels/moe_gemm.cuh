@@ -233,43 +233,43 @@ static_assert(moe_tile_big::BM == moe_tile_big_sync::BM &&
 enum { MOE_TILE_TINY = 0, MOE_TILE_NARROW, MOE_TILE_MID, MOE_TILE_BIG, MOE_TILE_WIDE,
        MOE_TILE_WIDE96 };
 
+/* From 25 pairs per expert, the big tile on the TMA pipeline takes the
+ * place of the mid, wide96 and wide cp.async tiles where a GEMM2 unit is
+ * at least this many K steps of 64 (I >= 2048, DeepSeek-V3), in both
+ * kernels. Why: those tiles read 96 or 64 token rows from L2 for every
+ * 128 weight rows, and a read in that pattern with no math at all takes
+ * ~1.4x the plain stream, where the big tile's 256 weight rows a unit take
+ * ~1.07x (bench/results/moe-patterns-h200-2026-11-30.md). But the big
+ * tile stores its results straight from the accumulators, two bytes a
+ * store, once a unit: at Qwen3-30B-A3B's I = 768 (12 steps a GEMM2 unit)
+ * that costs more than it saves (T = 512 0.386-0.393 ms against
+ * 0.355-0.363, T = 1024 0.432-0.437 against 0.414-0.420, barrier kernel).
+ * At DeepSeek-V3 T = 1024 (bench/results/moe-bigtile-h200-2026-11-30.md),
+ * four runs: barrier kernel 5.94-6.33 ms against 5.89-7.50 on the mid
+ * tile, agnostic kernel 6.31-7.31 against 6.90-7.46. Either tile gives
+ * the same sums in the same K order: y stays bitwise the same. */
+#define HR__MOE_BIG_MID_MIN_STEPS 32
+
 /* The tile shape for `pairs` valid pairs over `nonempty` experts that have
- * any: a function of the routing alone (and of the benchmark's variant
- * bits), so the same for every grid (and for both kernels). */
-static __device__ __forceinline__ int moe_pick_tile(int pairs, int nonempty,
+ * any, at intermediate size I: a function of the routing and the shape
+ * alone (and of the benchmark's variant bits), so the same for every grid
+ * and for both kernels. */
+static __device__ __forceinline__ int moe_pick_tile(int pairs, int nonempty, int I,
                                                     unsigned variant)
 {
   const int per_expert = nonempty > 0 ? pairs / nonempty : 0;
+  const int big_mid = (variant & HR__MOE_VAR_BIG_TALL) ||
+                      (I / 64 >= HR__MOE_BIG_MID_MIN_STEPS &&
+                       !(variant & HR__MOE_VAR_CPASYNC_MID));
   return per_expert >= HR__MOE_BIG_MIN_PAIRS                  ? MOE_TILE_BIG
          : per_expert <= HR__MOE_TINY_MAX_PAIRS              ? MOE_TILE_TINY
          : per_expert <= HR__MOE_NARROW_MAX_PAIRS            ? MOE_TILE_NARROW
-         : (variant & HR__MOE_VAR_BIG_TALL)                  ? MOE_TILE_BIG
+         : big_mid                                           ? MOE_TILE_BIG
          : per_expert < HR__MOE_WIDE_MIN_PAIRS ||
                (variant & HR__MOE_VAR_NO_WIDE)               ? MOE_TILE_MID
          : per_expert >= HR__MOE_WIDE128_MIN_PAIRS ||
                (variant & HR__MOE_VAR_WIDE128)               ? MOE_TILE_WIDE
                                                              : MOE_TILE_WIDE96;
-}
-
-/* The agnostic kernel's tile: from 25 pairs per expert the big tile on
- * the TMA pipeline instead of the mid, wide96 or wide cp.async tiles. Its
- * 256 weight rows a unit halve the token rows read from L2 per weight
- * byte, which is what limits those tiles (a read in their pattern with no
- * math at all takes 1.4x the plain stream, in the big tile's 1.07x:
- * bench/results/moe-patterns-h200-2026-11-30.md). Measured side by side
- * (H200, two runs): DeepSeek-V3 T = 1024
- * 6.31-6.40 ms against 7.44-7.46, Qwen3-30B-A3B T = 512 0.449 against
- * 0.499, T = 1024 0.543 against 0.581; y bitwise the same. The barrier
- * kernel keeps the cp.async tiles there: on the big tile it was level or
- * slower (Qwen3 T = 1024 0.436 against 0.419). Either tile gives the
- * same sums in the same K order, so the two kernels' y stay bitwise the
- * same. */
-static __device__ __forceinline__ int moe_pick_tile_agnostic(int pairs, int nonempty,
-                                                             unsigned variant)
-{
-  if(!(variant & HR__MOE_VAR_AGN_CPASYNC_MID))
-    variant |= HR__MOE_VAR_BIG_TALL;
-  return moe_pick_tile(pairs, nonempty, variant);
 }
 
 /* Weight rows per unit of each tile shape. */

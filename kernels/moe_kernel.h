@@ -146,13 +146,12 @@ enum {
   /* the mid and wide96 tiles 256 weight rows tall (moe_gemm.cuh), on the
    * cp.async pipeline (barrier kernel) */
   HR__MOE_VAR_TALL = 4096,
-  /* the agnostic kernel on the mid, wide96 and wide cp.async tiles (25 to
-   * 95 pairs per expert), as before 2026-11-30 15:00, instead of the big
-   * TMA tile (moe_pick_tile_agnostic) */
-  HR__MOE_VAR_AGN_CPASYNC_MID = 8192,
-  /* the barrier kernel on the big tile, on its TMA pipeline, wherever
-   * the mid, wide96 or wide tile would run (from 25 pairs per expert), as
-   * the agnostic kernel runs */
+  /* the mid, wide96 and wide cp.async tiles from 25 to 95 pairs per
+   * expert at every shape, as before 2026-11-30 15:00 (moe_pick_tile runs
+   * the big TMA tile there where I >= 2048) */
+  HR__MOE_VAR_CPASYNC_MID = 8192,
+  /* the big tile, on its TMA pipeline, wherever the mid, wide96 or wide
+   * tile would run (from 25 pairs per expert), at every shape */
   HR__MOE_VAR_BIG_TALL = 16384
 };
 
