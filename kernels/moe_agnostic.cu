@@ -562,7 +562,7 @@ static __device__ int agn_gemm_run_tma(const hr__moe_params &p, const moe_route 
     if(++slot == C::STAGES)
       slot = 0;
     if(++kt == nk) {
-      tma_unit_end<C, STAGE>(p, un, acc);
+      tma_unit_end<C, STAGE>(p, un, acc, pipe);
       fence_proxy_async_global();      /* GEMM2's TMA reads h */
       __syncthreads();                 /* every thread's stores, and the ring */
       if(tid == 0)

@@ -16,8 +16,9 @@
  *     MMAs of the step before complete (wgmma.wait_group 1) arrives on
  *     that step's `empty` barrier; once all 8 have, the producer refills
  *     the slot STAGES steps ahead.
- *   - The results go from the accumulators straight to global memory; no
- *     staging, so all the shared memory is pipeline.
+ *   - The results go out through a small staging buffer per warp (16 KB
+ *     in all) as 16-byte chunks, so the slots need not stage them and
+ *     nearly all the shared memory is pipeline.
  *
  * Why: the cp.async tile spent its time in the loads each thread issued
  * and in the barrier every step (DeepSeek-V3 T = 8192 at ~290 TFLOP/s,
@@ -53,9 +54,20 @@ static_assert(moe_tile_big_tma::BM == moe_tile_big::BM &&
                   moe_tile_big_tma::BN == moe_tile_big::BN &&
                   moe_tile_big_tma::BK == moe_tile_big::BK,
               "the same units and K steps as the cp.async big tile");
+/* Each warp stages its results through shared memory of its own, 16 rows
+ * of this many tokens at a time (tma_tile_store). */
+#define HR__MOE_TMA_OUT_TOKENS 64
+#define HR__MOE_TMA_OUT_WARP_BYTES (16 * HR__MOE_TMA_OUT_TOKENS * 2)
+/* After the pipeline: the slots' barriers, the ring, the warps' output
+ * staging. */
+#define HR__MOE_TMA_BARS_BYTES(C) (2 * 8 * C::STAGES + 4 * HR__MOE_RING)
 #define HR__MOE_TMA_FITS(C)                                                    \
-  (C::PIPE_BYTES + 1024 + 2 * 8 * C::STAGES + 4 * HR__MOE_RING <= HR__MOE_GEMM_SMEM)
-static_assert(HR__MOE_TMA_FITS(moe_tile_big_tma), "pipeline, alignment, barriers, ring fit");
+  (C::PIPE_BYTES + 1024 + HR__MOE_TMA_BARS_BYTES(C) +                         \
+       HR__MOE_TMA_WARPS * HR__MOE_TMA_OUT_WARP_BYTES <=                       \
+   HR__MOE_GEMM_SMEM)
+static_assert(HR__MOE_TMA_FITS(moe_tile_big_tma),
+              "pipeline, alignment, barriers, ring, output staging fit");
+static_assert(HR__MOE_TMA_BARS_BYTES(moe_tile_big_tma) % 16 == 0, "staging on 16 bytes");
 
 /* Does this launch's tile run on the TMA pipeline? The big tile does,
  * unless the benchmark asks for its cp.async versions. (Then GEMM1 reads
@@ -145,11 +157,12 @@ static __device__ __forceinline__ void tma_step_load(const hr__moe_params &p, ui
                 full + slot, k0, un.pos0 + r * HR__MOE_TMA_BOX);
 }
 
-/* The unit's results, from the accumulators straight to h (SwiGLU) or
- * ypair: each thread its rows and token columns (the wgmma layout of
- * moe_ptx.cuh), columns at and past nvalid left out. */
+/* The benchmark's variant HR__MOE_VAR_TMA_DIRECT_STORE, the store before
+ * the staging: from the accumulators straight to h (SwiGLU) or ypair,
+ * each thread its rows and token columns, 2 bytes a store, columns at and
+ * past nvalid left out. */
 template <class C, int STAGE>
-static __device__ __forceinline__ void tma_tile_store(const hr__moe_params &p,
+static __device__ __forceinline__ void tma_tile_store_direct(const hr__moe_params &p,
                                                       const moe_unit &un,
                                                       float (&acc)[C::MT][C::NT][4])
 {
@@ -180,6 +193,78 @@ static __device__ __forceinline__ void tma_tile_store(const hr__moe_params &p,
           dst[p.H + 8] = to_bf16(c[3]);
         }
       }
+    }
+  }
+}
+
+/* This warp's output staging (after the pipeline's barriers and ring). */
+template <class C>
+static __device__ __forceinline__ uint16_t *tma_out_buf(uint8_t *pipe)
+{
+  return (uint16_t *)(pipe + C::PIPE_BYTES + HR__MOE_TMA_BARS_BYTES(C) +
+                      (threadIdx.x >> 5) * HR__MOE_TMA_OUT_WARP_BYTES);
+}
+
+/* The unit's results to h (SwiGLU) or ypair. A warp's accumulators hold,
+ * per 16-row MMA tile, 8 h columns (GEMM1: gate and up rows of 8
+ * features) or 16 ypair columns (GEMM2) of every token, two bytes per
+ * value spread over the lanes (the wgmma layout of moe_ptx.cuh). Stored
+ * as they are, that is one 2-byte store per value; so each warp puts 64
+ * tokens' values in its staging buffer, a token's columns side by side,
+ * and stores them as 16-byte chunks of the output rows, tokens at and
+ * past nvalid left out. Warps touch no one else's buffer: __syncwarp is
+ * all the ordering needed. */
+template <class C, int STAGE>
+static __device__ __forceinline__ void tma_tile_store(const hr__moe_params &p,
+                                                      const moe_unit &un,
+                                                      float (&acc)[C::MT][C::NT][4],
+                                                      uint8_t *pipe)
+{
+  constexpr int F = STAGE == 1 ? 8 : 16;       /* output columns a 16-row tile */
+  constexpr int JB = HR__MOE_TMA_OUT_TOKENS / 8; /* 8-token MMA tiles a batch */
+  static_assert(C::NT % JB == 0, "whole batches");
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int ld = STAGE == 1 ? p.I : p.H;
+  uint16_t *const buf = tma_out_buf<C>(pipe);
+  int mt, jb, j, i;
+  if(p.variant & HR__MOE_VAR_TMA_DIRECT_STORE) {
+    tma_tile_store_direct<C, STAGE>(p, un, acc);
+    return;
+  }
+#pragma unroll
+  for(mt = 0; mt < C::MT; mt++) {
+    const int m16 = C::m16(warp, mt);
+    uint16_t *const dst = STAGE == 1
+                              ? p.h + (size_t)un.pos0 * p.I + un.ft * (C::BM / 2) + m16 * 8
+                              : p.ypair + (size_t)un.pos0 * p.H + un.ft * C::BM + m16 * 16;
+#pragma unroll
+    for(jb = 0; jb < C::NT; jb += JB) {
+      if(jb * 8 >= un.nvalid)
+        break;
+#pragma unroll
+      for(j = 0; j < JB; j++) {
+        /* c0, c1: row g for tokens n, n + 1; c2, c3: row g + 8. GEMM1:
+         * rows g and g + 8 are the gate and up of one feature */
+        const int n = j * 8 + 2 * t4;
+        const float *c = acc[mt][jb + j];
+        if(STAGE == 1) {
+          buf[n * F + g] = to_bf16(hr__swiglu(c[0], c[2]));
+          buf[(n + 1) * F + g] = to_bf16(hr__swiglu(c[1], c[3]));
+        } else {
+          buf[n * F + g] = to_bf16(c[0]);
+          buf[(n + 1) * F + g] = to_bf16(c[1]);
+          buf[n * F + g + 8] = to_bf16(c[2]);
+          buf[(n + 1) * F + g + 8] = to_bf16(c[3]);
+        }
+      }
+      __syncwarp();
+      for(i = lane; i < HR__MOE_TMA_OUT_TOKENS * (F / 8); i += 32) {
+        const int n = i / (F / 8), h8 = (i % (F / 8)) * 8;
+        if(jb * 8 + n < un.nvalid)
+          *(uint4 *)(dst + (size_t)(jb * 8 + n) * ld + h8) = *(const uint4 *)(buf + n * F + h8);
+      }
+      __syncwarp();
     }
   }
 }
@@ -276,10 +361,10 @@ static __device__ __forceinline__ int tma_refill(const hr__moe_params &p, uint8_
  * accumulators zeroed for the next. */
 template <class C, int STAGE>
 static __device__ __forceinline__ void tma_unit_end(const hr__moe_params &p, const moe_unit &un,
-                                                    float (&acc)[C::MT][C::NT][4])
+                                                    float (&acc)[C::MT][C::NT][4], uint8_t *pipe)
 {
   tile_drain<C>(acc);
-  tma_tile_store<C, STAGE>(p, un, acc);
+  tma_tile_store<C, STAGE>(p, un, acc, pipe);
   tile_zero<C>(acc);
 }
 
@@ -391,7 +476,7 @@ __device__ int moe_gemm_stage_tma(const hr__moe_params &p, const moe_route &rt,
     if(++slot == C::STAGES)
       slot = 0;
     if(++kt == nk) {
-      tma_unit_end<C, STAGE>(p, un, acc);
+      tma_unit_end<C, STAGE>(p, un, acc, pipe);
       kt = 0;
       u++;
       if(ring[u & (HR__MOE_RING - 1)] < 0)

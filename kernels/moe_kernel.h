@@ -152,7 +152,11 @@ enum {
   HR__MOE_VAR_CPASYNC_MID = 8192,
   /* the big tile, on its TMA pipeline, wherever the mid, wide96 or wide
    * tile would run (from 25 pairs per expert), at every shape */
-  HR__MOE_VAR_BIG_TALL = 16384
+  HR__MOE_VAR_BIG_TALL = 16384,
+  /* the TMA tile's results stored straight from the accumulators, 2 bytes
+   * a store, as before 2026-11-30 15:00, instead of staged per warp and
+   * stored in 16-byte chunks (moe_gemm_tma.cuh) */
+  HR__MOE_VAR_TMA_DIRECT_STORE = 32768
 };
 
 /* Everything one launch needs, passed by value as a __grid_constant__
