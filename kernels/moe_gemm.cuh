@@ -187,12 +187,19 @@ typedef moe_tile<128, 128, 64, 8, 1, 1, 6, 0, 1, 1> moe_tile_wide;
  * DRAM throughput (ncu, bench/results/ncu-qwen3-h200-2026-11-30.md):
  * latency-bound, so bytes in flight are what counts. */
 typedef moe_tile<128, 96, 64, 8, 1, 1, 7, 0, 1, 1> moe_tile_wide96;
-/* The benchmark's variant HR__MOE_VAR_TALL: the mid and wide96 tiles with
- * 256 weight rows a unit instead of 128, so that each token row read from
- * L2 feeds twice the weight rows (per step, 32 KB of weights and 8 or
- * 12 KB of tokens instead of 16 and 8 or 12). */
+/* The barrier kernel's wide96 tile: 256 weight rows a unit instead of 128,
+ * so that each token row read from L2 feeds twice the weight rows (per
+ * step, 32 KB of weights and 12 KB of tokens instead of 16 and 12), 4
+ * stages. The token rows beside the weights are what limits these tiles
+ * (bench/results/moe-patterns-h200-2026-11-30.md). Measured at
+ * Qwen3-30B-A3B T = 1024 in six runs side by side with the 128-row tile
+ * (HR__MOE_VAR_WIDE96_SHORT): 1-3% faster in every one (0.407-0.417 ms
+ * against 0.414-0.422), y bitwise. The agnostic kernel keeps 128 rows:
+ * its ticket plan counts units of moe_tile_bm rows. The mid tile 256 rows
+ * tall (HR__MOE_VAR_TALL) measured level and stays a variant. */
 typedef moe_tile<256, 64, 64, 8, 1, 1, 5, 0, 1, 1> moe_tile_mid_tall;
 typedef moe_tile<256, 96, 64, 8, 1, 1, 4, 0, 1, 1> moe_tile_wide96_tall;
+typedef moe_tile<256, 96, 64, 8, 1, 1, 4, 0, 1, 0> moe_tile_wide96_tall_w0;
 /* Hundreds of tokens per expert: 256 weight rows by 128 tokens. This is
  * the mma.sync version, 64 x 64 per warp, 3 stages, which the wgmma tile
  * below replaced; it stays as the benchmark's comparison (with the

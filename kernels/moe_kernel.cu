@@ -64,10 +64,12 @@ static __device__ __forceinline__ int moe_gemm(const hr__moe_params &p, const mo
     moe_gemm_stage<moe_tile_narrow, STAGE>(p, rt, smem);
   else if(tile == MOE_TILE_WIDE)
     moe_gemm_stage<moe_tile_wide, STAGE>(p, rt, smem);
-  else if(tile == MOE_TILE_WIDE96 && (v & HR__MOE_VAR_TALL))
-    moe_gemm_stage<moe_tile_wide96_tall, STAGE>(p, rt, smem);
-  else if(tile == MOE_TILE_WIDE96)
+  else if(tile == MOE_TILE_WIDE96 && (v & HR__MOE_VAR_WIDE96_SHORT))
     moe_gemm_stage<moe_tile_wide96, STAGE>(p, rt, smem);
+  else if(tile == MOE_TILE_WIDE96 && (v & HR__MOE_VAR_TALL_W0))
+    moe_gemm_stage<moe_tile_wide96_tall_w0, STAGE>(p, rt, smem);
+  else if(tile == MOE_TILE_WIDE96)
+    moe_gemm_stage<moe_tile_wide96_tall, STAGE>(p, rt, smem);
   else if(tile == MOE_TILE_MID && (v & HR__MOE_VAR_TALL))
     moe_gemm_stage<moe_tile_mid_tall, STAGE>(p, rt, smem);
   else if(tile == MOE_TILE_MID && (v & HR__MOE_VAR_MID_SYNC))

@@ -143,8 +143,8 @@ enum {
   /* the 128-token wide tile where the 96-token one runs (48 to 72 pairs
    * per expert), as before 2026-11-30 12:00 */
   HR__MOE_VAR_WIDE128 = 2048,
-  /* the mid and wide96 tiles 256 weight rows tall (moe_gemm.cuh), on the
-   * cp.async pipeline (barrier kernel) */
+  /* the mid tile 256 weight rows tall (moe_gemm.cuh), on the cp.async
+   * pipeline (barrier kernel) */
   HR__MOE_VAR_TALL = 4096,
   /* the mid, wide96 and wide cp.async tiles from 25 to 95 pairs per
    * expert at every shape, as before 2026-11-30 15:00 (moe_pick_tile runs
@@ -156,7 +156,13 @@ enum {
   /* the TMA tile's results stored straight from the accumulators, 2 bytes
    * a store, as before 2026-11-30 15:00, instead of staged per warp and
    * stored in 16-byte chunks (moe_gemm_tma.cuh) */
-  HR__MOE_VAR_TMA_DIRECT_STORE = 32768
+  HR__MOE_VAR_TMA_DIRECT_STORE = 32768,
+  /* the barrier kernel's wide96 tile 128 weight rows a unit, as before
+   * 2026-11-30 15:00, instead of 256 */
+  HR__MOE_VAR_WIDE96_SHORT = 65536,
+  /* the barrier kernel's wide96 tile (256 rows) waiting for each step's
+   * MMAs before the next loads go out (DEPTH 0) */
+  HR__MOE_VAR_TALL_W0 = 131072
 };
 
 /* Everything one launch needs, passed by value as a __grid_constant__
