@@ -12,34 +12,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cuda_runtime.h>
-
 #include "gpu_util.h"
 #include "moe_bench.h"
 
-/* One launch of the variant, timed with events like gt_run. */
-static int run_variant(gt_moe *g, int agnostic, unsigned bits)
+/* gt_run_with's launch: the benchmark's entry point with the GEMM variant
+ * bits, on the barrier or the agnostic kernel, every SM. */
+typedef struct variant_ctx {
+  int agnostic;
+  unsigned bits;
+} variant_ctx;
+
+static int launch_variant(gt_moe *g, const hr_moe_args *a, void *ctx)
 {
-  const hr__moe_variant v = { agnostic, 0, 0, bits };
-  cudaStream_t st = (cudaStream_t)g->stream;
-  hr_moe_args a = gt_args(g, 10000);
-  cudaEvent_t e0, e1;
-  int rc;
-  GT_CUDA(cudaEventCreate(&e0));
-  GT_CUDA(cudaEventCreate(&e1));
-  GT_CUDA(cudaEventRecord(e0, st));
-  rc = hr__moe_forward_variant(g->m, hr_moe_sms(g->m), &v, &a, st);
-  if(rc == 0) {
-    GT_CUDA(cudaEventRecord(e1, st));
-    rc = hr_moe_sync(g->m);
-  }
-  if(rc == 0) {
-    GT_CUDA(cudaEventSynchronize(e1));
-    GT_CUDA(cudaEventElapsedTime(&g->last_ms, e0, e1));
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  return rc;
+  const variant_ctx *c = (const variant_ctx *)ctx;
+  const hr__moe_variant v = { c->agnostic, 0, 0, c->bits };
+  return hr__moe_forward_variant(g->m, hr_moe_sms(g->m), &v, a, g->stream);
 }
 
 int main(int argc, char **argv)
@@ -83,8 +70,14 @@ int main(int argc, char **argv)
   gt_moe_init(&g, s, max_T);
   for(i = 2; i < argc; i++) {
     gt_route_random(&g, atoi(argv[i]));
-    rc = variant >= 0 ? run_variant(&g, mode == HR_MODE_AGNOSTIC, (unsigned)variant)
-                      : gt_run(&g, hr_moe_sms(g.m), mode, cluster, 10000);
+    if(variant >= 0) {
+      variant_ctx vc;
+      vc.agnostic = mode == HR_MODE_AGNOSTIC;
+      vc.bits = (unsigned)variant;
+      rc = gt_run_with(&g, launch_variant, &vc, 10000);
+    } else {
+      rc = gt_run(&g, hr_moe_sms(g.m), mode, cluster, 10000);
+    }
     printf("%s T=%d %s: %s, %.3f ms\n", s->name, g.T,
            mode == HR_MODE_AGNOSTIC ? "agnostic" : "barrier", hr_strerror(rc), g.last_ms);
   }

@@ -288,7 +288,23 @@ hr_moe_args gt_args(const gt_moe *g, int timeout_ms)
   return a;
 }
 
-int gt_run(gt_moe *g, int grid, hr_mode mode, int cluster, int timeout_ms)
+/* gt_run's launch: the public entry points. */
+typedef struct gt_run_ctx {
+  int grid, cluster;
+  hr_mode mode;
+} gt_run_ctx;
+
+static int gt_launch_public(gt_moe *g, const hr_moe_args *a, void *ctx)
+{
+  const gt_run_ctx *c = (const gt_run_ctx *)ctx;
+  /* The agnostic kernel through its own entry point, so that its tests
+   * time and check the call an application makes. */
+  if(c->mode == HR_MODE_AGNOSTIC)
+    return hr_moe_forward_agnostic_grid(g->m, c->grid, a, g->stream);
+  return hr_moe_forward_grid(g->m, c->grid, c->mode, c->cluster, a, g->stream);
+}
+
+int gt_run_with(gt_moe *g, gt_launch_fn launch, void *ctx, int timeout_ms)
 {
   cudaStream_t st = (cudaStream_t)g->stream;
   cudaEvent_t e0, e1;
@@ -299,12 +315,7 @@ int gt_run(gt_moe *g, int grid, hr_mode mode, int cluster, int timeout_ms)
   GT_CUDA(cudaEventCreate(&e1));
   GT_CUDA(cudaMemsetAsync(g->y, 0xff, (size_t)g->T * g->s.H * 2, st));  /* NaN */
   GT_CUDA(cudaEventRecord(e0, st));
-  /* The agnostic kernel through its own entry point, so that its tests
-   * time and check the call an application makes. */
-  if(mode == HR_MODE_AGNOSTIC)
-    rc = hr_moe_forward_agnostic_grid(g->m, grid, &a, st);
-  else
-    rc = hr_moe_forward_grid(g->m, grid, mode, cluster, &a, st);
+  rc = launch(g, &a, ctx);
   if(rc == 0) {
     GT_CUDA(cudaEventRecord(e1, st));
     rc = hr_moe_sync(g->m);
@@ -319,6 +330,15 @@ int gt_run(gt_moe *g, int grid, hr_mode mode, int cluster, int timeout_ms)
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
   return rc;
+}
+
+int gt_run(gt_moe *g, int grid, hr_mode mode, int cluster, int timeout_ms)
+{
+  gt_run_ctx c;
+  c.grid = grid;
+  c.cluster = cluster;
+  c.mode = mode;
+  return gt_run_with(g, gt_launch_public, &c, timeout_ms);
 }
 
 size_t gt_count_nonfinite(const gt_moe *g)

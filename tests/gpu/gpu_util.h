@@ -117,6 +117,10 @@ hr_moe_args gt_args(const gt_moe *g, int timeout_ms);
  * copy y back to y_h; g->last_ms from events around the launch. Returns
  * hr_moe_sync's (or the launch's) code. */
 int gt_run(gt_moe *g, int grid, hr_mode mode, int cluster, int timeout_ms);
+/* The same with any launch: `launch` starts one forward of args on
+ * g->stream (ctx is its own) and returns its code. */
+typedef int (*gt_launch_fn)(gt_moe *g, const hr_moe_args *args, void *ctx);
+int gt_run_with(gt_moe *g, gt_launch_fn launch, void *ctx, int timeout_ms);
 
 /* Number of non-finite elements of y_h (T x H). */
 size_t gt_count_nonfinite(const gt_moe *g);
