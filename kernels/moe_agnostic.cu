@@ -564,7 +564,13 @@ static __device__ int agn_gemm_run_tma(const hr__moe_params &p, const moe_route 
     if(++kt == nk) {
       tma_unit_end<C, STAGE>(p, un, acc, pipe);
       fence_proxy_async_global();      /* GEMM2's TMA reads h */
-      __syncthreads();                 /* every thread's stores, and the ring */
+      /* every thread's stores, and the ring; and whether a thread is dead:
+       * then the run ends here for the whole CTA, as in
+       * moe_gemm_stage_tma (a dead thread 0 places no more claims, so the
+       * ring ahead is stale and would never end the run), and the unit,
+       * garbage, is not counted */
+      if(__syncthreads_or(dead))
+        break;
       if(tid == 0)
         agn_finished<STAGE>(p, agn_tile_of(rt, un, C::BN));
       kt = 0;

@@ -450,9 +450,9 @@ __device__ int moe_gemm_stage_tma(const hr__moe_params &p, const moe_route &rt,
   tile_zero<C>(acc);
   for(s = 0;; s++) {
     /* A wait that timed out leaves this thread dead: it waits no more
-     * and loads nothing, but goes on through every step, so the warps of
-     * a warpgroup never part at a wgmma (they read garbage; the launch
-     * has failed). */
+     * and loads nothing, but goes on through the unit's steps, so the
+     * warps of a warpgroup never part at a wgmma (they read garbage; the
+     * launch has failed). At the unit's end the whole CTA stops (below). */
     tma_step_mma<C>(p, pipe, full, empty, s, slot, acc, un.nvalid, dead);
     if(tid == 0 && claim != -2) {
       ring[claim_pos & (HR__MOE_RING - 1)] = claim;
@@ -479,7 +479,13 @@ __device__ int moe_gemm_stage_tma(const hr__moe_params &p, const moe_route &rt,
       tma_unit_end<C, STAGE>(p, un, acc, pipe);
       kt = 0;
       u++;
-      if(ring[u & (HR__MOE_RING - 1)] < 0)
+      /* A dead thread 0 claims nothing more, so the ring never gets the
+       * -1 that ends the run: the entries ahead are stale, and following
+       * them the CTA would never leave (nor the kernel end, and the next
+       * launch on the stream would wait behind it). So any dead thread
+       * ends the run for the whole CTA here, between units, where the
+       * MMAs are drained and every warp leaves together. */
+      if(__syncthreads_or(dead) || ring[u & (HR__MOE_RING - 1)] < 0)
         break;
       un = unit_decode(ring[u & (HR__MOE_RING - 1)], rt, p, nf, C::BN, moe_tt_major<C>(p));
     }
