@@ -544,7 +544,7 @@ static __device__ int agn_gemm_run_tma(const hr__moe_params &p, const moe_route 
       sh.open = agn_place<C, STAGE>(p, rt, claim_pos, claim);
       claim = -1;
     }
-    if(s > 0 && tid == 0 && !dead && !l_done && !tma_drop(p, s)) {
+    if(s > 0 && tid == 0 && !dead && !l_done && !tma_drop(p, s, nk)) {
       if(l_kt == 0) {
         if(!tma_next_unit<C>(p, rt, sh.ring, l_unit, nf, lun)) {
           l_done = 1;

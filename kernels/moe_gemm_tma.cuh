@@ -269,12 +269,17 @@ static __device__ __forceinline__ void tma_tile_store(const hr__moe_params &p,
   }
 }
 
-/* The tests' fault (HR__MOE_VAR_TMA_DROP): the refill at step 1 never
- * happens, so the slot step 0 used is never filled again and the warps
- * wait on it until the timeout. */
-static __device__ __forceinline__ int tma_drop(const hr__moe_params &p, int s)
+/* The tests' faults: a refill of a run never happens, so the slot it was
+ * for is never filled again and the warps wait on it until the timeout.
+ * HR__MOE_VAR_TMA_DROP: the refill at step 1 (the slot step 0 used).
+ * HR__MOE_VAR_TMA_DROP_LATE: the refill at step 9 nk + 1, in a run of 10
+ * units or more, when the claims have filled every ring entry of this run
+ * (HR__MOE_RING = 8), so none ahead is a stale -1 that would end it. */
+static __device__ __forceinline__ int tma_drop(const hr__moe_params &p, int s, int nk)
 {
-  return (p.variant & HR__MOE_VAR_TMA_DROP) && s == 1;
+  if(p.variant & HR__MOE_VAR_TMA_DROP)
+    return s == 1;
+  return (p.variant & HR__MOE_VAR_TMA_DROP_LATE) && s == 9 * nk + 1;
 }
 
 /* Thread 0, before the first load of a run: the slots' barriers, fresh
@@ -460,7 +465,7 @@ __device__ int moe_gemm_stage_tma(const hr__moe_params &p, const moe_route &rt,
     }
     /* The producer refills the slot step s - 1 used with the next step
      * to load once every warp is done with it. */
-    if(s > 0 && tid == 0 && !dead && !l_done && !tma_drop(p, s)) {
+    if(s > 0 && tid == 0 && !dead && !l_done && !tma_drop(p, s, nk)) {
       if(l_kt == 0) {
         if(!tma_next_unit<C>(p, rt, ring, l_unit, nf, lun)) {
           l_done = 1;

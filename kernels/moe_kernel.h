@@ -140,6 +140,9 @@ enum {
    * unloaded, so the warps' wait on it must time out into the error word
    * (tests/gpu/test_moe_tma_timeout.c) */
   HR__MOE_VAR_TMA_DROP = 1024,
+  /* the same fault ten units into a run (moe_gemm_tma.cuh, tma_drop): the
+   * CTA must still leave (test_moe_tma_timeout) */
+  HR__MOE_VAR_TMA_DROP_LATE = 262144,
   /* the 128-token wide tile where the 96-token one runs (48 to 72 pairs
    * per expert), as before 2026-11-30 12:00 */
   HR__MOE_VAR_WIDE128 = 2048,
