@@ -82,10 +82,16 @@ static void fault_case(gt_moe *g, int agnostic, unsigned fault, uint16_t *good,
     printf("  detail: wait %d, GEMM stage %d, noticed by CTA %d on SM %d\n",
            f.detail.barrier, f.detail.arrived, f.cta, f.detail.sm);
     GT_EXPECT(f.code == HR_EBARRIER_TIMEOUT, "%s: code %d", kernel, f.code);
-    GT_EXPECT(f.detail.barrier == HR__MOE_WAIT_TMA, "%s: wait %d", kernel,
-              f.detail.barrier);
-    GT_EXPECT(f.detail.arrived == 1 || f.detail.arrived == 2, "%s: stage %d", kernel,
-              f.detail.arrived);
+    /* Ten units in, the other CTAs reach the waits that follow GEMM1 (a
+     * grid barrier, a tile count) well under a millisecond after the
+     * fault, and one of those may time out first: there, which wait is
+     * recorded is not the point, the next launch is. */
+    if(fault == HR__MOE_VAR_TMA_DROP) {
+      GT_EXPECT(f.detail.barrier == HR__MOE_WAIT_TMA, "%s: wait %d", kernel,
+                f.detail.barrier);
+      GT_EXPECT(f.detail.arrived == 1 || f.detail.arrived == 2, "%s: stage %d", kernel,
+                f.detail.arrived);
+    }
   }
 
   /* the same context, right away */
