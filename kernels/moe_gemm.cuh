@@ -192,7 +192,7 @@ typedef moe_tile<128, 96, 64, 8, 1, 1, 7, 0, 1, 1> moe_tile_wide96;
  * step, 32 KB of weights and 12 KB of tokens instead of 16 and 12), 4
  * stages. The token rows beside the weights are what limits these tiles
  * (bench/results/moe-patterns-h200-2026-11-30.md). Measured at
- * Qwen3-30B-A3B T = 1024 in six runs side by side with the 128-row tile
+ * Qwen3-30B-A3B T = 1024 in eight runs side by side with the 128-row tile
  * (HR__MOE_VAR_WIDE96_SHORT): 1-3% faster in every one (0.407-0.417 ms
  * against 0.414-0.422), y bitwise. The agnostic kernel keeps 128 rows:
  * its ticket plan counts units of moe_tile_bm rows. The mid tile 256 rows
@@ -247,10 +247,12 @@ enum { MOE_TILE_TINY = 0, MOE_TILE_NARROW, MOE_TILE_MID, MOE_TILE_BIG, MOE_TILE_
  * 128 weight rows, and a read in that pattern with no math at all takes
  * ~1.4x the plain stream, where the big tile's 256 weight rows a unit take
  * ~1.07x (bench/results/moe-patterns-h200-2026-11-30.md). But the big
- * tile stores its results straight from the accumulators, two bytes a
- * store, once a unit: at Qwen3-30B-A3B's I = 768 (12 steps a GEMM2 unit)
- * that costs more than it saves (T = 512 0.386-0.393 ms against
- * 0.355-0.363, T = 1024 0.432-0.437 against 0.414-0.420, barrier kernel).
+ * tile has costs once a unit (its results' stores, the wait for the last
+ * MMAs, the claims) and the x rows to copy in expert order: at
+ * Qwen3-30B-A3B's I = 768 (12 steps a GEMM2 unit) they cost more than it
+ * saves (barrier kernel, T = 512 0.377-0.393 ms against 0.355-0.363,
+ * T = 1024 0.428-0.437 against 0.409-0.422, with or without its stores
+ * staged).
  * At DeepSeek-V3 T = 1024 (bench/results/moe-bigtile-h200-2026-11-30.md),
  * four runs: barrier kernel 5.94-6.33 ms against 5.89-7.50 on the mid
  * tile, agnostic kernel 6.31-7.31 against 6.90-7.46. Either tile gives
