@@ -80,7 +80,6 @@ static const gemm_variant gemm_variants[] = {
   { "default", 0, 1, 1 << 30 },
   { "barrier: the mid tile 256 rows tall", HR__MOE_VAR_TALL, 512, 4096 },
   { "barrier, before: the wide96 tile 128 rows tall", HR__MOE_VAR_WIDE96_SHORT, 512, 4096 },
-  { "barrier: the wide96 tile waiting for each step's MMAs", HR__MOE_VAR_TALL_W0, 512, 4096 },
   { "the big TMA tile where mid, wide96 or wide run", HR__MOE_VAR_BIG_TALL, 512, 4096 },
   { "before: the cp.async tiles where mid, wide96 or wide run", HR__MOE_VAR_CPASYNC_MID, 512,
     4096 },
@@ -103,7 +102,7 @@ static const gemm_variant gemm_variants[] = {
 #define NGEMM ((int)(sizeof(gemm_variants) / sizeof(gemm_variants[0])))
 /* Variants of what only the barrier kernel has: not timed for the other. */
 #define BARRIER_ONLY                                                                  \
-  (HR__MOE_VAR_NO_CLUSTER | HR__MOE_VAR_TALL | HR__MOE_VAR_WIDE96_SHORT | HR__MOE_VAR_TALL_W0)
+  (HR__MOE_VAR_NO_CLUSTER | HR__MOE_VAR_TALL | HR__MOE_VAR_WIDE96_SHORT)
 
 /* Relative L2 difference of two bf16 arrays. */
 static double rel_l2(const uint16_t *a, const uint16_t *ref, size_t n)

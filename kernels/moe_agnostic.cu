@@ -645,7 +645,7 @@ static __device__ __noinline__ int agn_combine(const hr__moe_params &p, const mo
     return 0;
   for(i = tid; i < nt * chunks; i += HR__MOE_THREADS) {
     const int t = i / chunks;
-    moe_combine_chunk<4>(a, t0 + t, i - t * chunks);
+    moe_combine_chunk(a, t0 + t, i - t * chunks);
   }
   __syncthreads();
   if(tid == 0 && atom_add_acq_rel_gpu(&p.agn->combine_done, 1u) ==

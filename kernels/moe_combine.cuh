@@ -55,10 +55,11 @@ static __device__ __forceinline__ moe_comb moe_comb_of(const hr__moe_params &p)
  * The slots go BATCH at a time: their positions, then their rows, each
  * batch's loads in flight together (two L2 round trips a batch instead of
  * two a slot), then the sums in slot order, so any BATCH gives the same
- * bits. Both kernels take 4. */
-template <int BATCH>
+ * bits. */
+#define HR__MOE_COMBINE_BATCH 4
 static __device__ __forceinline__ void moe_combine_chunk(const moe_comb &a, int t, int c)
 {
+  constexpr int BATCH = HR__MOE_COMBINE_BATCH;
   float acc[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
   uint4 o;
   int j0, j;

@@ -39,12 +39,14 @@
  *   tiny (<= 12), narrow (<= 24): 128 weight rows by 16 or 32 tokens,
  *        the weights streamed in 256-byte row pieces (the work is reading
  *        each touched expert once: T up to ~128), mma.sync
- *   mid (< 48): 128 x 64, 8 stages of 64, wgmma (DeepSeek-V3 T ~ 1024)
- *   wide96 (< 72): 128 x 96, 7 stages of 64, wgmma (Qwen3 T ~ 1024)
+ *   mid (< 48): 128 x 64, 8 stages of 64, wgmma (Qwen3 T ~ 512)
+ *   wide96 (< 72): 128 x 96, 7 stages of 64, wgmma (Qwen3 T ~ 1024); in
+ *        the barrier kernel 256 x 96, 4 stages
  *   wide (< 96): 128 x 128, 6 stages of 64, wgmma
- *   big: 256 x 128, 4 stages of 64, wgmma, where the MMAs dominate; in
- *        production on TMA (moe_gemm_tma.cuh), here on cp.async for the
- *        benchmark's comparison (HR__MOE_VAR_CPASYNC)
+ *   big: 256 x 128, 4 stages of 64, wgmma, where the MMAs dominate, and
+ *        from 25 pairs where I >= 2048 (moe_pick_tile); in production on
+ *        TMA (moe_gemm_tma.cuh), here on cp.async for the benchmark's
+ *        comparison (HR__MOE_VAR_CPASYNC)
  * The mid and wide tiles keep one step's MMAs in flight while the next
  * step's loads land (DEPTH 1); the cp.async big tile waits for each
  * step's.
@@ -199,7 +201,6 @@ typedef moe_tile<128, 96, 64, 8, 1, 1, 7, 0, 1, 1> moe_tile_wide96;
  * tall (HR__MOE_VAR_TALL) measured level and stays a variant. */
 typedef moe_tile<256, 64, 64, 8, 1, 1, 5, 0, 1, 1> moe_tile_mid_tall;
 typedef moe_tile<256, 96, 64, 8, 1, 1, 4, 0, 1, 1> moe_tile_wide96_tall;
-typedef moe_tile<256, 96, 64, 8, 1, 1, 4, 0, 1, 0> moe_tile_wide96_tall_w0;
 /* Hundreds of tokens per expert: 256 weight rows by 128 tokens. This is
  * the mma.sync version, 64 x 64 per warp, 3 stages, which the wgmma tile
  * below replaced; it stays as the benchmark's comparison (with the
@@ -253,9 +254,9 @@ enum { MOE_TILE_TINY = 0, MOE_TILE_NARROW, MOE_TILE_MID, MOE_TILE_BIG, MOE_TILE_
  * saves (barrier kernel, T = 512 0.377-0.393 ms against 0.355-0.363,
  * T = 1024 0.428-0.437 against 0.409-0.422, with or without its stores
  * staged).
- * At DeepSeek-V3 T = 1024 (bench/results/moe-bigtile-h200-2026-11-30.md),
- * four runs: barrier kernel 5.94-6.33 ms against 5.89-7.50 on the mid
- * tile, agnostic kernel 6.31-7.31 against 6.90-7.46. Either tile gives
+ * At DeepSeek-V3 T = 1024 (bench/results/moe-bigtile-h200-2026-11-30.md):
+ * barrier kernel 5.94-6.33 ms against 5.89-7.55 on the mid tile (seven
+ * runs), agnostic kernel 6.17-7.31 against 6.90-7.46 (five). Either tile gives
  * the same sums in the same K order: y stays bitwise the same. */
 #define HR__MOE_BIG_MID_MIN_STEPS 32
 

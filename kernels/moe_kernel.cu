@@ -40,7 +40,7 @@ static __device__ void moe_combine(const hr__moe_params &p)
   for(i = (long long)blockIdx.x * HR__MOE_THREADS + threadIdx.x; i < total;
       i += (long long)gridDim.x * HR__MOE_THREADS) {
     const int t = (int)(i / chunks), c = (int)(i - (long long)t * chunks);
-    moe_combine_chunk<4>(a, t, c);
+    moe_combine_chunk(a, t, c);
   }
 }
 
@@ -66,8 +66,6 @@ static __device__ __forceinline__ int moe_gemm(const hr__moe_params &p, const mo
     moe_gemm_stage<moe_tile_wide, STAGE>(p, rt, smem);
   else if(tile == MOE_TILE_WIDE96 && (v & HR__MOE_VAR_WIDE96_SHORT))
     moe_gemm_stage<moe_tile_wide96, STAGE>(p, rt, smem);
-  else if(tile == MOE_TILE_WIDE96 && (v & HR__MOE_VAR_TALL_W0))
-    moe_gemm_stage<moe_tile_wide96_tall_w0, STAGE>(p, rt, smem);
   else if(tile == MOE_TILE_WIDE96)
     moe_gemm_stage<moe_tile_wide96_tall, STAGE>(p, rt, smem);
   else if(tile == MOE_TILE_MID && (v & HR__MOE_VAR_TALL))
@@ -101,7 +99,7 @@ static __device__ void moe_prefetch(const hr__moe_params &p, const moe_route &rt
 {
   const int nf = (STAGE == 1 ? 2 * p.I : p.H) / moe_tile_bm(tile);
   const int u = (int)blockIdx.x;
-  if(tile == MOE_TILE_BIG ||
+  if(tile == MOE_TILE_BIG || tile == MOE_TILE_WIDE96 ||   /* 256-row units here */
      moe_phase_runs(p, STAGE == 1 ? HR__MOE_PHASE_GEMM1 : HR__MOE_PHASE_GEMM2) == 0 ||
      u >= rt.tile_off[p.E] * nf)
     return;
@@ -111,8 +109,6 @@ static __device__ void moe_prefetch(const hr__moe_params &p, const moe_route &rt
     moe_prefetch_unit<moe_tile_narrow, STAGE>(p, rt, nf, u);
   else if(tile == MOE_TILE_WIDE)
     moe_prefetch_unit<moe_tile_wide, STAGE>(p, rt, nf, u);
-  else if(tile == MOE_TILE_WIDE96)
-    moe_prefetch_unit<moe_tile_wide96, STAGE>(p, rt, nf, u);
   else
     moe_prefetch_unit<moe_tile_mid, STAGE>(p, rt, nf, u);
 }

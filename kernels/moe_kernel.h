@@ -140,9 +140,6 @@ enum {
    * unloaded, so the warps' wait on it must time out into the error word
    * (tests/gpu/test_moe_tma_timeout.c) */
   HR__MOE_VAR_TMA_DROP = 1024,
-  /* the same fault ten units into a run (moe_gemm_tma.cuh, tma_drop): the
-   * CTA must still leave (test_moe_tma_timeout) */
-  HR__MOE_VAR_TMA_DROP_LATE = 262144,
   /* the 128-token wide tile where the 96-token one runs (48 to 72 pairs
    * per expert), as before 2026-11-30 12:00 */
   HR__MOE_VAR_WIDE128 = 2048,
@@ -163,9 +160,9 @@ enum {
   /* the barrier kernel's wide96 tile 128 weight rows a unit, as before
    * 2026-11-30 15:00, instead of 256 */
   HR__MOE_VAR_WIDE96_SHORT = 65536,
-  /* the barrier kernel's wide96 tile (256 rows) waiting for each step's
-   * MMAs before the next loads go out (DEPTH 0) */
-  HR__MOE_VAR_TALL_W0 = 131072
+  /* the TMA_DROP fault ten units into a run (moe_gemm_tma.cuh, tma_drop):
+   * the CTA must still leave (test_moe_tma_timeout) */
+  HR__MOE_VAR_TMA_DROP_LATE = 131072
 };
 
 /* Everything one launch needs, passed by value as a __grid_constant__

@@ -291,8 +291,6 @@ extern "C" int gt_tile_stream_launch(const void *w, size_t rows, int K, const vo
   TS_CASE(128, 128, 13)
   TS_CASE(128, 256, 3)
   TS_CASE(128, 256, 4)
-  TS_CASE(128, 256, 6)
-  TS_CASE(128, 512, 3)
   TS_CASE(256, 128, 4)
   TS_CASE(256, 128, 6)
 #undef TS_CASE

@@ -152,7 +152,7 @@ int gt_stream_launch(const void *w1, const void *w2, const int *experts, int n,
  * group: 0, neighbouring units read nearly the same token rows at once, or
  * g, every g neighbouring units share one token tile; rot: 0, or unit u
  * starts along K at step (u mod 16) * rot. (rows, chunk, stages): (128,
- * 128, 7 or 13), (128, 256, 3, 4 or 6), (128, 512, 3), (256, 128, 4 or 6). */
+ * 128, 7 or 13), (128, 256, 3 or 4), (256, 128, 4 or 6). */
 typedef struct gt_tile_pattern {
   int rows, chunk, stages, tok_rows, group, rot;
 } gt_tile_pattern;
