@@ -64,7 +64,9 @@ enum {
   HR_EPERM = -6,           /* operator-only request from a non-operator */
   HR_ENOTFOUND = -7,       /* no such GPU, footprint or lease */
   HR_ELIMIT = -8,          /* a per-client or per-daemon limit was reached */
-  HR_ETIMEDOUT = -9,       /* the daemon did not answer in time */
+  HR_ETIMEDOUT = -9,       /* the daemon did not answer in time, or a
+                              bounded wait (hr_lease_wait_change,
+                              hr_moe_sync_timeout) ran out */
   HR_ECLOSED = -10,        /* the connection closed before the answer */
   HR_EDEGRADED = -11,      /* needs the daemon; running on the fallback */
   HR_ETOOLARGE = -12,      /* a message exceeded the 64 KiB cap */

@@ -15,7 +15,7 @@ const char *hr_strerror(int err)
   case HR_EPERM: return "permission denied";
   case HR_ENOTFOUND: return "no such GPU, footprint or lease";
   case HR_ELIMIT: return "limit reached";
-  case HR_ETIMEDOUT: return "the daemon did not answer in time";
+  case HR_ETIMEDOUT: return "timed out (the daemon did not answer, or a bounded wait ran out)";
   case HR_ECLOSED: return "connection closed";
   case HR_EDEGRADED: return "no daemon connected (running on the fallback)";
   case HR_ETOOLARGE: return "message too large";

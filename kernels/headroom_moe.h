@@ -34,6 +34,7 @@
  *     err = hr_moe_forward(m, lease, &a, stream);   // grid from the lease
  *     ...
  *     err = hr_moe_sync(m);   // HR_EBARRIER_TIMEOUT: reported to headroomd
+ *                             // (hr_moe_sync_timeout: bounded on the host)
  *     hr_moe_destroy(m);
  *
  * Layouts (row-major, all on the device):
@@ -180,6 +181,16 @@ int hr_moe_outputs_ready(const hr_moe *m);
  * (hr_report, HR_INCIDENT_BARRIER_TIMEOUT, with the detail). HR_OK when
  * nothing was launched. */
 int hr_moe_sync(hr_moe *m);
+
+/* hr_moe_sync, bounded: HR_ETIMEDOUT when the launch has neither ended nor
+ * failed after `timeout_ms` milliseconds (0: look once, do not wait), as
+ * when it is queued behind a kernel that never ends (a collective waiting
+ * for a dead peer). The launch then stays in flight and nothing is
+ * reported: wait again (hr_moe_sync or hr_moe_sync_timeout), or
+ * hr_moe_abort and then wait (the kernel sees the abort at its next wait,
+ * so only once it runs). hr_moe_destroy still waits for it. Otherwise the
+ * same codes as hr_moe_sync; HR_EINVAL when m is NULL or timeout_ms < 0. */
+int hr_moe_sync_timeout(hr_moe *m, int timeout_ms);
 
 /* Copy what the last failed launch recorded; HR_ENOTFOUND when none has
  * failed since the context was created. */

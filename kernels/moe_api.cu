@@ -66,7 +66,7 @@ struct hr_moe {
   cudaEvent_t done;        /* recorded after each launch */
   cudaStream_t stream;     /* of the last launch */
   uint32_t seq;            /* of the last launch */
-  int in_flight;           /* a launch not yet waited for by hr_moe_sync */
+  int in_flight;           /* a launch no wait has yet seen end or fail */
   int needs_reset;         /* the barrier words must be cleared */
 
   /* about the last launch, for the incident */
@@ -620,13 +620,15 @@ static int failure_take(hr_moe *m)
   return f->code;
 }
 
-int hr_moe_sync(hr_moe *m)
+/* Wait for the last launch until it ends or fails, or `timeout_ns` (< 0:
+ * no bound) has passed. On HR_ETIMEDOUT the launch stays in flight and the
+ * error word unread, so a later wait (or an abort and a wait) still gets
+ * its code and reports its incident, once. */
+static int sync_wait(hr_moe *m, long long timeout_ns)
 {
-  long long start;
+  long long start, waited;
   int prev, err = HR_OK;
 
-  if(!m)
-    return HR_EINVAL;
   if(!m->in_flight)
     return HR_OK;
   err = device_enter(m->device, &prev);
@@ -648,7 +650,13 @@ int hr_moe_sync(hr_moe *m)
       err = HR_ECUDA;
       break;
     }
-    if(now_ns() - start < SYNC_SPIN_NS) {
+    /* Checked after a poll, so a bound of 0 still looks once. */
+    waited = now_ns() - start;
+    if(timeout_ns >= 0 && waited >= timeout_ns) {
+      err = HR_ETIMEDOUT;
+      goto out;
+    }
+    if(waited < SYNC_SPIN_NS) {
       sched_yield();
     } else {
       struct timespec ts = { 0, SYNC_SLEEP_NS };
@@ -657,8 +665,23 @@ int hr_moe_sync(hr_moe *m)
     }
   }
   m->in_flight = 0;
+out:
   device_leave(m->device, prev);
   return err;
+}
+
+int hr_moe_sync(hr_moe *m)
+{
+  if(!m)
+    return HR_EINVAL;
+  return sync_wait(m, -1);
+}
+
+int hr_moe_sync_timeout(hr_moe *m, int timeout_ms)
+{
+  if(!m || timeout_ms < 0)
+    return HR_EINVAL;
+  return sync_wait(m, (long long)timeout_ms * 1000000LL);
 }
 
 int hr_moe_outputs_ready(const hr_moe *m)

@@ -248,6 +248,7 @@ _MOE_PROTOTYPES = {
                                              c_void_p]),
     "hr_moe_outputs_ready": (c_int, [_moe_p]),
     "hr_moe_sync": (c_int, [_moe_p]),
+    "hr_moe_sync_timeout": (c_int, [_moe_p, c_int]),
     "hr_moe_last_failure": (c_int, [_moe_p, POINTER(MoeFailure_t)]),
     "hr_moe_abort": (c_int, [_moe_p]),
 }

@@ -72,7 +72,8 @@ class LimitReached(HeadroomError):
 
 
 class TimedOut(HeadroomError):
-    """HR_ETIMEDOUT: the daemon did not answer in time."""
+    """HR_ETIMEDOUT: the daemon did not answer in time, or a bounded wait
+    ran out."""
 
 
 class ConnectionClosed(HeadroomError):

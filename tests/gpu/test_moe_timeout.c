@@ -14,6 +14,13 @@
  *      (its end event comes after the hog's) and never times out.
  *   4. a cooperative grid larger than the device: HR_ECOOP_TOO_LARGE; an
  *      ordinary one: HR_EINVAL (it could never pass a barrier).
+ *   5. the host-side bound: a launch queued behind a kernel that spins for
+ *      SPIN_MS (as behind a collective waiting for a dead peer) cannot
+ *      time out on the device, since it has not started;
+ *      hr_moe_sync_timeout returns HR_ETIMEDOUT after its bound (and at
+ *      once with 0) and leaves the launch in flight; hr_moe_sync then waits
+ *      for it and y is as before. Nothing in flight: HR_OK; a NULL context
+ *      or a negative bound: HR_EINVAL.
  */
 #include <stdio.h>
 #include <string.h>
@@ -29,6 +36,9 @@
 /* What "promptly" allows on top of the timeout: the barrier polls every
  * few microseconds, hr_moe_sync polls the word every 50 us. */
 #define SLACK_MS 150
+/* Case 5: the kernel ahead of the launch, and the host's bound. */
+#define SPIN_MS 1500
+#define BOUND_MS 100
 
 static int launch(gt_moe *g, int grid, hr_mode mode, int cluster, int timeout_ms)
 {
@@ -49,7 +59,7 @@ int main(void)
   gt_hog hog;
   hr_moe_failure f;
   uint16_t *good;
-  double t0, dt;
+  double t0, t1, dt;
   float after_ms = 0;
   cudaEvent_t moe_end;
   int sms, rc;
@@ -153,6 +163,46 @@ int main(void)
   rc = gt_run(&g, sms, HR_MODE_HEADROOM, 2, TIMEOUT_MS);
   GT_EXPECT(rc == HR_OK && same_as(&g, good), "after refusals: %s",
             hr_strerror(rc));
+
+  /* 5. the host-side bound: the launch waits behind the spin on its
+   * stream, so only the host can stop waiting for it. */
+  GT_CUDA(gt_spin_launch(SPIN_MS, g.stream));
+  t0 = gt_now_ms();
+  rc = launch(&g, sms, HR_MODE_HEADROOM, 1, 60000);
+  GT_EXPECT(rc == HR_OK, "launch behind the spin: %s", hr_strerror(rc));
+  t1 = gt_now_ms();
+  rc = hr_moe_sync_timeout(g.m, BOUND_MS);
+  dt = gt_now_ms() - t1;
+  printf("  launch behind a %d ms spin: hr_moe_sync_timeout(%d) %s after %.1f ms\n",
+         SPIN_MS, BOUND_MS, hr_strerror(rc), dt);
+  GT_EXPECT(rc == HR_ETIMEDOUT, "bounded sync: %s", hr_strerror(rc));
+  /* Far below the spin: it did not wait for the launch. */
+  GT_EXPECT(dt >= BOUND_MS * 0.9 && dt < SPIN_MS / 3,
+            "bounded sync returned after %.1f ms", dt);
+  GT_EXPECT(hr_moe_outputs_ready(g.m) == 0, "y ready behind the spin");
+  t1 = gt_now_ms();
+  rc = hr_moe_sync_timeout(g.m, 0);
+  dt = gt_now_ms() - t1;
+  GT_EXPECT(rc == HR_ETIMEDOUT, "sync with bound 0: %s", hr_strerror(rc));
+  GT_EXPECT(dt < 20, "sync with bound 0 took %.1f ms", dt);
+  /* Refused before it looks, and the launch is still waited for below. */
+  rc = hr_moe_sync_timeout(g.m, -1);
+  GT_EXPECT(rc == HR_EINVAL, "bound -1: %s", hr_strerror(rc));
+  rc = hr_moe_sync_timeout(NULL, BOUND_MS);
+  GT_EXPECT(rc == HR_EINVAL, "NULL context: %s", hr_strerror(rc));
+  rc = hr_moe_sync(g.m);
+  dt = gt_now_ms() - t0;
+  GT_CUDA(cudaMemcpy(g.y_h, g.y, (size_t)g.T * g.s.H * 2, cudaMemcpyDeviceToHost));
+  printf("  then hr_moe_sync: %s %.1f ms after the launch, y %s\n", hr_strerror(rc),
+         dt, same_as(&g, good) ? "identical" : "DIFFERENT");
+  GT_EXPECT(rc == HR_OK, "sync after the bound: %s", hr_strerror(rc));
+  GT_EXPECT(dt > SPIN_MS * 0.8, "the launch ended %.1f ms after it was made", dt);
+  GT_EXPECT(same_as(&g, good), "y after the bounded waits differs");
+  t1 = gt_now_ms();
+  rc = hr_moe_sync_timeout(g.m, 50);
+  dt = gt_now_ms() - t1;
+  GT_EXPECT(rc == HR_OK, "bounded sync, nothing in flight: %s", hr_strerror(rc));
+  GT_EXPECT(dt < 20, "bounded sync with nothing in flight took %.1f ms", dt);
 
   free(good);
   gt_moe_free(&g);

@@ -328,6 +328,14 @@ class TestMoeWithoutTorch(unittest.TestCase):
             headroom.Moe(experts=0, hidden=256, inter=512, topk=2,
                          max_tokens=16, device=0)
 
+    def test_bounded_sync_checks_its_arguments_first(self):
+        # No context, or a negative bound: refused before any CUDA call,
+        # so this holds on a machine without a GPU too.
+        lib = headroom.load_moe_library()
+        self.assertEqual(lib.hr_moe_sync_timeout(None, 10), _lib.HR_EINVAL)
+        self.assertEqual(lib.hr_moe_sync_timeout(None, 0), _lib.HR_EINVAL)
+        self.assertEqual(lib.hr_moe_sync_timeout(None, -1), _lib.HR_EINVAL)
+
     def test_create_on_this_machine(self):
         try:
             m = headroom.Moe(experts=8, hidden=256, inter=512, topk=2,
