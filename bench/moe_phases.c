@@ -79,7 +79,8 @@ typedef struct gemm_variant {
 static const gemm_variant gemm_variants[] = {
   { "default", 0, 1, 1 << 30 },
   { "barrier: the mid tile 256 rows tall", HR__MOE_VAR_TALL, 512, 4096 },
-  { "barrier, before: the wide96 tile 128 rows tall", HR__MOE_VAR_WIDE96_SHORT, 512, 4096 },
+  { "barrier, before: the wide96 tile 128 rows tall",
+    HR__MOE_VAR_WIDE96 | HR__MOE_VAR_WIDE96_SHORT, 512, 4096 },
   { "the big TMA tile where mid, wide96 or wide run", HR__MOE_VAR_BIG_TALL, 512, 4096 },
   { "before: the cp.async tiles where mid, wide96 or wide run", HR__MOE_VAR_CPASYNC_MID, 512,
     4096 },
@@ -89,6 +90,8 @@ static const gemm_variant gemm_variants[] = {
     512, 1 << 30 },
   { "the big TMA tile where mid ... run, results stored 2 bytes at a time",
     HR__MOE_VAR_BIG_TALL | HR__MOE_VAR_TMA_DIRECT_STORE, 512, 4096 },
+  { "before: the 96-token tile from 48 pairs per expert", HR__MOE_VAR_WIDE96, 512, 2048 },
+  { "the 80-token tile up to 72 pairs per expert", HR__MOE_VAR_WIDE80, 512, 2048 },
   { "before: big tile on the cp.async pipeline", HR__MOE_VAR_CPASYNC, 8192, 1 << 30 },
   { "weights evict-first in L2", HR__MOE_VAR_A_EVICT_FIRST, 8192, 1 << 30 },
   { "barrier kernel without clusters", HR__MOE_VAR_NO_CLUSTER, 8192, 1 << 30 },
@@ -98,6 +101,8 @@ static const gemm_variant gemm_variants[] = {
   { "default, again", 0, 512, 4096 },
   { "the big TMA tile ..., again", HR__MOE_VAR_BIG_TALL, 512, 4096 },
   { "before: the cp.async tiles ..., again", HR__MOE_VAR_CPASYNC_MID, 512, 4096 },
+  { "before: the 96-token tile ..., again", HR__MOE_VAR_WIDE96, 512, 2048 },
+  { "the 80-token tile ..., again", HR__MOE_VAR_WIDE80, 512, 2048 },
 };
 #define NGEMM ((int)(sizeof(gemm_variants) / sizeof(gemm_variants[0])))
 /* Variants of what only the barrier kernel has: not timed for the other. */

@@ -813,6 +813,8 @@ hr__moe_agnostic_kernel(const __grid_constant__ hr__moe_params p)
     ticket = agn_tasks<moe_tile_wide>(p, ticket);
   else if(tile == MOE_TILE_WIDE96)
     ticket = agn_tasks<moe_tile_wide96>(p, ticket);
+  else if(tile == MOE_TILE_WIDE80)
+    ticket = agn_tasks<moe_tile_wide80>(p, ticket);
   else if(tile == MOE_TILE_MID && (v & HR__MOE_VAR_MID_SYNC))
     ticket = agn_tasks<moe_tile_mid_sync>(p, ticket);
   else if(tile == MOE_TILE_MID && (v & HR__MOE_VAR_MID_WAIT))

@@ -150,12 +150,13 @@ static int tmap_make(const hr_moe *m, CUtensorMap *map, const void *base, unsign
 }
 
 /* The workspace's maps: the x rows in expert order (in ypair's memory)
- * [pairs][H] and h [pairs][I], boxes of 64 rows by 64. */
+ * [pairs][H] and h [pairs][I], boxes of 64 K by HR__MOE_TMA_TOK_BOX rows
+ * (moe_gemm_tma.cuh). */
 static int tmap_workspace(hr_moe *m)
 {
   const cuuint64_t pairs = (cuuint64_t)m->shape.max_tokens * m->shape.topk;
   const cuuint64_t H = (cuuint64_t)m->shape.hidden, I = (cuuint64_t)m->shape.inter;
-  const cuuint32_t box[2] = { 64, 64 };
+  const cuuint32_t box[2] = { 64, HR__MOE_TMA_TOK_BOX };
   cuuint64_t dims[2], strides[1];
   int err;
 

@@ -35,13 +35,15 @@
  * alone, and the tile shape on the routing alone: results never depend on
  * the grid.
  *
- * Six tile shapes, by the pairs per expert that has any:
+ * Seven tile shapes, by the pairs per expert that has any:
  *   tiny (<= 12), narrow (<= 24): 128 weight rows by 16 or 32 tokens,
  *        the weights streamed in 256-byte row pieces (the work is reading
  *        each touched expert once: T up to ~128), mma.sync
  *   mid (< 48): 128 x 64, 8 stages of 64, wgmma (Qwen3 T ~ 512)
- *   wide96 (< 72): 128 x 96, 7 stages of 64, wgmma (Qwen3 T ~ 1024); in
- *        the barrier kernel 256 x 96, 4 stages
+ *   wide80 (< 68): 128 x 80, 8 stages of 64, wgmma (Qwen3 T ~ 768 to
+ *        1024); in the barrier kernel 256 x 80, 5 stages
+ *   wide96 (< 72): 128 x 96, 7 stages of 64, wgmma; in the barrier kernel
+ *        256 x 96, 4 stages
  *   wide (< 96): 128 x 128, 6 stages of 64, wgmma
  *   big: 256 x 128, 4 stages of 64, wgmma, where the MMAs dominate, and
  *        from 25 pairs where I >= 2048 (moe_pick_tile); in production on
@@ -113,7 +115,8 @@ struct moe_tile {
   static constexpr int CPR = BK / 8;      /* 16-byte chunks per row */
   static constexpr int RPP = HR__MOE_THREADS / CPR; /* rows per load pass */
   static constexpr int A_PASSES = BM / RPP;
-  static constexpr int B_PASSES = BN / RPP;
+  /* rows past BN in the last pass are past nvalid too: never loaded */
+  static constexpr int B_PASSES = (BN + RPP - 1) / RPP;
   static constexpr int A_BYTES = BM * ROW_BYTES;
   static constexpr int B_BYTES = BN * ROW_BYTES;
   static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
@@ -128,8 +131,7 @@ struct moe_tile {
   static constexpr int OUT_BYTES = WG ? 0 : BN * OUT_STRIDE * 2;
   static_assert(WM * WN * WK * 32 == HR__MOE_THREADS, "8 warps");
   static_assert(MT >= 1 && NT >= 2 && NT % 2 == 0 && KS >= 1, "warp tile");
-  static_assert(A_PASSES >= 1 && B_PASSES >= 1 && BM % RPP == 0 && BN % RPP == 0,
-                "loader passes");
+  static_assert(A_PASSES >= 1 && B_PASSES >= 1 && BM % RPP == 0, "loader passes");
   /* With WG the pipeline starts on the next 1024 bytes (moe_pipe). */
   static_assert(PIPE_BYTES + RED_BYTES + OUT_BYTES + (WG ? 1024 : 0) <= HR__MOE_GEMM_SMEM,
                 "shared memory");
@@ -201,6 +203,17 @@ typedef moe_tile<128, 96, 64, 8, 1, 1, 7, 0, 1, 1> moe_tile_wide96;
  * tall (HR__MOE_VAR_TALL) measured level and stays a variant. */
 typedef moe_tile<256, 64, 64, 8, 1, 1, 5, 0, 1, 1> moe_tile_mid_tall;
 typedef moe_tile<256, 96, 64, 8, 1, 1, 4, 0, 1, 1> moe_tile_wide96_tall;
+/* 80 tokens wide, from 48 to 67 pairs per expert: 16 token rows less a
+ * step buy a stage, 5 steps of 256 weight rows (4 in flight while the
+ * warps wait) instead of 4, or 8 steps of 128 instead of 7; the experts
+ * above 80 pairs stream their weights twice. Measured at Qwen3-30B-A3B
+ * T = 768 to 1024 (48 to 64 pairs per expert) against the 96-token tile
+ * (HR__MOE_VAR_WIDE96): barrier kernel 5-6% faster (T = 1024: 0.394 ms
+ * against 0.414), agnostic kernel 1.5-3.5%; at 68 and 70 pairs 5-10%
+ * slower, where more experts have over 80 (HR__MOE_VAR_WIDE80);
+ * bench/results/moe-wide80-h200-2026-11-30.md. y bitwise. */
+typedef moe_tile<128, 80, 64, 8, 1, 1, 8, 0, 1, 1> moe_tile_wide80;
+typedef moe_tile<256, 80, 64, 8, 1, 1, 5, 0, 1, 1> moe_tile_wide80_tall;
 /* Hundreds of tokens per expert: 256 weight rows by 128 tokens. This is
  * the mma.sync version, 64 x 64 per warp, 3 stages, which the wgmma tile
  * below replaced; it stays as the benchmark's comparison (with the
@@ -236,10 +249,11 @@ static_assert(moe_tile_big::BM == moe_tile_big_sync::BM &&
 #define HR__MOE_TINY_MAX_PAIRS 12
 #define HR__MOE_NARROW_MAX_PAIRS 24
 #define HR__MOE_WIDE_MIN_PAIRS 48
+#define HR__MOE_WIDE96_MIN_PAIRS 68
 #define HR__MOE_WIDE128_MIN_PAIRS 72
 #define HR__MOE_BIG_MIN_PAIRS 96
 enum { MOE_TILE_TINY = 0, MOE_TILE_NARROW, MOE_TILE_MID, MOE_TILE_BIG, MOE_TILE_WIDE,
-       MOE_TILE_WIDE96 };
+       MOE_TILE_WIDE96, MOE_TILE_WIDE80 };
 
 /* From 25 pairs per expert, the big tile on the TMA pipeline takes the
  * place of the mid, wide96 and wide cp.async tiles where a GEMM2 unit is
@@ -279,7 +293,10 @@ static __device__ __forceinline__ int moe_pick_tile(int pairs, int nonempty, int
                (variant & HR__MOE_VAR_NO_WIDE)               ? MOE_TILE_MID
          : per_expert >= HR__MOE_WIDE128_MIN_PAIRS ||
                (variant & HR__MOE_VAR_WIDE128)               ? MOE_TILE_WIDE
-                                                             : MOE_TILE_WIDE96;
+         : (variant & HR__MOE_VAR_WIDE80)                    ? MOE_TILE_WIDE80
+         : per_expert >= HR__MOE_WIDE96_MIN_PAIRS ||
+               (variant & HR__MOE_VAR_WIDE96)                ? MOE_TILE_WIDE96
+                                                             : MOE_TILE_WIDE80;
 }
 
 /* Weight rows per unit of each tile shape. */
@@ -290,6 +307,7 @@ static __device__ __forceinline__ int moe_tile_bm(int tile)
          : tile == MOE_TILE_MID    ? moe_tile_mid::BM
          : tile == MOE_TILE_WIDE   ? moe_tile_wide::BM
          : tile == MOE_TILE_WIDE96 ? moe_tile_wide96::BM
+         : tile == MOE_TILE_WIDE80 ? moe_tile_wide80::BM
                                    : moe_tile_big::BM;
 }
 
@@ -301,6 +319,7 @@ static __device__ __forceinline__ int moe_tile_bn(int tile)
          : tile == MOE_TILE_MID    ? moe_tile_mid::BN
          : tile == MOE_TILE_WIDE   ? moe_tile_wide::BN
          : tile == MOE_TILE_WIDE96 ? moe_tile_wide96::BN
+         : tile == MOE_TILE_WIDE80 ? moe_tile_wide80::BN
                                    : moe_tile_big::BN;
 }
 
@@ -623,7 +642,7 @@ static __device__ __forceinline__ void tile_wgmma(float (&acc)[C::MT][C::NT][4],
   }
   if constexpr(C::BN > 64) {
     if(nvalid > 64) {
-      tile_wgmma_n<C, (C::BN > 96 ? 128 : 96)>(acc, a_base, b_base);
+      tile_wgmma_n<C, (C::BN > 96 ? 128 : C::BN == 96 ? 96 : C::BN)>(acc, a_base, b_base);
       return;
     }
   }

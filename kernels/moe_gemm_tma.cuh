@@ -45,7 +45,7 @@ struct moe_tile_big_tma : moe_tile<256, 128, 64, 8, 1, 1, 4, 0, 1, 1> {
   static constexpr int TMA = 1;
 };
 
-/* Rows per TMA box: each box is 64 rows of 128 bytes, 8 KiB. */
+/* Rows per TMA box of weights: 64 rows of 128 bytes, 8 KiB. */
 #define HR__MOE_TMA_BOX 64
 /* Warps that release a slot (every warp of both warpgroups). */
 #define HR__MOE_TMA_WARPS (HR__MOE_THREADS / 32)
@@ -125,7 +125,7 @@ static __device__ __forceinline__ int mbar_wait(const hr__moe_params &p, uint64_
 }
 
 /* The producer's loads of one step (unit un, K step kt) into `slot`: the
- * weights (BM rows) and as many 64-token boxes as the unit has tokens
+ * weights (BM rows) and as many token boxes as the unit has tokens
  * (the MMA reads no further: tile_wgmma's width follows nvalid). */
 template <class C, int STAGE>
 static __device__ __forceinline__ void tma_step_load(const hr__moe_params &p, uint8_t *pipe,
@@ -134,14 +134,15 @@ static __device__ __forceinline__ void tma_step_load(const hr__moe_params &p, ui
 {
   const uint32_t a = smem_addr(pipe + slot * C::STAGE_BYTES);
   const uint32_t b = a + C::A_BYTES;
-  const int boxes = (un.nvalid + HR__MOE_TMA_BOX - 1) / HR__MOE_TMA_BOX;
   const int k0 = kt * C::BK, box_bytes = HR__MOE_TMA_BOX * C::ROW_BYTES;
+  const int tok_box_bytes = HR__MOE_TMA_TOK_BOX * C::ROW_BYTES;
+  const int boxes = (un.nvalid + HR__MOE_TMA_TOK_BOX - 1) / HR__MOE_TMA_TOK_BOX;
   /* the weights are read once per unit; the benchmark may mark them
    * evict-first so that the token rows many units share stay in L2 */
   const uint64_t pol = (p.variant & HR__MOE_VAR_A_EVICT_FIRST) ? l2_policy_evict_first()
                                                                : l2_policy_evict_normal();
   int r;
-  mbar_arrive_expect_tx(full + slot, (unsigned)(C::A_BYTES + boxes * box_bytes));
+  mbar_arrive_expect_tx(full + slot, (unsigned)(C::A_BYTES + boxes * tok_box_bytes));
 #pragma unroll
   for(r = 0; r < C::BM / HR__MOE_TMA_BOX; r++) {
     if(STAGE == 1)
@@ -153,8 +154,9 @@ static __device__ __forceinline__ void tma_step_load(const hr__moe_params &p, ui
                   un.ft * C::BM + r * HR__MOE_TMA_BOX, un.e, pol);
   }
   for(r = 0; r < boxes; r++)
-    tma_load_2d(b + r * box_bytes, STAGE == 1 ? (const void *)&p.tm_xs : (const void *)&p.tm_h,
-                full + slot, k0, un.pos0 + r * HR__MOE_TMA_BOX);
+    tma_load_2d(b + r * tok_box_bytes,
+                STAGE == 1 ? (const void *)&p.tm_xs : (const void *)&p.tm_h, full + slot, k0,
+                un.pos0 + r * HR__MOE_TMA_TOK_BOX);
 }
 
 /* The benchmark's variant HR__MOE_VAR_TMA_DIRECT_STORE, the store before
@@ -309,7 +311,10 @@ static __device__ __forceinline__ void tma_barriers_inval(uint64_t *full, uint64
 /* Every thread, step s of a run: wait for the step's loads, issue its
  * MMAs (those of step s - 1 are then complete), and, from step 1, release
  * step s - 1's slot (one arrival a warp). A thread whose wait times out
- * goes on dead, as moe_gemm_stage_tma says. */
+ * goes on dead, as moe_gemm_stage_tma says. (Releasing each slot as soon
+ * as its MMAs are complete, before waiting for the next step's loads, so
+ * that every slot can be loading while the warps wait, was slower at
+ * every shape: bench/results/moe-wide80-h200-2026-11-30.md.) */
 template <class C>
 static __device__ __forceinline__ void tma_step_mma(const hr__moe_params &p, uint8_t *pipe,
                                                     uint64_t *full, uint64_t *empty, int s,

@@ -68,6 +68,8 @@ static __device__ __forceinline__ int moe_gemm(const hr__moe_params &p, const mo
     moe_gemm_stage<moe_tile_wide96, STAGE>(p, rt, smem);
   else if(tile == MOE_TILE_WIDE96)
     moe_gemm_stage<moe_tile_wide96_tall, STAGE>(p, rt, smem);
+  else if(tile == MOE_TILE_WIDE80)
+    moe_gemm_stage<moe_tile_wide80_tall, STAGE>(p, rt, smem);
   else if(tile == MOE_TILE_MID && (v & HR__MOE_VAR_TALL))
     moe_gemm_stage<moe_tile_mid_tall, STAGE>(p, rt, smem);
   else if(tile == MOE_TILE_MID && (v & HR__MOE_VAR_MID_SYNC))
@@ -100,6 +102,7 @@ static __device__ void moe_prefetch(const hr__moe_params &p, const moe_route &rt
   const int nf = (STAGE == 1 ? 2 * p.I : p.H) / moe_tile_bm(tile);
   const int u = (int)blockIdx.x;
   if(tile == MOE_TILE_BIG || tile == MOE_TILE_WIDE96 ||   /* 256-row units here */
+     tile == MOE_TILE_WIDE80 ||
      moe_phase_runs(p, STAGE == 1 ? HR__MOE_PHASE_GEMM1 : HR__MOE_PHASE_GEMM2) == 0 ||
      u >= rt.tile_off[p.E] * nf)
     return;

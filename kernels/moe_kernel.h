@@ -162,14 +162,27 @@ enum {
   HR__MOE_VAR_WIDE96_SHORT = 65536,
   /* the TMA_DROP fault ten units into a run (moe_gemm_tma.cuh, tma_drop):
    * the CTA must still leave (test_moe_tma_timeout) */
-  HR__MOE_VAR_TMA_DROP_LATE = 131072
+  HR__MOE_VAR_TMA_DROP_LATE = 131072,
+  /* the 96-token tile where the 80-token one runs, as before 2026-11-30
+   * 17:00 (moe_pick_tile) */
+  HR__MOE_VAR_WIDE96 = 262144,
+  /* the 80-token tile where the 96-token one runs */
+  HR__MOE_VAR_WIDE80 = 524288
 };
+
+/* Rows per TMA box of token rows (the x rows in expert order, h; the
+ * maps of moe_api.cu, the loads of moe_gemm_tma.cuh). 32-row boxes, which
+ * load nvalid rounded up to 32 rather than to 64, measured no better:
+ * DeepSeek-V3 T = 1024 1.5-2.5% slower in both kernels, twice; T = 8192
+ * 0.3-1.3% faster (bench/results/moe-wide80-h200-2026-11-30.md). */
+#define HR__MOE_TMA_TOK_BOX 64
 
 /* Everything one launch needs, passed by value as a __grid_constant__
  * (the TMA loads read the tensor maps from the parameter space). */
 typedef struct hr__moe_params {
-  /* The TMA pipeline's tensor maps (moe_gemm_tma.cuh), 64-row boxes of
-   * 64 K (128 bytes, the 128-byte swizzle): W1 as [E][I/8][2][8][H] so a
+  /* The TMA pipeline's tensor maps (moe_gemm_tma.cuh), boxes of 64 K
+   * (128 bytes, the 128-byte swizzle), 64 rows (weights) or
+   * HR__MOE_TMA_TOK_BOX (tokens): W1 as [E][I/8][2][8][H] so a
    * box is 4 features groups of 8 gate rows then 8 up rows, the GEMM1
    * row order; W2 as [E][H][I]; the x rows copied in expert order (xs,
    * which is ypair's memory: GEMM2 overwrites it only after GEMM1 has

@@ -235,6 +235,7 @@ static __device__ __forceinline__ uint64_t wgmma_desc_sw128(uint32_t saddr)
 #define HR__WGMMA_ACC2(j) HR__WGMMA_ACC1(j), HR__WGMMA_ACC1(j + 1)
 #define HR__WGMMA_ACC4(j) HR__WGMMA_ACC2(j), HR__WGMMA_ACC2(j + 2)
 #define HR__WGMMA_ACC8(j) HR__WGMMA_ACC4(j), HR__WGMMA_ACC4(j + 4)
+#define HR__WGMMA_ACC10(j) HR__WGMMA_ACC8(j), HR__WGMMA_ACC2(j + 8)
 #define HR__WGMMA_ACC12(j) HR__WGMMA_ACC8(j), HR__WGMMA_ACC4(j + 8)
 #define HR__WGMMA_ACC16(j) HR__WGMMA_ACC8(j), HR__WGMMA_ACC8(j + 8)
 
@@ -243,7 +244,7 @@ static __device__ __forceinline__ uint64_t wgmma_desc_sw128(uint32_t saddr)
  * sum from zero. Thread t of the warpgroup holds, for each 8-column block
  * j, d[j][0..1] = row 16 * (t / 32) + (t % 32) / 4, columns 8j + 2 (t % 4)
  * + 0..1, and d[j][2..3] the same 8 rows further: the mma.sync m16n8
- * layout, warp w owning rows 16w..16w+15. N is 16, 32, 64, 96 or 128. */
+ * layout, warp w owning rows 16w..16w+15. N is 16, 32, 64, 80, 96 or 128. */
 template <int N, int NT>
 static __device__ __forceinline__ void wgmma_m64k16(float (&d)[NT][4], uint64_t da,
                                                     uint64_t db, int scale_d)
@@ -267,6 +268,15 @@ static __device__ __forceinline__ void wgmma_m64k16(float (&d)[NT][4], uint64_t 
                  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, "
                  "%48, %49, p, 1, 1, 0, 0;\n}\n"
                  : HR__WGMMA_ACC12(0)
+                 : "l"(da), "l"(db), "r"(scale_d));
+  } else if constexpr(N == 80) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39}, "
+                 "%40, %41, p, 1, 1, 0, 0;\n}\n"
+                 : HR__WGMMA_ACC10(0)
                  : "l"(da), "l"(db), "r"(scale_d));
   } else if constexpr(N == 64) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
