@@ -265,7 +265,9 @@ static __device__ void agn_route(const hr__moe_params &p, const moe_route &rt)
   moe_route_tiles(p, rt, moe_tile_bn(sh.pl.tile), sh.warp_sums);
   if(tid == 0) {
     agn_plan &pl = sh.pl;
-    const int tiles = rt.tile_off[E], bm = moe_tile_bm(pl.tile);
+    const int tiles = rt.tile_off[E];
+    const int bm = pl.tile == MOE_TILE_WIDE80 && (p.variant & HR__MOE_VAR_WIDE80_SHORT)
+                       ? moe_tile_wide80::BM : moe_tile_bm(pl.tile);
     const int r1 = moe_phase_runs(p, HR__MOE_PHASE_GEMM1);
     const int r2 = moe_phase_runs(p, HR__MOE_PHASE_GEMM2);
     pl.bn = moe_tile_bn(pl.tile);
@@ -813,8 +815,10 @@ hr__moe_agnostic_kernel(const __grid_constant__ hr__moe_params p)
     ticket = agn_tasks<moe_tile_wide>(p, ticket);
   else if(tile == MOE_TILE_WIDE96)
     ticket = agn_tasks<moe_tile_wide96>(p, ticket);
-  else if(tile == MOE_TILE_WIDE80)
+  else if(tile == MOE_TILE_WIDE80 && (v & HR__MOE_VAR_WIDE80_SHORT))
     ticket = agn_tasks<moe_tile_wide80>(p, ticket);
+  else if(tile == MOE_TILE_WIDE80)
+    ticket = agn_tasks<moe_tile_wide80_tall>(p, ticket);
   else if(tile == MOE_TILE_MID && (v & HR__MOE_VAR_MID_SYNC))
     ticket = agn_tasks<moe_tile_mid_sync>(p, ticket);
   else if(tile == MOE_TILE_MID && (v & HR__MOE_VAR_MID_WAIT))

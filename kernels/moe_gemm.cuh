@@ -40,8 +40,8 @@
  *        the weights streamed in 256-byte row pieces (the work is reading
  *        each touched expert once: T up to ~128), mma.sync
  *   mid (< 48): 128 x 64, 8 stages of 64, wgmma (Qwen3 T ~ 512)
- *   wide80 (< 68): 128 x 80, 8 stages of 64, wgmma (Qwen3 T ~ 768 to
- *        1024); in the barrier kernel 256 x 80, 5 stages
+ *   wide80 (< 68): 256 x 80, 5 stages of 64, wgmma (Qwen3 T ~ 768 to
+ *        1024), both kernels
  *   wide96 (< 72): 128 x 96, 7 stages of 64, wgmma; in the barrier kernel
  *        256 x 96, 4 stages
  *   wide (< 96): 128 x 128, 6 stages of 64, wgmma
@@ -211,7 +211,13 @@ typedef moe_tile<256, 96, 64, 8, 1, 1, 4, 0, 1, 1> moe_tile_wide96_tall;
  * (HR__MOE_VAR_WIDE96): barrier kernel 5-6% faster (T = 1024: 0.394 ms
  * against 0.414), agnostic kernel 1.5-3.5%; at 68 and 70 pairs 5-10%
  * slower, where more experts have over 80 (HR__MOE_VAR_WIDE80);
- * bench/results/moe-wide80-h200-2026-11-30.md. y bitwise. */
+ * bench/results/moe-wide80-h200-2026-11-30.md. y bitwise.
+ * The agnostic kernel runs it 256 rows tall too (its plan counts units of
+ * moe_tile_bm rows): Qwen3 T = 1024 0.428 ms against 0.514 with 128 rows
+ * and 8 stages (HR__MOE_VAR_WIDE80_SHORT), T = 768 0.418 against 0.497:
+ * half the steps, so half the per-step work (the loads' addresses, the
+ * MMAs' descriptors, the barriers), and half the token rows read again
+ * from L2. */
 typedef moe_tile<128, 80, 64, 8, 1, 1, 8, 0, 1, 1> moe_tile_wide80;
 typedef moe_tile<256, 80, 64, 8, 1, 1, 5, 0, 1, 1> moe_tile_wide80_tall;
 /* Hundreds of tokens per expert: 256 weight rows by 128 tokens. This is
@@ -299,7 +305,9 @@ static __device__ __forceinline__ int moe_pick_tile(int pairs, int nonempty, int
                                                              : MOE_TILE_WIDE80;
 }
 
-/* Weight rows per unit of each tile shape. */
+/* Weight rows per unit of each tile shape, as the agnostic kernel's plan
+ * counts them (the barrier kernel's wide96 units are taller; it deals
+ * them from its own tile type). */
 static __device__ __forceinline__ int moe_tile_bm(int tile)
 {
   return tile == MOE_TILE_TINY     ? moe_tile_tiny::BM
@@ -307,7 +315,7 @@ static __device__ __forceinline__ int moe_tile_bm(int tile)
          : tile == MOE_TILE_MID    ? moe_tile_mid::BM
          : tile == MOE_TILE_WIDE   ? moe_tile_wide::BM
          : tile == MOE_TILE_WIDE96 ? moe_tile_wide96::BM
-         : tile == MOE_TILE_WIDE80 ? moe_tile_wide80::BM
+         : tile == MOE_TILE_WIDE80 ? moe_tile_wide80_tall::BM
                                    : moe_tile_big::BM;
 }
 
@@ -580,16 +588,18 @@ static __device__ __forceinline__ void tile_wgmma_n(float (&acc)[C::MT][C::NT][4
                                                     uint32_t a_base, uint32_t b_base)
 {
   const int wg = threadIdx.x >> 7;
+  /* this warpgroup's first rows and the tokens; the rest by constant
+   * offsets (wgmma_desc_add) */
+  const uint64_t da0 = wgmma_desc_sw128(a_base + wg * C::MT * 64 * C::ROW_BYTES);
+  const uint64_t db0 = wgmma_desc_sw128(b_base);
   int kk, mt;
   wgmma_fence();
 #pragma unroll
   for(kk = 0; kk < C::KS; kk++) {
-    const uint64_t db = wgmma_desc_sw128(b_base + kk * 32);
+    const uint64_t db = wgmma_desc_add(db0, kk * 32);
 #pragma unroll
     for(mt = 0; mt < C::MT; mt++)
-      wgmma_m64k16<N>(acc[mt],
-                      wgmma_desc_sw128(a_base + (wg * C::MT + mt) * 64 * C::ROW_BYTES + kk * 32),
-                      db, 1);
+      wgmma_m64k16<N>(acc[mt], wgmma_desc_add(da0, mt * 64 * C::ROW_BYTES + kk * 32), db, 1);
   }
   wgmma_commit();
   if constexpr(C::DEPTH) {

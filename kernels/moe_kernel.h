@@ -167,7 +167,10 @@ enum {
    * 17:00 (moe_pick_tile) */
   HR__MOE_VAR_WIDE96 = 262144,
   /* the 80-token tile where the 96-token one runs */
-  HR__MOE_VAR_WIDE80 = 524288
+  HR__MOE_VAR_WIDE80 = 524288,
+  /* the agnostic kernel's 80-token tile 128 weight rows a unit (8
+   * stages) instead of 256 (5) */
+  HR__MOE_VAR_WIDE80_SHORT = 1048576
 };
 
 /* Rows per TMA box of token rows (the x rows in expert order, h; the

@@ -228,6 +228,16 @@ static __device__ __forceinline__ uint64_t wgmma_desc_sw128(uint32_t saddr)
          ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
 }
 
+/* A descriptor `bytes` further on than `desc` (the k-th slice of a tile,
+ * its next 64-row block): the address field is the low 14 bits, addr / 16
+ * of an address below 256 KB, so adding to the low word cannot carry out
+ * of it; one add per MMA instead of the masks and shifts per address. */
+static __device__ __forceinline__ uint64_t wgmma_desc_add(uint64_t desc, uint32_t bytes)
+{
+  const uint32_t lo = (uint32_t)desc + (bytes >> 4);
+  return ((desc >> 32) << 32) | lo;
+}
+
 /* The accumulators as in-out asm operands, 4 per 8-column block j: the
  * operand lists of the four shapes below differ only in their length. */
 #define HR__WGMMA_ACC1(j)                                                    \
