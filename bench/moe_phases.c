@@ -92,8 +92,8 @@ static const gemm_variant gemm_variants[] = {
     HR__MOE_VAR_BIG_TALL | HR__MOE_VAR_TMA_DIRECT_STORE, 512, 4096 },
   { "before: the 96-token tile from 48 pairs per expert", HR__MOE_VAR_WIDE96, 512, 2048 },
   { "the 80-token tile up to 72 pairs per expert", HR__MOE_VAR_WIDE80, 512, 2048 },
-  { "agnostic, before: the 80-token tile 128 rows tall", HR__MOE_VAR_WIDE80_SHORT, 512,
-    2048 },
+  { "agnostic, before: the mid, wide80, wide96 tiles 128 rows tall", HR__MOE_VAR_AGN_SHORT,
+    256, 2048 },
   { "before: big tile on the cp.async pipeline", HR__MOE_VAR_CPASYNC, 8192, 1 << 30 },
   { "weights evict-first in L2", HR__MOE_VAR_A_EVICT_FIRST, 8192, 1 << 30 },
   { "barrier kernel without clusters", HR__MOE_VAR_NO_CLUSTER, 8192, 1 << 30 },
@@ -105,15 +105,15 @@ static const gemm_variant gemm_variants[] = {
   { "before: the cp.async tiles ..., again", HR__MOE_VAR_CPASYNC_MID, 512, 4096 },
   { "before: the 96-token tile ..., again", HR__MOE_VAR_WIDE96, 512, 2048 },
   { "the 80-token tile ..., again", HR__MOE_VAR_WIDE80, 512, 2048 },
-  { "agnostic, before: the 80-token tile 128 rows tall, again", HR__MOE_VAR_WIDE80_SHORT,
-    512, 2048 },
+  { "agnostic, before: the ... tiles 128 rows tall, again", HR__MOE_VAR_AGN_SHORT, 256,
+    2048 },
 };
 #define NGEMM ((int)(sizeof(gemm_variants) / sizeof(gemm_variants[0])))
 /* Variants of what only the barrier kernel has: not timed for the other. */
 #define BARRIER_ONLY                                                                  \
   (HR__MOE_VAR_NO_CLUSTER | HR__MOE_VAR_TALL | HR__MOE_VAR_WIDE96_SHORT)
 /* And of what only the agnostic kernel has. */
-#define AGNOSTIC_ONLY HR__MOE_VAR_WIDE80_SHORT
+#define AGNOSTIC_ONLY HR__MOE_VAR_AGN_SHORT
 
 /* Relative L2 difference of two bf16 arrays. */
 static double rel_l2(const uint16_t *a, const uint16_t *ref, size_t n)

@@ -191,16 +191,16 @@ typedef moe_tile<128, 128, 64, 8, 1, 1, 6, 0, 1, 1> moe_tile_wide;
  * DRAM throughput (ncu, bench/results/ncu-qwen3-h200-2026-11-30.md):
  * latency-bound, so bytes in flight are what counts. */
 typedef moe_tile<128, 96, 64, 8, 1, 1, 7, 0, 1, 1> moe_tile_wide96;
-/* The barrier kernel's wide96 tile: 256 weight rows a unit instead of 128,
+/* The wide96 tile 256 weight rows a unit instead of 128 (both kernels;
+ * the agnostic kernel's from 2026-11-30 16:30, and its mid tile too),
  * so that each token row read from L2 feeds twice the weight rows (per
  * step, 32 KB of weights and 12 KB of tokens instead of 16 and 12), 4
  * stages. The token rows beside the weights are what limits these tiles
  * (bench/results/moe-patterns-h200-2026-11-30.md). Measured at
  * Qwen3-30B-A3B T = 1024 in eight runs side by side with the 128-row tile
  * (HR__MOE_VAR_WIDE96_SHORT): 1-3% faster in every one (0.407-0.417 ms
- * against 0.414-0.422), y bitwise. The agnostic kernel keeps 128 rows:
- * its ticket plan counts units of moe_tile_bm rows. The mid tile 256 rows
- * tall (HR__MOE_VAR_TALL) measured level and stays a variant. */
+ * against 0.414-0.422), y bitwise. In the barrier kernel the mid tile
+ * 256 rows tall (HR__MOE_VAR_TALL) measured level and stays a variant. */
 typedef moe_tile<256, 64, 64, 8, 1, 1, 5, 0, 1, 1> moe_tile_mid_tall;
 typedef moe_tile<256, 96, 64, 8, 1, 1, 4, 0, 1, 1> moe_tile_wide96_tall;
 /* 80 tokens wide, from 48 to 67 pairs per expert: 16 token rows less a
@@ -214,7 +214,7 @@ typedef moe_tile<256, 96, 64, 8, 1, 1, 4, 0, 1, 1> moe_tile_wide96_tall;
  * bench/results/moe-wide80-h200-2026-11-30.md. y bitwise.
  * The agnostic kernel runs it 256 rows tall too (its plan counts units of
  * moe_tile_bm rows): Qwen3 T = 1024 0.428 ms against 0.514 with 128 rows
- * and 8 stages (HR__MOE_VAR_WIDE80_SHORT), T = 768 0.418 against 0.497:
+ * and 8 stages (HR__MOE_VAR_AGN_SHORT), T = 768 0.418 against 0.497:
  * half the steps, so half the per-step work (the loads' addresses, the
  * MMAs' descriptors, the barriers), and half the token rows read again
  * from L2. */
@@ -305,9 +305,10 @@ static __device__ __forceinline__ int moe_pick_tile(int pairs, int nonempty, int
                                                              : MOE_TILE_WIDE80;
 }
 
-/* Weight rows per unit of each tile shape, as the agnostic kernel's plan
- * counts them (the barrier kernel's wide96 units are taller; it deals
- * them from its own tile type). */
+/* Weight rows per unit of each tile shape, the 128-row versions of mid,
+ * wide80 and wide96 (the kernels run 256-row ones of some: the barrier
+ * kernel deals units by its tile type, the agnostic kernel's plan asks
+ * agn_tile_tall). */
 static __device__ __forceinline__ int moe_tile_bm(int tile)
 {
   return tile == MOE_TILE_TINY     ? moe_tile_tiny::BM
@@ -315,7 +316,7 @@ static __device__ __forceinline__ int moe_tile_bm(int tile)
          : tile == MOE_TILE_MID    ? moe_tile_mid::BM
          : tile == MOE_TILE_WIDE   ? moe_tile_wide::BM
          : tile == MOE_TILE_WIDE96 ? moe_tile_wide96::BM
-         : tile == MOE_TILE_WIDE80 ? moe_tile_wide80_tall::BM
+         : tile == MOE_TILE_WIDE80 ? moe_tile_wide80::BM
                                    : moe_tile_big::BM;
 }
 

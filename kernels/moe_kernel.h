@@ -168,9 +168,9 @@ enum {
   HR__MOE_VAR_WIDE96 = 262144,
   /* the 80-token tile where the 96-token one runs */
   HR__MOE_VAR_WIDE80 = 524288,
-  /* the agnostic kernel's 80-token tile 128 weight rows a unit (8
-   * stages) instead of 256 (5) */
-  HR__MOE_VAR_WIDE80_SHORT = 1048576
+  /* the agnostic kernel's mid, wide80 and wide96 tiles 128 weight rows a
+   * unit, as before 2026-11-30 16:30, instead of 256 (agn_tile_tall) */
+  HR__MOE_VAR_AGN_SHORT = 1048576
 };
 
 /* Rows per TMA box of token rows (the x rows in expert order, h; the
