@@ -94,6 +94,8 @@ static const gemm_variant gemm_variants[] = {
   { "the 80-token tile up to 72 pairs per expert", HR__MOE_VAR_WIDE80, 512, 2048 },
   { "agnostic, before: the mid, wide80, wide96 tiles 128 rows tall", HR__MOE_VAR_AGN_SHORT,
     256, 2048 },
+  { "before: the TMA tile's wgmma descriptors made whole", HR__MOE_VAR_DESC_FULL, 512,
+    1 << 30 },
   { "before: big tile on the cp.async pipeline", HR__MOE_VAR_CPASYNC, 8192, 1 << 30 },
   { "weights evict-first in L2", HR__MOE_VAR_A_EVICT_FIRST, 8192, 1 << 30 },
   { "barrier kernel without clusters", HR__MOE_VAR_NO_CLUSTER, 8192, 1 << 30 },
@@ -107,6 +109,8 @@ static const gemm_variant gemm_variants[] = {
   { "the 80-token tile ..., again", HR__MOE_VAR_WIDE80, 512, 2048 },
   { "agnostic, before: the ... tiles 128 rows tall, again", HR__MOE_VAR_AGN_SHORT, 256,
     2048 },
+  { "before: the TMA tile's wgmma descriptors made whole, again", HR__MOE_VAR_DESC_FULL, 512,
+    1 << 30 },
 };
 #define NGEMM ((int)(sizeof(gemm_variants) / sizeof(gemm_variants[0])))
 /* Variants of what only the barrier kernel has: not timed for the other. */

@@ -820,7 +820,9 @@ hr__moe_agnostic_kernel(const __grid_constant__ hr__moe_params p)
   /* The tile shape follows the routing: the same in every CTA. */
   const unsigned v = p.variant;
   const int tile = sh.pl.tile;
-  if(moe_tile_tma(tile, v))
+  if(moe_tile_tma(tile, v) && (v & HR__MOE_VAR_DESC_FULL))
+    ticket = agn_tasks<moe_tile_big_tma_desc_full>(p, ticket);
+  else if(moe_tile_tma(tile, v))
     ticket = agn_tasks<moe_tile_big_tma>(p, ticket);
   else if(tile == MOE_TILE_TINY)
     ticket = agn_tasks<moe_tile_tiny>(p, ticket);

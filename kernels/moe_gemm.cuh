@@ -103,6 +103,9 @@ struct moe_tile {
   static constexpr int DEPTH = WG ? DEPTH_ : 0;
   /* 1: loaded by TMA (moe_gemm_tma.cuh's tiles), 0: by cp.async */
   static constexpr int TMA = 0;
+  /* WG tiles: 1, a step's wgmma descriptors by adds to two
+   * (wgmma_desc_add); 0, each made whole (the benchmark's comparison) */
+  static constexpr int DESC_ADD = 1;
   /* Units of an expert token tile major (the big tiles): the units that
    * read one token tile, a dozen or more, start together and share it in
    * L2; row tile major otherwise (unit_decode). */
@@ -597,10 +600,19 @@ static __device__ __forceinline__ void tile_wgmma_n(float (&acc)[C::MT][C::NT][4
   wgmma_fence();
 #pragma unroll
   for(kk = 0; kk < C::KS; kk++) {
-    const uint64_t db = wgmma_desc_add(db0, kk * 32);
+    if constexpr(C::DESC_ADD) {
+      const uint64_t db = wgmma_desc_add(db0, kk * 32);
 #pragma unroll
-    for(mt = 0; mt < C::MT; mt++)
-      wgmma_m64k16<N>(acc[mt], wgmma_desc_add(da0, mt * 64 * C::ROW_BYTES + kk * 32), db, 1);
+      for(mt = 0; mt < C::MT; mt++)
+        wgmma_m64k16<N>(acc[mt], wgmma_desc_add(da0, mt * 64 * C::ROW_BYTES + kk * 32), db, 1);
+    } else {
+      const uint64_t db = wgmma_desc_sw128(b_base + kk * 32);
+#pragma unroll
+      for(mt = 0; mt < C::MT; mt++)
+        wgmma_m64k16<N>(acc[mt],
+                        wgmma_desc_sw128(a_base + (wg * C::MT + mt) * 64 * C::ROW_BYTES + kk * 32),
+                        db, 1);
+    }
   }
   wgmma_commit();
   if constexpr(C::DEPTH) {

@@ -44,6 +44,10 @@
 struct moe_tile_big_tma : moe_tile<256, 128, 64, 8, 1, 1, 4, 0, 1, 1> {
   static constexpr int TMA = 1;
 };
+/* The same with each wgmma descriptor made whole (HR__MOE_VAR_DESC_FULL). */
+struct moe_tile_big_tma_desc_full : moe_tile_big_tma {
+  static constexpr int DESC_ADD = 0;
+};
 
 /* Rows per TMA box of weights: 64 rows of 128 bytes, 8 KiB. */
 #define HR__MOE_TMA_BOX 64

@@ -52,7 +52,9 @@ static __device__ __forceinline__ int moe_gemm(const hr__moe_params &p, const mo
 {
   const unsigned v = p.variant;
   if(moe_tile_tma(tile, v)) {
-    if(moe_gemm_stage_tma<moe_tile_big_tma, STAGE>(p, rt, smem))
+    if((v & HR__MOE_VAR_DESC_FULL)
+           ? moe_gemm_stage_tma<moe_tile_big_tma_desc_full, STAGE>(p, rt, smem)
+           : moe_gemm_stage_tma<moe_tile_big_tma, STAGE>(p, rt, smem))
       return 1;
     if(threadIdx.x == 0)
       moe_fail_at(p, HR__MOE_FAIL_TIMEOUT, HR__MOE_WAIT_TMA, STAGE, 0);
