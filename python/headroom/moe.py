@@ -331,22 +331,38 @@ class Moe(_Closable):
               % (grid, m.name.lower(), cluster))
         self._keep = (x, ids, weights, w1, w2, y)
 
-    def sync(self) -> None:
+    def sync(self, timeout_ms: Optional[int] = None) -> None:
         """Wait for the last launch (hr_moe_sync). Raises BarrierTimeout
         (with .failure) when a grid barrier timed out; the kernel has left
         and the next launch works. A timeout under a lease was already
-        reported to the daemon, which raises the GPU's headroom."""
+        reported to the daemon, which raises the GPU's headroom.
+
+        timeout_ms: bound the wait on the host (hr_moe_sync_timeout; 0:
+        look once). Raises TimedOut when the launch has neither ended nor
+        failed by then, as when it is queued behind a kernel that never
+        ends: it is still in flight, its tensors stay referenced here, and
+        sync() may be called again, or abort() and then sync()."""
         ptr = self._handle()
+        if timeout_ms is not None and int(timeout_ms) < 0:
+            raise ValueError("timeout_ms must be >= 0 (None: no bound)")
+        name = "hr_moe_sync" if timeout_ms is None else "hr_moe_sync_timeout"
         ctx = _context()
         before = ctx.get()
+        rc = _lib.HR_ETIMEDOUT
         try:
-            rc = self._lib.hr_moe_sync(ptr)
+            if timeout_ms is None:
+                rc = self._lib.hr_moe_sync(ptr)
+            else:
+                rc = self._lib.hr_moe_sync_timeout(ptr, int(timeout_ms))
         finally:
             ctx.restore(before)
-            self._keep = None
+            # Still in flight after a bounded wait: the kernel may yet
+            # read and write these, so they stay alive.
+            if rc != _lib.HR_ETIMEDOUT:
+                self._keep = None
         if rc == _lib.HR_EBARRIER_TIMEOUT:
-            raise BarrierTimeout(rc, "hr_moe_sync", self.last_failure())
-        check(rc, "hr_moe_sync")
+            raise BarrierTimeout(rc, name, self.last_failure())
+        check(rc, name)
 
     def last_failure(self) -> Optional[MoeFailure]:
         """What the last failed launch recorded; None if none has failed."""

@@ -2,6 +2,7 @@
 tensor checks of Moe.forward, and (with a GPU) one forward against the
 torch reference. Skipped, each with its reason, where torch is missing."""
 import os
+import time
 import unittest
 import warnings
 
@@ -198,6 +199,51 @@ class TestMoeOnGpu(DaemonTestCase):
         self.assertTrue(torch.equal(y, y2))
         with self.assertRaisesRegex(ValueError, "contiguous"):
             moe.forward(lease, x.t().contiguous().t(), ids, wts, w1, w2, y)
+
+    def test_bounded_sync_behind_a_long_kernel(self):
+        # A launch queued behind a kernel that spins for about a second:
+        # a bounded sync gives up (TimedOut) and leaves it in flight; an
+        # unbounded one then gets the launch, whose y is the reference's.
+        dev = torch.device("cuda", 0)
+        torch.cuda.set_device(dev)
+        E, H, I, k, T = 8, 256, 512, 2, 32
+        g = torch.Generator(device=dev).manual_seed(11)
+        x = (torch.rand(T, H, device=dev, generator=g) * 2 - 1).bfloat16()
+        w1 = ((torch.rand(E, 2 * I, H, device=dev, generator=g) - 0.5)
+              / 8).bfloat16()
+        w2 = ((torch.rand(E, H, I, device=dev, generator=g) - 0.5)
+              / 8).bfloat16()
+        ids = torch.rand(T, E, device=dev, generator=g).argsort(dim=1)[:, :k]
+        ids = ids.int().contiguous()
+        wts = torch.rand(T, k, device=dev, generator=g) * 0.95 + 0.05
+        y = torch.full((T, H), float("nan"), device=dev, dtype=torch.bfloat16)
+        try:
+            moe = headroom.Moe(E, H, I, k, T, device=0)
+        except headroom.Unsupported:
+            self.skipTest("GPU 0 is not compute capability 9.0")
+        self.addCleanup(moe.close)
+        stream = torch.cuda.Stream(device=dev)
+        torch.cuda.synchronize(dev)              # the inputs are written
+        with torch.cuda.stream(stream):
+            torch.cuda._sleep(int(2e9))          # ~1 s of clock cycles
+        moe.forward_grid(moe.sms, x, ids, wts, w1, w2, y, timeout_ms=60000,
+                         stream=stream)
+        t0 = time.monotonic()
+        with self.assertRaises(headroom.TimedOut):
+            moe.sync(timeout_ms=100)
+        waited = time.monotonic() - t0
+        self.assertGreaterEqual(waited, 0.09)
+        self.assertLess(waited, 0.5)
+        with self.assertRaises(headroom.TimedOut):
+            moe.sync(timeout_ms=0)               # still queued
+        with self.assertRaises(ValueError):
+            moe.sync(timeout_ms=-1)
+        moe.sync()                               # now it runs to the end
+        ref = headroom.moe_reference(x, ids, wts, w1, w2)
+        self.assertFalse(torch.isnan(y.float()).any().item())
+        err = ((y.float() - ref.float()).norm() / ref.float().norm()).item()
+        self.assertLess(err, 1e-2)
+        moe.sync(timeout_ms=50)                  # nothing in flight: at once
 
 
 if __name__ == "__main__":
