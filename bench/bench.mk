@@ -40,3 +40,12 @@ $(MOE_PHASES): $(OBJDIR)/bench/moe_phases.o $(OBJDIR)/tests/gpu/gpu_util.o \
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIBDIR)/libheadroom_moe.a \
 	  -L$(LIBDIR) -lheadroom -Wl,-rpath,$(abspath $(LIBDIR)) \
 	  $(LDLIBS_CUDART) -lstdc++ -lm
+
+# `make gpu-report` (an H200 machine; two GPUs for the NCCL tests): the GPU
+# tests, the table against PyTorch and the GEMM variants at the goal cells
+# in one command, every output and a summary in GPU_REPORT_DIR
+# (bench/gpu_report.sh; GPU_REPORT_STEPS picks steps).
+GPU_REPORT_DIR ?= $(BUILD)/gpu-report
+.PHONY: gpu-report
+gpu-report:
+	sh bench/gpu_report.sh $(GPU_REPORT_DIR)

@@ -1,0 +1,66 @@
+#!/bin/sh
+# gpu_report.sh DIR: the whole GPU check of this tree in one command, for
+# an H200 machine (two of them for the NCCL tests; PyTorch for the table):
+#
+#   1. make gpu-test                      -> DIR/gpu-test.log
+#   2. make bench-gpu (against PyTorch)   -> DIR/bench-moe.md, bench-gpu.log
+#   3. make bench-phases, GEMM variants   -> DIR/bench-phases.md, .log
+#      at the goal cells (T = 1, 1024, 8192 of both shapes)
+#
+# DIR/summary.txt gets the date, commit, GPUs, each step's exit status and
+# seconds, and the GPU tests' count line. Every step runs even when one
+# before it failed; the exit status is 0 only when all passed. Steps can
+# be left out: GPU_REPORT_STEPS="gpu-test bench-gpu" (the default is all
+# three). Needs a GPU: without one it says so and exits 2, running nothing.
+set -u
+dir=${1:-}
+if [ -z "$dir" ]; then
+  echo "usage: gpu_report.sh DIR" >&2
+  exit 2
+fi
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "gpu_report.sh: no NVIDIA GPU here (nvidia-smi -L failed); nothing run" >&2
+  exit 2
+fi
+mkdir -p "$dir" || exit 2
+make=${MAKE:-make}
+jobs=$(nproc 2>/dev/null || echo 4)
+steps=${GPU_REPORT_STEPS:-gpu-test bench-gpu bench-phases}
+sum="$dir/summary.txt"
+{
+  echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+  commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+  git diff --quiet HEAD 2>/dev/null || commit="$commit (with uncommitted changes)"
+  echo "commit: $commit"
+  nvidia-smi -L
+} > "$sum"
+
+rc=0
+run_step() {   # name, command...
+  name=$1
+  shift
+  start=$(date +%s)
+  "$@" > "$dir/$name.log" 2>&1
+  r=$?
+  echo "$name: exit $r after $(( $(date +%s) - start )) s" | tee -a "$sum"
+  [ "$r" -eq 0 ] || rc=1
+}
+
+for step in $steps; do
+  case $step in
+    gpu-test)
+      run_step gpu-test "$make" -j"$jobs" gpu-test
+      grep -E '^[0-9]+ passed' "$dir/gpu-test.log" | tail -1 >> "$sum" ;;
+    bench-gpu)
+      run_step bench-gpu "$make" -j"$jobs" bench-gpu BENCH_OUT="$dir/bench-moe.md" \
+        BENCH_ARGS="--reps 20 --shapes qwen3-30b-a3b,deepseek-v3" ;;
+    bench-phases)
+      run_step bench-phases "$make" -j"$jobs" bench-phases \
+        BENCH_PHASES_OUT="$dir/bench-phases.md" \
+        BENCH_PHASES_ARGS="--reps 20 --no-phases --shapes qwen3-30b-a3b,deepseek-v3 --tokens 1,1024,8192" ;;
+    *)
+      echo "gpu_report.sh: unknown step '$step' (gpu-test, bench-gpu, bench-phases)" | tee -a "$sum" >&2
+      rc=1 ;;
+  esac
+done
+exit $rc
