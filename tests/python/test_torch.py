@@ -164,11 +164,13 @@ class TestMoeOnGpu(DaemonTestCase):
     grid 130), against the torch reference; then the checks that need a
     GPU tensor."""
 
-    def test_forward_under_lease(self):
+    def setup_moe(self, T, seed):
+        """A Moe of the small shape on GPU 0 and random inputs for T
+        tokens; y filled with NaN. Skips where GPU 0 is not an sm_90."""
         dev = torch.device("cuda", 0)
         torch.cuda.set_device(dev)
-        E, H, I, k, T = 8, 256, 512, 2, 64
-        g = torch.Generator(device=dev).manual_seed(7)
+        E, H, I, k = 8, 256, 512, 2
+        g = torch.Generator(device=dev).manual_seed(seed)
         x = (torch.rand(T, H, device=dev, generator=g) * 2 - 1).bfloat16()
         w1 = ((torch.rand(E, 2 * I, H, device=dev, generator=g) - 0.5)
               / 8).bfloat16()
@@ -183,6 +185,10 @@ class TestMoeOnGpu(DaemonTestCase):
         except headroom.Unsupported:
             self.skipTest("GPU 0 is not compute capability 9.0")
         self.addCleanup(moe.close)
+        return moe, (x, ids, wts, w1, w2, y)
+
+    def test_forward_under_lease(self):
+        moe, (x, ids, wts, w1, w2, y) = self.setup_moe(64, 7)
         lease = self.client().lease(0, cluster=2)
         grid = lease.grid
         self.assertLessEqual(grid, moe.sms)
@@ -204,24 +210,8 @@ class TestMoeOnGpu(DaemonTestCase):
         # A launch queued behind a kernel that spins for about a second:
         # a bounded sync gives up (TimedOut) and leaves it in flight; an
         # unbounded one then gets the launch, whose y is the reference's.
+        moe, (x, ids, wts, w1, w2, y) = self.setup_moe(32, 11)
         dev = torch.device("cuda", 0)
-        torch.cuda.set_device(dev)
-        E, H, I, k, T = 8, 256, 512, 2, 32
-        g = torch.Generator(device=dev).manual_seed(11)
-        x = (torch.rand(T, H, device=dev, generator=g) * 2 - 1).bfloat16()
-        w1 = ((torch.rand(E, 2 * I, H, device=dev, generator=g) - 0.5)
-              / 8).bfloat16()
-        w2 = ((torch.rand(E, H, I, device=dev, generator=g) - 0.5)
-              / 8).bfloat16()
-        ids = torch.rand(T, E, device=dev, generator=g).argsort(dim=1)[:, :k]
-        ids = ids.int().contiguous()
-        wts = torch.rand(T, k, device=dev, generator=g) * 0.95 + 0.05
-        y = torch.full((T, H), float("nan"), device=dev, dtype=torch.bfloat16)
-        try:
-            moe = headroom.Moe(E, H, I, k, T, device=0)
-        except headroom.Unsupported:
-            self.skipTest("GPU 0 is not compute capability 9.0")
-        self.addCleanup(moe.close)
         stream = torch.cuda.Stream(device=dev)
         torch.cuda.synchronize(dev)              # the inputs are written
         with torch.cuda.stream(stream):
