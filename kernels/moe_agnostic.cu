@@ -246,22 +246,6 @@ static __device__ __forceinline__ int agn_tile_of(const moe_route &rt, const moe
 
 /* ---- routing ----------------------------------------------------------- */
 
-/* Does this launch run the 256-row version of its tile (moe_gemm.cuh:
- * moe_tile_mid_tall, moe_tile_wide80_tall, moe_tile_wide96_tall)? The
- * mid, wide80 and wide96 tiles do, unless the benchmark asks for the
- * 128-row ones (HR__MOE_VAR_AGN_SHORT, or a mid-tile variant). Half the
- * steps for the same work, so half the per-step work (the loads'
- * addresses, the MMAs' descriptors, the barriers, thread 0's ring checks)
- * and half the token rows read again from L2: Qwen3-30B-A3B T = 1024
- * 0.428 ms against 0.514 (bench/results/moe-wide80-h200-2026-11-30.md). */
-static __device__ __forceinline__ int agn_tile_tall(int tile, unsigned v)
-{
-  if(v & HR__MOE_VAR_AGN_SHORT)
-    return 0;
-  return tile == MOE_TILE_WIDE80 || tile == MOE_TILE_WIDE96 ||
-         (tile == MOE_TILE_MID && !(v & (HR__MOE_VAR_MID_SYNC | HR__MOE_VAR_MID_WAIT)));
-}
-
 /* The routing tables in this CTA's shared memory, as the barrier kernel
  * makes them (every CTA reads the whole routing table: cheap beside the
  * GEMMs, and nothing has to wait for it), and the ticket ranges. */
@@ -282,7 +266,7 @@ static __device__ void agn_route(const hr__moe_params &p, const moe_route &rt)
   if(tid == 0) {
     agn_plan &pl = sh.pl;
     const int tiles = rt.tile_off[E];
-    const int bm = agn_tile_tall(pl.tile, p.variant) ? 256 : moe_tile_bm(pl.tile);
+    const int bm = moe_unit_rows(pl.tile, p.variant, 1);
     const int r1 = moe_phase_runs(p, HR__MOE_PHASE_GEMM1);
     const int r2 = moe_phase_runs(p, HR__MOE_PHASE_GEMM2);
     pl.bn = moe_tile_bn(pl.tile);
@@ -830,13 +814,14 @@ hr__moe_agnostic_kernel(const __grid_constant__ hr__moe_params p)
     ticket = agn_tasks<moe_tile_narrow>(p, ticket);
   else if(tile == MOE_TILE_WIDE)
     ticket = agn_tasks<moe_tile_wide>(p, ticket);
-  else if(agn_tile_tall(tile, v) && tile == MOE_TILE_WIDE80)
-    ticket = agn_tasks<moe_tile_wide80_tall>(p, ticket);
-  else if(agn_tile_tall(tile, v) && tile == MOE_TILE_WIDE96)
-    ticket = agn_tasks<moe_tile_wide96_tall>(p, ticket);
-  else if(agn_tile_tall(tile, v))
-    ticket = agn_tasks<moe_tile_mid_tall>(p, ticket);
-  else if(tile == MOE_TILE_WIDE96)
+  else if(moe_tile_tall(tile, v, 1)) {
+    if(tile == MOE_TILE_WIDE80)
+      ticket = agn_tasks<moe_tile_wide80_tall>(p, ticket);
+    else if(tile == MOE_TILE_WIDE96)
+      ticket = agn_tasks<moe_tile_wide96_tall>(p, ticket);
+    else
+      ticket = agn_tasks<moe_tile_mid_tall>(p, ticket);
+  } else if(tile == MOE_TILE_WIDE96)
     ticket = agn_tasks<moe_tile_wide96>(p, ticket);
   else if(tile == MOE_TILE_WIDE80)
     ticket = agn_tasks<moe_tile_wide80>(p, ticket);

@@ -39,11 +39,12 @@
  *   tiny (<= 12), narrow (<= 24): 128 weight rows by 16 or 32 tokens,
  *        the weights streamed in 256-byte row pieces (the work is reading
  *        each touched expert once: T up to ~128), mma.sync
- *   mid (< 48): 128 x 64, 8 stages of 64, wgmma (Qwen3 T ~ 512)
+ *   mid (< 48): 128 x 64, 8 stages of 64, wgmma (Qwen3 T ~ 512); in
+ *        the agnostic kernel 256 x 64, 5 stages
  *   wide80 (< 68): 256 x 80, 5 stages of 64, wgmma (Qwen3 T ~ 768 to
- *        1024), both kernels
- *   wide96 (< 72): 128 x 96, 7 stages of 64, wgmma; in the barrier kernel
- *        256 x 96, 4 stages
+ *        1024)
+ *   wide96 (< 72): 256 x 96, 4 stages of 64, wgmma
+ *   (moe_tile_tall: which kernel runs which height)
  *   wide (< 96): 128 x 128, 6 stages of 64, wgmma
  *   big: 256 x 128, 4 stages of 64, wgmma, where the MMAs dominate, and
  *        from 25 pairs where I >= 2048 (moe_pick_tile); in production on
@@ -215,8 +216,8 @@ typedef moe_tile<256, 96, 64, 8, 1, 1, 4, 0, 1, 1> moe_tile_wide96_tall;
  * against 0.414), agnostic kernel 1.5-3.5%; at 68 and 70 pairs 5-10%
  * slower, where more experts have over 80 (HR__MOE_VAR_WIDE80);
  * bench/results/moe-wide80-h200-2026-11-30.md. y bitwise.
- * The agnostic kernel runs it 256 rows tall too (its plan counts units of
- * moe_tile_bm rows): Qwen3 T = 1024 0.428 ms against 0.514 with 128 rows
+ * Both kernels run it 256 rows tall (moe_tile_tall); in the agnostic
+ * kernel: Qwen3 T = 1024 0.428 ms against 0.514 with 128 rows
  * and 8 stages (HR__MOE_VAR_AGN_SHORT), T = 768 0.418 against 0.497:
  * half the steps, so half the per-step work (the loads' addresses, the
  * MMAs' descriptors, the barriers), and half the token rows read again
@@ -309,9 +310,7 @@ static __device__ __forceinline__ int moe_pick_tile(int pairs, int nonempty, int
 }
 
 /* Weight rows per unit of each tile shape, the 128-row versions of mid,
- * wide80 and wide96 (the kernels run 256-row ones of some: the barrier
- * kernel deals units by its tile type, the agnostic kernel's plan asks
- * agn_tile_tall). */
+ * wide80 and wide96 (moe_tile_tall says where the 256-row ones run). */
 static __device__ __forceinline__ int moe_tile_bm(int tile)
 {
   return tile == MOE_TILE_TINY     ? moe_tile_tiny::BM
@@ -333,6 +332,37 @@ static __device__ __forceinline__ int moe_tile_bn(int tile)
          : tile == MOE_TILE_WIDE96 ? moe_tile_wide96::BN
          : tile == MOE_TILE_WIDE80 ? moe_tile_wide80::BN
                                    : moe_tile_big::BN;
+}
+
+/* Does the launch run the 256-row version of its tile (moe_tile_mid_tall,
+ * moe_tile_wide80_tall, moe_tile_wide96_tall) in the barrier kernel
+ * (agnostic 0) or the agnostic one? Half the K steps for the same work,
+ * so half the per-step work and half the token rows read again from L2.
+ * The wide80 tile always in the barrier kernel, wide96 there unless the
+ * benchmark asks for 128 rows (HR__MOE_VAR_WIDE96_SHORT), mid only in
+ * its variant HR__MOE_VAR_TALL (level there). The agnostic kernel runs
+ * all three 256 rows tall unless the benchmark asks for 128
+ * (HR__MOE_VAR_AGN_SHORT, or a mid-tile variant): Qwen3-30B-A3B
+ * T = 1024 0.428 ms against 0.514, T = 512 0.388 against 0.449
+ * (bench/results/moe-wide80-h200-2026-11-30.md). */
+static __device__ __forceinline__ int moe_tile_tall(int tile, unsigned v, int agnostic)
+{
+  if(agnostic && (v & HR__MOE_VAR_AGN_SHORT))
+    return 0;
+  if(tile == MOE_TILE_WIDE80)
+    return 1;
+  if(tile == MOE_TILE_WIDE96)
+    return agnostic || !(v & HR__MOE_VAR_WIDE96_SHORT);
+  if(tile == MOE_TILE_MID)
+    return agnostic ? !(v & (HR__MOE_VAR_MID_SYNC | HR__MOE_VAR_MID_WAIT))
+                    : (v & HR__MOE_VAR_TALL) != 0;
+  return 0;
+}
+
+/* Weight rows per unit as the launch runs them (moe_tile_tall). */
+static __device__ __forceinline__ int moe_unit_rows(int tile, unsigned v, int agnostic)
+{
+  return moe_tile_tall(tile, v, agnostic) ? 256 : moe_tile_bm(tile);
 }
 
 /* silu(gate) * up, as moe_ref.c computes it (IEEE division, accurate
@@ -592,16 +622,16 @@ static __device__ __forceinline__ void tile_wgmma_n(float (&acc)[C::MT][C::NT][4
                                                     uint32_t a_base, uint32_t b_base)
 {
   const int wg = threadIdx.x >> 7;
-  /* this warpgroup's first rows and the tokens; the rest by constant
-   * offsets (wgmma_desc_add) */
-  const uint64_t da0 = wgmma_desc_sw128(a_base + wg * C::MT * 64 * C::ROW_BYTES);
-  const uint64_t db0 = wgmma_desc_sw128(b_base);
+  /* this warpgroup's first rows */
+  const uint32_t a_wg = a_base + wg * C::MT * 64 * C::ROW_BYTES;
   int kk, mt;
   wgmma_fence();
 #pragma unroll
   for(kk = 0; kk < C::KS; kk++) {
     if constexpr(C::DESC_ADD) {
-      const uint64_t db = wgmma_desc_add(db0, kk * 32);
+      /* two descriptors made whole, the rest by constant offsets */
+      const uint64_t db = wgmma_desc_add(wgmma_desc_sw128(b_base), kk * 32);
+      const uint64_t da0 = wgmma_desc_sw128(a_wg);
 #pragma unroll
       for(mt = 0; mt < C::MT; mt++)
         wgmma_m64k16<N>(acc[mt], wgmma_desc_add(da0, mt * 64 * C::ROW_BYTES + kk * 32), db, 1);
@@ -609,8 +639,7 @@ static __device__ __forceinline__ void tile_wgmma_n(float (&acc)[C::MT][C::NT][4
       const uint64_t db = wgmma_desc_sw128(b_base + kk * 32);
 #pragma unroll
       for(mt = 0; mt < C::MT; mt++)
-        wgmma_m64k16<N>(acc[mt],
-                        wgmma_desc_sw128(a_base + (wg * C::MT + mt) * 64 * C::ROW_BYTES + kk * 32),
+        wgmma_m64k16<N>(acc[mt], wgmma_desc_sw128(a_wg + mt * 64 * C::ROW_BYTES + kk * 32),
                         db, 1);
     }
   }

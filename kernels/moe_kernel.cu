@@ -66,14 +66,15 @@ static __device__ __forceinline__ int moe_gemm(const hr__moe_params &p, const mo
     moe_gemm_stage<moe_tile_narrow, STAGE>(p, rt, smem);
   else if(tile == MOE_TILE_WIDE)
     moe_gemm_stage<moe_tile_wide, STAGE>(p, rt, smem);
-  else if(tile == MOE_TILE_WIDE96 && (v & HR__MOE_VAR_WIDE96_SHORT))
+  else if(moe_tile_tall(tile, v, 0)) {
+    if(tile == MOE_TILE_WIDE80)
+      moe_gemm_stage<moe_tile_wide80_tall, STAGE>(p, rt, smem);
+    else if(tile == MOE_TILE_WIDE96)
+      moe_gemm_stage<moe_tile_wide96_tall, STAGE>(p, rt, smem);
+    else
+      moe_gemm_stage<moe_tile_mid_tall, STAGE>(p, rt, smem);
+  } else if(tile == MOE_TILE_WIDE96)
     moe_gemm_stage<moe_tile_wide96, STAGE>(p, rt, smem);
-  else if(tile == MOE_TILE_WIDE96)
-    moe_gemm_stage<moe_tile_wide96_tall, STAGE>(p, rt, smem);
-  else if(tile == MOE_TILE_WIDE80)
-    moe_gemm_stage<moe_tile_wide80_tall, STAGE>(p, rt, smem);
-  else if(tile == MOE_TILE_MID && (v & HR__MOE_VAR_TALL))
-    moe_gemm_stage<moe_tile_mid_tall, STAGE>(p, rt, smem);
   else if(tile == MOE_TILE_MID && (v & HR__MOE_VAR_MID_SYNC))
     moe_gemm_stage<moe_tile_mid_sync, STAGE>(p, rt, smem);
   else if(tile == MOE_TILE_MID && (v & HR__MOE_VAR_MID_WAIT))
@@ -103,8 +104,7 @@ static __device__ void moe_prefetch(const hr__moe_params &p, const moe_route &rt
 {
   const int nf = (STAGE == 1 ? 2 * p.I : p.H) / moe_tile_bm(tile);
   const int u = (int)blockIdx.x;
-  if(tile == MOE_TILE_BIG || tile == MOE_TILE_WIDE96 ||   /* 256-row units here */
-     tile == MOE_TILE_WIDE80 ||
+  if(tile == MOE_TILE_BIG || moe_tile_tall(tile, p.variant, 0) ||   /* 256-row units */
      moe_phase_runs(p, STAGE == 1 ? HR__MOE_PHASE_GEMM1 : HR__MOE_PHASE_GEMM2) == 0 ||
      u >= rt.tile_off[p.E] * nf)
     return;
@@ -114,6 +114,8 @@ static __device__ void moe_prefetch(const hr__moe_params &p, const moe_route &rt
     moe_prefetch_unit<moe_tile_narrow, STAGE>(p, rt, nf, u);
   else if(tile == MOE_TILE_WIDE)
     moe_prefetch_unit<moe_tile_wide, STAGE>(p, rt, nf, u);
+  else if(tile == MOE_TILE_WIDE96)
+    moe_prefetch_unit<moe_tile_wide96, STAGE>(p, rt, nf, u);
   else
     moe_prefetch_unit<moe_tile_mid, STAGE>(p, rt, nf, u);
 }

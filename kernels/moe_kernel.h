@@ -169,7 +169,7 @@ enum {
   /* the 80-token tile where the 96-token one runs */
   HR__MOE_VAR_WIDE80 = 524288,
   /* the agnostic kernel's mid, wide80 and wide96 tiles 128 weight rows a
-   * unit, as before 2026-11-30 16:30, instead of 256 (agn_tile_tall) */
+   * unit, as before 2026-11-30 16:30, instead of 256 (moe_tile_tall) */
   HR__MOE_VAR_AGN_SHORT = 1048576,
   /* the TMA tile's wgmma descriptors each made whole, as before
    * 2026-11-30 16:05, instead of by adds (moe_tile_big_tma_desc_full) */
