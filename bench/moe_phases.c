@@ -100,6 +100,8 @@ static const gemm_variant gemm_variants[] = {
   { "weights evict-first in L2", HR__MOE_VAR_A_EVICT_FIRST, 8192, 1 << 30 },
   { "barrier kernel without clusters", HR__MOE_VAR_NO_CLUSTER, 8192, 1 << 30 },
   { "L2 prefetch of the weights before the waits", HR__MOE_VAR_PREFETCH, 1, 128 },
+  { "agnostic, before: the big TMA tile from 25 to 71 pairs", HR__MOE_VAR_BIG_MID_ALL, 512,
+    4096 },
   /* the default and the two tile choices again, last: whether the order
    * in which they ran matters shows */
   { "default, again", 0, 512, 4096 },
@@ -111,13 +113,15 @@ static const gemm_variant gemm_variants[] = {
     2048 },
   { "before: the TMA tile's wgmma descriptors made whole, again", HR__MOE_VAR_DESC_FULL, 512,
     1 << 30 },
+  { "agnostic, before: the big TMA tile from 25 to 71 pairs, again",
+    HR__MOE_VAR_BIG_MID_ALL, 512, 4096 },
 };
 #define NGEMM ((int)(sizeof(gemm_variants) / sizeof(gemm_variants[0])))
 /* Variants of what only the barrier kernel has: not timed for the other. */
 #define BARRIER_ONLY                                                                  \
   (HR__MOE_VAR_NO_CLUSTER | HR__MOE_VAR_TALL | HR__MOE_VAR_WIDE96_SHORT)
 /* And of what only the agnostic kernel has. */
-#define AGNOSTIC_ONLY HR__MOE_VAR_AGN_SHORT
+#define AGNOSTIC_ONLY (HR__MOE_VAR_AGN_SHORT | HR__MOE_VAR_BIG_MID_ALL)
 
 /* Relative L2 difference of two bf16 arrays. */
 static double rel_l2(const uint16_t *a, const uint16_t *ref, size_t n)

@@ -260,7 +260,7 @@ static __device__ void agn_route(const hr__moe_params &p, const moe_route &rt)
       atomicAdd(&sh.nonempty, 1);
   __syncthreads();
   if(tid == 0)
-    sh.pl.tile = moe_pick_tile(rt.off[E], sh.nonempty, p.I, p.variant);
+    sh.pl.tile = moe_pick_tile(rt.off[E], sh.nonempty, p.I, p.variant, 1);
   __syncthreads();
   moe_route_tiles(p, rt, moe_tile_bn(sh.pl.tile), sh.warp_sums);
   if(tid == 0) {

@@ -47,7 +47,8 @@
  *   (moe_tile_tall: which kernel runs which height)
  *   wide (< 96): 128 x 128, 6 stages of 64, wgmma
  *   big: 256 x 128, 4 stages of 64, wgmma, where the MMAs dominate, and
- *        from 25 pairs where I >= 2048 (moe_pick_tile); in production on
+ *        from 25 pairs where I >= 2048 but where the agnostic kernel
+ *        runs a 256-row cp.async tile (moe_pick_tile); in production on
  *        TMA (moe_gemm_tma.cuh), here on cp.async for the benchmark's
  *        comparison (HR__MOE_VAR_CPASYNC)
  * The mid and wide tiles keep one step's MMAs in flight while the next
@@ -266,47 +267,84 @@ enum { MOE_TILE_TINY = 0, MOE_TILE_NARROW, MOE_TILE_MID, MOE_TILE_BIG, MOE_TILE_
        MOE_TILE_WIDE96, MOE_TILE_WIDE80 };
 
 /* From 25 pairs per expert, the big tile on the TMA pipeline takes the
- * place of the mid, wide96 and wide cp.async tiles where a GEMM2 unit is
- * at least this many K steps of 64 (I >= 2048, DeepSeek-V3), in both
- * kernels. Why: those tiles read 96 or 64 token rows from L2 for every
- * 128 weight rows, and a read in that pattern with no math at all takes
- * ~1.4x the plain stream, where the big tile's 256 weight rows a unit take
- * ~1.07x (bench/results/moe-patterns-h200-2026-11-30.md). But the big
- * tile has costs once a unit (its results' stores, the wait for the last
- * MMAs, the claims) and the x rows to copy in expert order: at
- * Qwen3-30B-A3B's I = 768 (12 steps a GEMM2 unit) they cost more than it
- * saves (barrier kernel, T = 512 0.377-0.393 ms against 0.355-0.363,
- * T = 1024 0.428-0.437 against 0.409-0.422, with or without its stores
- * staged).
- * At DeepSeek-V3 T = 1024 (bench/results/moe-bigtile-h200-2026-11-30.md):
- * barrier kernel 5.94-6.33 ms against 5.89-7.55 on the mid tile (seven
- * runs), agnostic kernel 6.17-7.31 against 6.90-7.46 (five). Either tile gives
- * the same sums in the same K order: y stays bitwise the same. */
+ * place of the cp.async mid, wide80, wide96 and wide tiles where a GEMM2
+ * unit is at least this many K steps of 64 (I >= 2048, DeepSeek-V3),
+ * except where the agnostic kernel runs those tiles 256 rows tall (from
+ * 25 to 71 pairs: moe_tile_tall). Why: the 128-row cp.async tiles read
+ * 64 to 128 token rows from L2 for every 128 weight rows, and a read in
+ * that pattern with no math at all takes ~1.4x the plain stream, where
+ * the big tile's 256 weight rows a unit take ~1.07x
+ * (bench/results/moe-patterns-h200-2026-11-30.md). But the big tile has
+ * costs once a unit (its results' stores, the wait for the last MMAs,
+ * the claims) and the x rows to copy in expert order: at Qwen3-30B-A3B's
+ * I = 768 (12 steps a GEMM2 unit) they cost more than it saves (barrier
+ * kernel, T = 512 0.377-0.393 ms against 0.355-0.363, T = 1024
+ * 0.428-0.437 against 0.409-0.422, with or without its stores staged).
+ * The agnostic kernel's 256-row cp.async tiles beat it at DeepSeek-V3
+ * T = 1024 (mid: 5.68-5.79 ms against 6.30-6.34 in four processes, 5.70
+ * against 7.7-7.9 in a fifth) and T = 2048 (wide80: 6.29-6.37 against
+ * 6.66-6.78 in four); the 128-row wide tile at T = 2560 does not (9.2-9.3
+ * against 7.3-7.5). In the barrier kernel the cp.async tiles measured
+ * level at T = 1024 and 2048 (ahead in one process, behind in the next)
+ * and slower at T = 2560 (8.3-8.6 against 7.7-8.1), so it keeps the big
+ * tile (bench/results/moe-dsv3-tiles-h200-2026-11-30.md;
+ * HR__MOE_VAR_BIG_MID_ALL is the rule before, the big tile in both
+ * kernels). Either tile gives the same sums in the same K order: y stays
+ * bitwise the same, so the two kernels agree bitwise though they may run
+ * different tiles. */
 #define HR__MOE_BIG_MID_MIN_STEPS 32
 
+/* Does the launch run the 256-row version of its tile (moe_tile_mid_tall,
+ * moe_tile_wide80_tall, moe_tile_wide96_tall) in the barrier kernel
+ * (agnostic 0) or the agnostic one? Half the K steps for the same work,
+ * so half the per-step work and half the token rows read again from L2.
+ * The wide80 tile always in the barrier kernel, wide96 there unless the
+ * benchmark asks for 128 rows (HR__MOE_VAR_WIDE96_SHORT), mid only in
+ * its variant HR__MOE_VAR_TALL (level there). The agnostic kernel runs
+ * all three 256 rows tall unless the benchmark asks for 128
+ * (HR__MOE_VAR_AGN_SHORT, or a mid-tile variant): Qwen3-30B-A3B
+ * T = 1024 0.428 ms against 0.514, T = 512 0.388 against 0.449
+ * (bench/results/moe-wide80-h200-2026-11-30.md). */
+static __device__ __forceinline__ int moe_tile_tall(int tile, unsigned v, int agnostic)
+{
+  if(agnostic && (v & HR__MOE_VAR_AGN_SHORT))
+    return 0;
+  if(tile == MOE_TILE_WIDE80)
+    return 1;
+  if(tile == MOE_TILE_WIDE96)
+    return agnostic || !(v & HR__MOE_VAR_WIDE96_SHORT);
+  if(tile == MOE_TILE_MID)
+    return agnostic ? !(v & (HR__MOE_VAR_MID_SYNC | HR__MOE_VAR_MID_WAIT))
+                    : (v & HR__MOE_VAR_TALL) != 0;
+  return 0;
+}
+
 /* The tile shape for `pairs` valid pairs over `nonempty` experts that have
- * any, at intermediate size I: a function of the routing and the shape
- * alone (and of the benchmark's variant bits), so the same for every grid
- * and for both kernels. */
+ * any, at intermediate size I, in the barrier kernel (agnostic 0) or the
+ * agnostic one: a function of the routing, the shape and the kernel alone
+ * (and of the benchmark's variant bits), so the same for every grid. */
 static __device__ __forceinline__ int moe_pick_tile(int pairs, int nonempty, int I,
-                                                    unsigned variant)
+                                                    unsigned variant, int agnostic)
 {
   const int per_expert = nonempty > 0 ? pairs / nonempty : 0;
+  const int cp = per_expert < HR__MOE_WIDE_MIN_PAIRS || (variant & HR__MOE_VAR_NO_WIDE)
+                     ? MOE_TILE_MID
+                 : per_expert >= HR__MOE_WIDE128_MIN_PAIRS || (variant & HR__MOE_VAR_WIDE128)
+                     ? MOE_TILE_WIDE
+                 : (variant & HR__MOE_VAR_WIDE80) ? MOE_TILE_WIDE80
+                 : per_expert >= HR__MOE_WIDE96_MIN_PAIRS || (variant & HR__MOE_VAR_WIDE96)
+                     ? MOE_TILE_WIDE96
+                     : MOE_TILE_WIDE80;
   const int big_mid = (variant & HR__MOE_VAR_BIG_TALL) ||
                       (I / 64 >= HR__MOE_BIG_MID_MIN_STEPS &&
-                       !(variant & HR__MOE_VAR_CPASYNC_MID));
-  return per_expert >= HR__MOE_BIG_MIN_PAIRS                  ? MOE_TILE_BIG
-         : per_expert <= HR__MOE_TINY_MAX_PAIRS              ? MOE_TILE_TINY
-         : per_expert <= HR__MOE_NARROW_MAX_PAIRS            ? MOE_TILE_NARROW
-         : big_mid                                           ? MOE_TILE_BIG
-         : per_expert < HR__MOE_WIDE_MIN_PAIRS ||
-               (variant & HR__MOE_VAR_NO_WIDE)               ? MOE_TILE_MID
-         : per_expert >= HR__MOE_WIDE128_MIN_PAIRS ||
-               (variant & HR__MOE_VAR_WIDE128)               ? MOE_TILE_WIDE
-         : (variant & HR__MOE_VAR_WIDE80)                    ? MOE_TILE_WIDE80
-         : per_expert >= HR__MOE_WIDE96_MIN_PAIRS ||
-               (variant & HR__MOE_VAR_WIDE96)                ? MOE_TILE_WIDE96
-                                                             : MOE_TILE_WIDE80;
+                       !(variant & HR__MOE_VAR_CPASYNC_MID) &&
+                       (!agnostic || !moe_tile_tall(cp, variant, 1) ||
+                        (variant & HR__MOE_VAR_BIG_MID_ALL)));
+  return per_expert >= HR__MOE_BIG_MIN_PAIRS       ? MOE_TILE_BIG
+         : per_expert <= HR__MOE_TINY_MAX_PAIRS   ? MOE_TILE_TINY
+         : per_expert <= HR__MOE_NARROW_MAX_PAIRS ? MOE_TILE_NARROW
+         : big_mid                                ? MOE_TILE_BIG
+                                                  : cp;
 }
 
 /* Weight rows per unit of each tile shape, the 128-row versions of mid,
@@ -332,31 +370,6 @@ static __device__ __forceinline__ int moe_tile_bn(int tile)
          : tile == MOE_TILE_WIDE96 ? moe_tile_wide96::BN
          : tile == MOE_TILE_WIDE80 ? moe_tile_wide80::BN
                                    : moe_tile_big::BN;
-}
-
-/* Does the launch run the 256-row version of its tile (moe_tile_mid_tall,
- * moe_tile_wide80_tall, moe_tile_wide96_tall) in the barrier kernel
- * (agnostic 0) or the agnostic one? Half the K steps for the same work,
- * so half the per-step work and half the token rows read again from L2.
- * The wide80 tile always in the barrier kernel, wide96 there unless the
- * benchmark asks for 128 rows (HR__MOE_VAR_WIDE96_SHORT), mid only in
- * its variant HR__MOE_VAR_TALL (level there). The agnostic kernel runs
- * all three 256 rows tall unless the benchmark asks for 128
- * (HR__MOE_VAR_AGN_SHORT, or a mid-tile variant): Qwen3-30B-A3B
- * T = 1024 0.428 ms against 0.514, T = 512 0.388 against 0.449
- * (bench/results/moe-wide80-h200-2026-11-30.md). */
-static __device__ __forceinline__ int moe_tile_tall(int tile, unsigned v, int agnostic)
-{
-  if(agnostic && (v & HR__MOE_VAR_AGN_SHORT))
-    return 0;
-  if(tile == MOE_TILE_WIDE80)
-    return 1;
-  if(tile == MOE_TILE_WIDE96)
-    return agnostic || !(v & HR__MOE_VAR_WIDE96_SHORT);
-  if(tile == MOE_TILE_MID)
-    return agnostic ? !(v & (HR__MOE_VAR_MID_SYNC | HR__MOE_VAR_MID_WAIT))
-                    : (v & HR__MOE_VAR_TALL) != 0;
-  return 0;
 }
 
 /* Weight rows per unit as the launch runs them (moe_tile_tall). */

@@ -166,7 +166,7 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
     if(rt.cnt[i] > 0)
       atomicAdd(&s_nonempty, 1);
   __syncthreads();
-  tile = moe_pick_tile(rt.off[p.E], s_nonempty, p.I, p.variant);
+  tile = moe_pick_tile(rt.off[p.E], s_nonempty, p.I, p.variant, 0);
   moe_route_tiles(p, rt, moe_tile_bn(tile), s_warp_sums);
   /* The TMA tiles read the x rows in expert order: the slice's, copied
    * (pos_of is this CTA's own, from moe_route_pairs). */

@@ -146,9 +146,9 @@ enum {
   /* the mid tile 256 weight rows tall (moe_gemm.cuh), on the cp.async
    * pipeline (barrier kernel) */
   HR__MOE_VAR_TALL = 4096,
-  /* the mid, wide96 and wide cp.async tiles from 25 to 95 pairs per
-   * expert at every shape, as before 2026-11-30 15:00 (moe_pick_tile runs
-   * the big TMA tile there where I >= 2048) */
+  /* the cp.async tiles from 25 to 95 pairs per expert at every shape in
+   * both kernels (moe_pick_tile runs the big TMA tile there where
+   * I >= 2048, but for the agnostic kernel's 256-row tiles) */
   HR__MOE_VAR_CPASYNC_MID = 8192,
   /* the big tile, on its TMA pipeline, wherever the mid, wide96 or wide
    * tile would run (from 25 pairs per expert), at every shape */
@@ -173,7 +173,11 @@ enum {
   HR__MOE_VAR_AGN_SHORT = 1048576,
   /* the TMA tile's wgmma descriptors each made whole, as before
    * 2026-11-30 16:05, instead of by adds (moe_tile_big_tma_desc_full) */
-  HR__MOE_VAR_DESC_FULL = 2097152
+  HR__MOE_VAR_DESC_FULL = 2097152,
+  /* the big TMA tile from 25 to 95 pairs per expert where I >= 2048 in
+   * both kernels, as before 2026-11-30 18:00, instead of the agnostic
+   * kernel's 256-row cp.async tiles from 25 to 71 (moe_pick_tile) */
+  HR__MOE_VAR_BIG_MID_ALL = 4194304
 };
 
 /* Rows per TMA box of token rows (the x rows in expert order, h; the
