@@ -102,7 +102,6 @@ static const gemm_variant gemm_variants[] = {
   { "L2 prefetch of the weights before the waits", HR__MOE_VAR_PREFETCH, 1, 128 },
   { "agnostic, before: the big TMA tile from 25 to 71 pairs", HR__MOE_VAR_BIG_MID_ALL, 512,
     4096 },
-  { "barrier, before: GEMM2 after grid barrier 1", HR__MOE_VAR_BARRIER1, 1, 1 << 30 },
   /* the default and the two tile choices again, last: whether the order
    * in which they ran matters shows */
   { "default, again", 0, 512, 4096 },
@@ -116,13 +115,11 @@ static const gemm_variant gemm_variants[] = {
     1 << 30 },
   { "agnostic, before: the big TMA tile from 25 to 71 pairs, again",
     HR__MOE_VAR_BIG_MID_ALL, 512, 4096 },
-  { "barrier, before: GEMM2 after grid barrier 1, again", HR__MOE_VAR_BARRIER1, 1, 1 << 30 },
 };
 #define NGEMM ((int)(sizeof(gemm_variants) / sizeof(gemm_variants[0])))
 /* Variants of what only the barrier kernel has: not timed for the other. */
 #define BARRIER_ONLY                                                                  \
-  (HR__MOE_VAR_NO_CLUSTER | HR__MOE_VAR_TALL | HR__MOE_VAR_WIDE96_SHORT |             \
-   HR__MOE_VAR_BARRIER1)
+  (HR__MOE_VAR_NO_CLUSTER | HR__MOE_VAR_TALL | HR__MOE_VAR_WIDE96_SHORT)
 /* And of what only the agnostic kernel has. */
 #define AGNOSTIC_ONLY (HR__MOE_VAR_AGN_SHORT | HR__MOE_VAR_BIG_MID_ALL)
 

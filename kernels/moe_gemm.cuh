@@ -449,67 +449,6 @@ static __device__ __forceinline__ int moe_unit_wrap(int u, int units1)
   return u >= units1 ? u - units1 : u;
 }
 
-/* Token tile of a decoded unit: its index into the per-tile counters
- * (g1_done, g2_done), tile_off[e] + the unit's token tile within e. */
-static __device__ __forceinline__ int moe_tile_index(const moe_route &rt, const moe_unit &un,
-                                                     int bn)
-{
-  return rt.tile_off[un.e] + (un.pos0 - rt.off[un.e]) / bn;
-}
-
-/* How a flow wait ended (moe_flow_wait), the worst first kept. */
-enum { MOE_FLOW_OK = 0, MOE_FLOW_FAILED, MOE_FLOW_TIMEOUT, MOE_FLOW_ABORT };
-/* The CTA's worst: in shared memory rather than a register of each
- * thread, since the loops that wait have none to spare. */
-static __shared__ int moe_flow_bad;
-/* GEMM1 with FLOW: the token tile of the unit that just ended, to count
- * once every thread's stores are behind a barrier (-1: none). Thread 0's
- * alone, in shared memory for the same reason. */
-static __shared__ int moe_flow_finished;
-
-/* The barrier kernel's GEMM2 without grid barrier 1 (FLOW in moe_kernel.cu):
- * thread 0, before the __syncthreads after which the CTA loads a unit's h
- * rows, waits until the GEMM1 units of that token tile are all counted in
- * *ctr (their stores published by the counting thread's fence; this
- * acquire, then the __syncthreads, make them visible to every thread's
- * loads). One thread and one acquire a unit: every thread's acquire at
- * every unit measured 9% slower at Qwen3-30B-A3B T = 512. Inline, with no
- * call, since it runs among the wgmma instructions. The timer and the
- * failure word every 16th poll, the host's abort word every 256th. Never
- * waits on a unit that is not running: in the barrier kernel every CTA
- * is resident past barrier 0, and a CTA finishes its GEMM1 units before
- * it waits for anything. */
-static __device__ __forceinline__ void moe_flow_wait(const hr__moe_params &p,
-                                                     const unsigned *ctr, unsigned need)
-{
-  unsigned long long t0 = 0;
-  unsigned it = 0;
-  int bad = MOE_FLOW_OK;
-  if(moe_flow_bad != MOE_FLOW_OK)
-    return;                           /* the launch has failed: no more waits */
-  while(ld_acquire_gpu(ctr) < need) {
-    __nanosleep(128);
-    if((++it & 15) != 0)
-      continue;
-    if(ld_relaxed_gpu(&p.sync->fail) == p.seq) {
-      bad = MOE_FLOW_FAILED;
-      break;
-    }
-    if(t0 == 0) {
-      t0 = global_timer_ns();
-    } else if(global_timer_ns() - t0 > p.timeout_ns) {
-      bad = MOE_FLOW_TIMEOUT;
-      break;
-    }
-    if((it & 255) == 0 && ld_relaxed_sys(&p.host->abort_seq) >= p.seq) {
-      bad = MOE_FLOW_ABORT;
-      break;
-    }
-  }
-  if(bad != MOE_FLOW_OK)
-    atomicMax(&moe_flow_bad, bad);
-}
-
 /* Issues the cp.async loads, one BK step at a time, walking this CTA's
  * units in order. Thread t copies chunk t % CPR of rows t / CPR + RPP * i. */
 template <class C, int STAGE>
@@ -572,7 +511,6 @@ struct moe_loader {
     slot = 0;
     mine = units_mine;
     ring = units_ring;
-
     a_policy = !C::A_STREAM                           ? 0
                : (p.variant & HR__MOE_VAR_A_EVICT_FIRST) ? l2_policy_evict_first()
                                                          : l2_policy_evict_normal();
@@ -984,13 +922,10 @@ static __device__ __forceinline__ moe_stage_dims moe_stage_dims_of(const hr__moe
   return d;
 }
 
-/* One GEMM stage over all of this CTA's units. With FLOW (the barrier
- * kernel's FLOW) GEMM1 counts each finished unit in its
- * token tile's counter (p.g1_done), and GEMM2 waits on those counters
- * instead of a grid barrier before it. Returns MOE_FLOW_OK, or how a
- * GEMM2 wait failed (in every thread). */
-template <class C, int STAGE, int FLOW = 0>
-__device__ int moe_gemm_stage(const hr__moe_params &p, const moe_route &rt, uint8_t *pipe)
+/* One GEMM stage over all of this CTA's units. */
+template <class C, int STAGE>
+__device__ void moe_gemm_stage(const hr__moe_params &p, const moe_route &rt,
+                               uint8_t *pipe)
 {
   const int warp = threadIdx.x >> 5;
   const int wm = warp % C::WM, wn = (warp / C::WM) % C::WN;
@@ -1008,24 +943,8 @@ __device__ int moe_gemm_stage(const hr__moe_params &p, const moe_route &rt, uint
   int kt = 0, u = 0, slot = 0, i;
 
   if(steps == 0)
-    return MOE_FLOW_OK;
+    return;
   pipe = moe_pipe<C>(pipe);
-  /* FLOW, GEMM2: each wait on GEMM1's units of a token tile, the count
-   * they reach (moe_flow_wait) */
-  const unsigned need1 = (unsigned)(2 * p.I / C::BM * moe_phase_runs(p, HR__MOE_PHASE_GEMM1));
-  if(FLOW) {
-    if(threadIdx.x == 0) {
-      moe_flow_bad = MOE_FLOW_OK;
-      moe_flow_finished = -1;
-      /* the units the pipeline's fill starts */
-      for(i = 0; STAGE == 2 && i < C::STAGES - 1 && i < steps; i += nk) {
-        const moe_unit uf = unit_decode(moe_unit_wrap(blockIdx.x + i / nk * gridDim.x, units1),
-                                        rt, p, nf, C::BN, moe_tt_major<C>(p));
-        moe_flow_wait(p, p.g1_done + moe_tile_index(rt, uf, C::BN), need1);
-      }
-    }
-    __syncthreads();
-  }
   ld.init(p, rt, nf, mine, NULL);
   for(i = 0; i < C::STAGES - 1; i++) {          /* fill the pipeline */
     if(i < steps)
@@ -1036,16 +955,7 @@ __device__ int moe_gemm_stage(const hr__moe_params &p, const moe_route &rt, uint
   tile_zero<C>(acc);
   for(s = 0; s < steps; s++) {
     moe_step_landed<C>();                       /* step s has landed */
-    if(STAGE == 2 && FLOW && !C::DEPTH && threadIdx.x == 0 && ld.kt == 0 &&
-       s + C::STAGES - 1 < steps)              /* the issue below starts a unit */
-      moe_flow_wait(p, p.g1_done + moe_tile_index(rt, ld.next, C::BN), need1);
     __syncthreads();                            /* and (DEPTH 0) slot s-1 is free */
-    if(STAGE == 1 && FLOW && threadIdx.x == 0 && moe_flow_finished >= 0) {
-      /* the unit before: every thread's stores are behind the barrier */
-      fence_acq_rel_gpu();
-      red_add_relaxed_gpu(p.g1_done + moe_flow_finished, 1u);
-      moe_flow_finished = -1;
-    }
     if constexpr(!C::DEPTH) {
       if(s + C::STAGES - 1 < steps)
         ld.issue(p, rt, pipe, nf, nk);
@@ -1060,18 +970,13 @@ __device__ int moe_gemm_stage(const hr__moe_params &p, const moe_route &rt, uint
       /* Step s's MMAs run; each warpgroup has seen its step s-1 MMAs
        * complete, so after this barrier slot s-1 takes the loads of step
        * s + STAGES - 1, as far ahead as with DEPTH 0. */
-      if(STAGE == 2 && FLOW && threadIdx.x == 0 && ld.kt == 0 && s + C::STAGES - 1 < steps)
-        moe_flow_wait(p, p.g1_done + moe_tile_index(rt, ld.next, C::BN), need1);
       __syncthreads();
       if(s + C::STAGES - 1 < steps)
         ld.issue(p, rt, pipe, nf, nk);
       cp_async_commit();
     }
-    if(++kt == nk) {
+    if(++kt == nk)
       tile_unit_end<C, STAGE>(p, un, acc, pipe, slot, wm, wn, wk);
-      if(STAGE == 1 && FLOW && threadIdx.x == 0)
-        moe_flow_finished = moe_tile_index(rt, un, C::BN);
-    }
     if(++slot == C::STAGES)
       slot = 0;
     if(kt == nk) {
@@ -1086,12 +991,6 @@ __device__ int moe_gemm_stage(const hr__moe_params &p, const moe_route &rt, uint
   tile_drain<C>(acc);
   cp_async_wait<0>();
   __syncthreads();
-  if(STAGE == 1 && FLOW && threadIdx.x == 0 && moe_flow_finished >= 0) {
-    fence_acq_rel_gpu();
-    red_add_relaxed_gpu(p.g1_done + moe_flow_finished, 1u);
-  }
-  /* (past the __syncthreads above: every thread's failure is in) */
-  return STAGE == 2 && FLOW ? moe_flow_bad : MOE_FLOW_OK;
 }
 
 #endif /* HR_MOE_GEMM_CUH */

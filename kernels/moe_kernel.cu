@@ -45,65 +45,14 @@ static __device__ void moe_combine(const hr__moe_params &p)
 }
 
 /* GEMM stage STAGE in the launch's tile shape, or the benchmark's variant
- * of it (moe_kernel.h), on the cp.async pipeline; FLOW: GEMM2 after
- * GEMM1's counters per token tile, not grid barrier 1 (moe_flow_tile). */
-template <int STAGE, int FLOW>
-static __device__ __forceinline__ int moe_gemm_cpasync(const hr__moe_params &p,
-                                                       const moe_route &rt,
-                                                       uint8_t *smem, int tile)
-{
-  const unsigned v = p.variant;
-  if(tile == MOE_TILE_TINY)
-    return moe_gemm_stage<moe_tile_tiny, STAGE, FLOW>(p, rt, smem);
-  if(tile == MOE_TILE_NARROW)
-    return moe_gemm_stage<moe_tile_narrow, STAGE, FLOW>(p, rt, smem);
-  if(tile == MOE_TILE_WIDE)
-    return moe_gemm_stage<moe_tile_wide, STAGE, FLOW>(p, rt, smem);
-  if(moe_tile_tall(tile, v, 0)) {
-    if(tile == MOE_TILE_WIDE80)
-      return moe_gemm_stage<moe_tile_wide80_tall, STAGE, FLOW>(p, rt, smem);
-    if(tile == MOE_TILE_WIDE96)
-      return moe_gemm_stage<moe_tile_wide96_tall, STAGE, FLOW>(p, rt, smem);
-    return moe_gemm_stage<moe_tile_mid_tall, STAGE, FLOW>(p, rt, smem);
-  }
-  if(tile == MOE_TILE_WIDE96)
-    return moe_gemm_stage<moe_tile_wide96, STAGE, FLOW>(p, rt, smem);
-  if(tile == MOE_TILE_MID && !(v & (HR__MOE_VAR_MID_SYNC | HR__MOE_VAR_MID_WAIT)))
-    return moe_gemm_stage<moe_tile_mid, STAGE, FLOW>(p, rt, smem);
-  /* the benchmark's comparisons, never with FLOW (moe_flow_tile) */
-  if constexpr(!FLOW) {
-    if(tile == MOE_TILE_MID && (v & HR__MOE_VAR_MID_SYNC))
-      return moe_gemm_stage<moe_tile_mid_sync, STAGE>(p, rt, smem);
-    if(tile == MOE_TILE_MID)
-      return moe_gemm_stage<moe_tile_mid_w0, STAGE>(p, rt, smem);
-    if(v & HR__MOE_VAR_SYNC_BIG)
-      return moe_gemm_stage<moe_tile_big_sync, STAGE>(p, rt, smem);
-    return moe_gemm_stage<moe_tile_big, STAGE>(p, rt, smem);
-  }
-  return MOE_FLOW_FAILED;
-}
-
-/* Does GEMM2 wait on GEMM1's counters per token tile instead of grid
- * barrier 1 (FLOW)? On the cp.async tiles of production (not the big
- * tile's, nor the mid tile's mma.sync and DEPTH 0 comparisons), unless
- * the benchmark asks for the barrier (HR__MOE_VAR_BARRIER1). */
-static __device__ __forceinline__ int moe_flow_tile(int tile, unsigned v)
-{
-  return !(v & HR__MOE_VAR_BARRIER1) && tile != MOE_TILE_BIG &&
-         !(tile == MOE_TILE_MID && (v & (HR__MOE_VAR_MID_SYNC | HR__MOE_VAR_MID_WAIT)));
-}
-
-/* GEMM stage STAGE: on the TMA pipeline or cp.async (flow: FLOW above).
- * 0 when the launch
- * failed in it: a TMA load that never landed, or a wait of GEMM2 on
- * GEMM1's counters (recorded). */
+ * of it (moe_kernel.h). 0 when a TMA load never landed (recorded). */
 template <int STAGE>
 static __device__ __forceinline__ int moe_gemm(const hr__moe_params &p, const moe_route &rt,
-                                               uint8_t *smem, int tile, int flow)
+                                               uint8_t *smem, int tile)
 {
-  int r;
-  if(moe_tile_tma(tile, p.variant)) {
-    if((p.variant & HR__MOE_VAR_DESC_FULL)
+  const unsigned v = p.variant;
+  if(moe_tile_tma(tile, v)) {
+    if((v & HR__MOE_VAR_DESC_FULL)
            ? moe_gemm_stage_tma<moe_tile_big_tma_desc_full, STAGE>(p, rt, smem)
            : moe_gemm_stage_tma<moe_tile_big_tma, STAGE>(p, rt, smem))
       return 1;
@@ -111,14 +60,32 @@ static __device__ __forceinline__ int moe_gemm(const hr__moe_params &p, const mo
       moe_fail_at(p, HR__MOE_FAIL_TIMEOUT, HR__MOE_WAIT_TMA, STAGE, 0);
     return 0;
   }
-  r = flow ? moe_gemm_cpasync<STAGE, 1>(p, rt, smem, tile)
-           : moe_gemm_cpasync<STAGE, 0>(p, rt, smem, tile);
-  if(r == MOE_FLOW_OK)
-    return 1;
-  if(threadIdx.x == 0 && r != MOE_FLOW_FAILED)
-    moe_fail_at(p, r == MOE_FLOW_ABORT ? HR__MOE_FAIL_ABORT : HR__MOE_FAIL_TIMEOUT,
-                HR__MOE_WAIT_GEMM1, 0, 0);
-  return 0;
+  if(tile == MOE_TILE_TINY)
+    moe_gemm_stage<moe_tile_tiny, STAGE>(p, rt, smem);
+  else if(tile == MOE_TILE_NARROW)
+    moe_gemm_stage<moe_tile_narrow, STAGE>(p, rt, smem);
+  else if(tile == MOE_TILE_WIDE)
+    moe_gemm_stage<moe_tile_wide, STAGE>(p, rt, smem);
+  else if(moe_tile_tall(tile, v, 0)) {
+    if(tile == MOE_TILE_WIDE80)
+      moe_gemm_stage<moe_tile_wide80_tall, STAGE>(p, rt, smem);
+    else if(tile == MOE_TILE_WIDE96)
+      moe_gemm_stage<moe_tile_wide96_tall, STAGE>(p, rt, smem);
+    else
+      moe_gemm_stage<moe_tile_mid_tall, STAGE>(p, rt, smem);
+  } else if(tile == MOE_TILE_WIDE96)
+    moe_gemm_stage<moe_tile_wide96, STAGE>(p, rt, smem);
+  else if(tile == MOE_TILE_MID && (v & HR__MOE_VAR_MID_SYNC))
+    moe_gemm_stage<moe_tile_mid_sync, STAGE>(p, rt, smem);
+  else if(tile == MOE_TILE_MID && (v & HR__MOE_VAR_MID_WAIT))
+    moe_gemm_stage<moe_tile_mid_w0, STAGE>(p, rt, smem);
+  else if(tile == MOE_TILE_MID)
+    moe_gemm_stage<moe_tile_mid, STAGE>(p, rt, smem);
+  else if(v & HR__MOE_VAR_SYNC_BIG)
+    moe_gemm_stage<moe_tile_big_sync, STAGE>(p, rt, smem);
+  else
+    moe_gemm_stage<moe_tile_big, STAGE>(p, rt, smem);
+  return 1;
 }
 
 /* Past the grid barrier that ends GEMM stage STAGE, where no CTA claims
@@ -211,31 +178,20 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
     return;
 
   /* 2. GEMM1 + SwiGLU (each CTA's units come twice, or never, in the
-   * benchmark's variants: moe_gemm_stage). On the cp.async tiles (flow),
-   * each unit counted in its token tile's counter, and no barrier 1: each
-   * GEMM2 unit waits for its own token tile's GEMM1 units, so the CTAs
-   * that finish GEMM1 first start GEMM2 while the last GEMM1 units run. */
-  const int flow = moe_flow_tile(tile, p.variant);
-  if(!moe_gemm<1>(p, rt, smem, tile, flow))
+   * benchmark's variants: moe_gemm_stage) */
+  if(!moe_gemm<1>(p, rt, smem, tile))
     return;
   moe_prefetch<2>(p, rt, tile);
-  if(!flow) {
-    if(!grid_barrier(p, 1, &s_ok))
-      return;
-    moe_claims_reset(p, 1);
-  }
+  if(!grid_barrier(p, 1, &s_ok))
+    return;
+  moe_claims_reset(p, 1);
 
   /* 3. GEMM2 */
-  if(!moe_gemm<2>(p, rt, smem, tile, flow))
+  if(!moe_gemm<2>(p, rt, smem, tile))
     return;
   if(!grid_barrier(p, 2, &s_ok))
     return;
   moe_claims_reset(p, 2);
-  /* past every wait on them: the counters back to 0 for the next launch
-   * (the agnostic kernel's too) */
-  if(flow && blockIdx.x == 0)
-    for(i = threadIdx.x; i < rt.tile_off[p.E]; i += HR__MOE_THREADS)
-      p.g1_done[i] = 0;
 
   /* 4. combine */
   for(i = moe_phase_runs(p, HR__MOE_PHASE_COMBINE); i > 0; i--)

@@ -177,11 +177,7 @@ enum {
   /* the big TMA tile from 25 to 95 pairs per expert where I >= 2048 in
    * both kernels, as before 2026-11-30 18:00, instead of the agnostic
    * kernel's 256-row cp.async tiles from 25 to 71 (moe_pick_tile) */
-  HR__MOE_VAR_BIG_MID_ALL = 4194304,
-  /* the barrier kernel's GEMM2 on the cp.async tiles after grid barrier
-   * 1, as before 2026-11-30 18:30, instead of each unit after its own
-   * token tile's GEMM1 units (their count in g1_done; moe_gemm_stage) */
-  HR__MOE_VAR_BARRIER1 = 8388608
+  HR__MOE_VAR_BIG_MID_ALL = 4194304
 };
 
 /* Rows per TMA box of token rows (the x rows in expert order, h; the
