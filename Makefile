@@ -5,7 +5,8 @@
 #   make run        run headroomd in the foreground on the embedded default
 #   make test       every CPU test: unit, integration (real daemon, real
 #                   socket); GPU tests print a skip line without a GPU
-#   make gpu-test   the GPU tests (on a machine with an H200)
+#   make gpu-test   the GPU tests (on a machine with an H200; some need 2)
+#   make gpu-test-one  those that need one GPU (a machine with one)
 #   make bench-gpu  the mega-MoE benchmark against PyTorch (see bench/)
 #   make clean
 #
@@ -16,6 +17,7 @@
 #   UNIT_TESTS   test programs run by `make test` (cmocka)
 #   INTEG_TESTS  integration test programs run by `make test`
 #   GPU_TESTS    test programs run by `make gpu-test`
+#   GPU_TESTS_2  those of them that need 2 GPUs (left out by gpu-test-one)
 
 CC       ?= cc
 NVCC     ?= $(shell command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)
@@ -56,7 +58,7 @@ UNIT_TESTS :=
 INTEG_TESTS :=
 GPU_TESTS :=
 
-.PHONY: all run test gpu-test clean deps deps-test install
+.PHONY: all run test gpu-test gpu-test-one clean deps deps-test install
 all:
 
 include $(sort $(wildcard proto/*.mk client/*.mk daemon/*.mk kernels/*.mk \
@@ -89,6 +91,14 @@ gpu-test: deps
 	@$(MAKE) --no-print-directory all $(GPU_TESTS)
 	@HEADROOM_REQUIRE_GPU=1 HR_TEST_TIMEOUT=$${HR_TEST_TIMEOUT:-300} \
 	  sh tests/run_tests.sh $(GPU_TESTS)
+
+# The GPU tests that need one GPU only, for a machine that has one; the
+# 2-GPU ones (GPU_TESTS_2) are named as not run, never passed over quietly.
+gpu-test-one: deps
+	@$(MAKE) --no-print-directory all $(filter-out $(GPU_TESTS_2),$(GPU_TESTS))
+	@echo "gpu-test-one: not run (they need 2 GPUs): $(GPU_TESTS_2)"
+	@HEADROOM_REQUIRE_GPU=1 HR_TEST_TIMEOUT=$${HR_TEST_TIMEOUT:-300} \
+	  sh tests/run_tests.sh $(filter-out $(GPU_TESTS_2),$(GPU_TESTS))
 
 clean:
 	rm -rf $(BUILD)

@@ -3,6 +3,7 @@
 # an H200 machine (two of them for the NCCL tests; PyTorch for the table):
 #
 #   1. make gpu-test                      -> DIR/gpu-test.log
+#      (with one GPU: make gpu-test-one, the 2-GPU tests named as not run)
 #   2. make bench-gpu (against PyTorch)   -> DIR/bench-moe.md, bench-gpu.log
 #   3. make bench-phases, GEMM variants   -> DIR/bench-phases.md, .log
 #      at the goal cells (T = 1, 1024, 8192 of both shapes)
@@ -22,6 +23,7 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
   echo "gpu_report.sh: no NVIDIA GPU here (nvidia-smi -L failed); nothing run" >&2
   exit 2
 fi
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 mkdir -p "$dir" || exit 2
 make=${MAKE:-make}
 jobs=$(nproc 2>/dev/null || echo 4)
@@ -49,7 +51,12 @@ run_step() {   # name, command...
 for step in $steps; do
   case $step in
     gpu-test)
-      run_step gpu-test "$make" -j"$jobs" gpu-test
+      if [ "$ngpu" -ge 2 ]; then
+        run_step gpu-test "$make" -j"$jobs" gpu-test
+      else
+        echo "gpu-test: one GPU here: make gpu-test-one (the 2-GPU tests not run)" | tee -a "$sum"
+        run_step gpu-test "$make" -j"$jobs" gpu-test-one
+      fi
       grep -E '^[0-9]+ passed' "$dir/gpu-test.log" | tail -1 >> "$sum" ;;
     bench-gpu)
       run_step bench-gpu "$make" -j"$jobs" bench-gpu BENCH_OUT="$dir/bench-moe.md" \

@@ -34,3 +34,4 @@ endif
 
 # The tool on 2 GPUs, then headroomd reading its file (skips without).
 GPU_TESTS += tests/gpu/test_calibrate.sh
+GPU_TESTS_2 += tests/gpu/test_calibrate.sh

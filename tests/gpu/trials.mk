@@ -9,6 +9,7 @@
 # NCCL itself is opened at run time. Elsewhere a stub says why and skips.
 TRIALS_BIN := $(TESTBIN)/test_overlap_trials
 GPU_TESTS += $(TRIALS_BIN)
+GPU_TESTS_2 += $(TRIALS_BIN)
 # Its CPU half (the plan, the ranks' scripts, the hub) on every machine.
 UNIT_TESTS += $(TESTBIN)/test_overlap_plan
 TRIALS ?= 200

@@ -10,6 +10,7 @@ tests/python/run.sh: $(BINDIR)/headroomd $(LIBDIR)/libheadroom.so
 # its wrapper prints a SKIP line and exits 77 with fewer than 2 GPUs, no
 # torch, or no libheadroom_moe.
 GPU_TESTS += tests/gpu/test_torch_overlap.sh
+GPU_TESTS_2 += tests/gpu/test_torch_overlap.sh
 
 tests/gpu/test_torch_overlap.sh: $(BINDIR)/headroomd $(LIBDIR)/libheadroom.so \
                                  $(MOE_LIB_SO)

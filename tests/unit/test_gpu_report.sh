@@ -37,6 +37,41 @@ check "no nvidia-smi" 2 "no NVIDIA GPU here" \
 check "nvidia-smi finds no GPU" 2 "no NVIDIA GPU here" \
   env PATH="$dir/bin-fail" sh "$top/bench/gpu_report.sh" "$dir/report"
 
+# The GPU count picks the test target: a fake nvidia-smi listing N GPUs
+# and a fake make that records what it was asked to build.
+mkdir -p "$dir/bin-gpus"
+for t in sh date git nproc mkdir grep tee; do
+  p=$(command -v "$t") && ln -s "$p" "$dir/bin-gpus/$t"
+done
+printf '#!/bin/sh\necho "$*" >> "%s/make-args"\necho "1 passed, 0 failed, 0 skipped"\n' \
+  "$dir" > "$dir/bin-gpus/fake-make"
+chmod +x "$dir/bin-gpus/fake-make"
+targets() {   # GPUs, expected target, expected summary pattern
+  n=$1 want=$2 pat=$3
+  rm -rf "$dir/report" "$dir/make-args"
+  { echo '#!/bin/sh'; i=0; while [ $i -lt "$n" ]; do
+      echo "echo 'GPU $i: NVIDIA H200 (UUID: GPU-$i)'"; i=$((i + 1)); done; } \
+    > "$dir/bin-gpus/nvidia-smi"
+  chmod +x "$dir/bin-gpus/nvidia-smi"
+  env PATH="$dir/bin-gpus" MAKE=fake-make GPU_REPORT_STEPS=gpu-test \
+    sh "$top/bench/gpu_report.sh" "$dir/report" > "$dir/out" 2>&1
+  got=$?
+  asked=$(cat "$dir/make-args" 2>/dev/null)
+  case "$asked" in
+    *" $want") ok=1 ;;
+    *) ok=0 ;;
+  esac
+  if [ "$got" -eq 0 ] && [ $ok -eq 1 ] && grep -q -- "$pat" "$dir/report/summary.txt"; then
+    echo "ok: $n GPU(s): make $want"
+  else
+    echo "FAIL: $n GPU(s): exit $got, make asked for '$asked' (want $want), summary:"
+    sed 's/^/  | /' "$dir/report/summary.txt" 2>/dev/null
+    fail=1
+  fi
+}
+targets 1 gpu-test-one "one GPU here: make gpu-test-one"
+targets 2 gpu-test "gpu-test: exit 0"
+
 if [ $fail -eq 0 ]; then
   echo "test_gpu_report: all checks passed"
 fi
