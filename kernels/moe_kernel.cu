@@ -20,6 +20,7 @@
 #include "moe_barrier.cuh"
 #include "moe_combine.cuh"
 #include "moe_gemm.cuh"
+#include "moe_gemm_claim.cuh"
 #include "moe_gemm_tma.cuh"
 #include "moe_ptx.cuh"
 #include "moe_route.cuh"
@@ -44,8 +45,58 @@ static __device__ void moe_combine(const hr__moe_params &p)
   }
 }
 
-/* GEMM stage STAGE in the launch's tile shape, or the benchmark's variant
- * of it (moe_kernel.h). 0 when a TMA load never landed (recorded). */
+/* One GEMM stage on the cp.async pipeline in tile C: its units dealt
+ * round robin, or in the benchmark's variant HR__MOE_VAR_CLAIM (CLAIM 1)
+ * claimed in order (moe_gemm_claim.cuh). */
+template <class C, int STAGE, int CLAIM>
+static __device__ __forceinline__ void moe_gemm_run(const hr__moe_params &p,
+                                                    const moe_route &rt, uint8_t *smem)
+{
+  if constexpr(CLAIM)
+    moe_gemm_stage_claimed<C, STAGE>(p, rt, smem);
+  else
+    moe_gemm_stage<C, STAGE>(p, rt, smem);
+}
+
+/* GEMM stage STAGE in the launch's cp.async tile, or the benchmark's
+ * variant of it (moe_kernel.h); CLAIM: moe_gemm_run. The mid tile's
+ * mma.sync and DEPTH 0 versions and the cp.async big tiles, the
+ * benchmark's comparisons, are always dealt round robin. */
+template <int STAGE, int CLAIM>
+static __device__ __forceinline__ void moe_gemm_cpasync(const hr__moe_params &p,
+                                                        const moe_route &rt, uint8_t *smem,
+                                                        int tile)
+{
+  const unsigned v = p.variant;
+  if(tile == MOE_TILE_TINY)
+    moe_gemm_run<moe_tile_tiny, STAGE, CLAIM>(p, rt, smem);
+  else if(tile == MOE_TILE_NARROW)
+    moe_gemm_run<moe_tile_narrow, STAGE, CLAIM>(p, rt, smem);
+  else if(tile == MOE_TILE_WIDE)
+    moe_gemm_run<moe_tile_wide, STAGE, CLAIM>(p, rt, smem);
+  else if(moe_tile_tall(tile, v, 0)) {
+    if(tile == MOE_TILE_WIDE80)
+      moe_gemm_run<moe_tile_wide80_tall, STAGE, CLAIM>(p, rt, smem);
+    else if(tile == MOE_TILE_WIDE96)
+      moe_gemm_run<moe_tile_wide96_tall, STAGE, CLAIM>(p, rt, smem);
+    else
+      moe_gemm_run<moe_tile_mid_tall, STAGE, CLAIM>(p, rt, smem);
+  } else if(tile == MOE_TILE_WIDE96)
+    moe_gemm_run<moe_tile_wide96, STAGE, CLAIM>(p, rt, smem);
+  else if(tile == MOE_TILE_MID && (v & HR__MOE_VAR_MID_SYNC))
+    moe_gemm_stage<moe_tile_mid_sync, STAGE>(p, rt, smem);
+  else if(tile == MOE_TILE_MID && (v & HR__MOE_VAR_MID_WAIT))
+    moe_gemm_stage<moe_tile_mid_w0, STAGE>(p, rt, smem);
+  else if(tile == MOE_TILE_MID)
+    moe_gemm_run<moe_tile_mid, STAGE, CLAIM>(p, rt, smem);
+  else if(v & HR__MOE_VAR_SYNC_BIG)
+    moe_gemm_stage<moe_tile_big_sync, STAGE>(p, rt, smem);
+  else
+    moe_gemm_stage<moe_tile_big, STAGE>(p, rt, smem);
+}
+
+/* GEMM stage STAGE in the launch's tile shape: on the TMA pipeline or on
+ * cp.async. 0 when a TMA load never landed (recorded). */
 template <int STAGE>
 static __device__ __forceinline__ int moe_gemm(const hr__moe_params &p, const moe_route &rt,
                                                uint8_t *smem, int tile)
@@ -60,31 +111,10 @@ static __device__ __forceinline__ int moe_gemm(const hr__moe_params &p, const mo
       moe_fail_at(p, HR__MOE_FAIL_TIMEOUT, HR__MOE_WAIT_TMA, STAGE, 0);
     return 0;
   }
-  if(tile == MOE_TILE_TINY)
-    moe_gemm_stage<moe_tile_tiny, STAGE>(p, rt, smem);
-  else if(tile == MOE_TILE_NARROW)
-    moe_gemm_stage<moe_tile_narrow, STAGE>(p, rt, smem);
-  else if(tile == MOE_TILE_WIDE)
-    moe_gemm_stage<moe_tile_wide, STAGE>(p, rt, smem);
-  else if(moe_tile_tall(tile, v, 0)) {
-    if(tile == MOE_TILE_WIDE80)
-      moe_gemm_stage<moe_tile_wide80_tall, STAGE>(p, rt, smem);
-    else if(tile == MOE_TILE_WIDE96)
-      moe_gemm_stage<moe_tile_wide96_tall, STAGE>(p, rt, smem);
-    else
-      moe_gemm_stage<moe_tile_mid_tall, STAGE>(p, rt, smem);
-  } else if(tile == MOE_TILE_WIDE96)
-    moe_gemm_stage<moe_tile_wide96, STAGE>(p, rt, smem);
-  else if(tile == MOE_TILE_MID && (v & HR__MOE_VAR_MID_SYNC))
-    moe_gemm_stage<moe_tile_mid_sync, STAGE>(p, rt, smem);
-  else if(tile == MOE_TILE_MID && (v & HR__MOE_VAR_MID_WAIT))
-    moe_gemm_stage<moe_tile_mid_w0, STAGE>(p, rt, smem);
-  else if(tile == MOE_TILE_MID)
-    moe_gemm_stage<moe_tile_mid, STAGE>(p, rt, smem);
-  else if(v & HR__MOE_VAR_SYNC_BIG)
-    moe_gemm_stage<moe_tile_big_sync, STAGE>(p, rt, smem);
+  if(v & HR__MOE_VAR_CLAIM)
+    moe_gemm_cpasync<STAGE, 1>(p, rt, smem, tile);
   else
-    moe_gemm_stage<moe_tile_big, STAGE>(p, rt, smem);
+    moe_gemm_cpasync<STAGE, 0>(p, rt, smem, tile);
   return 1;
 }
 

@@ -177,7 +177,11 @@ enum {
   /* the big TMA tile from 25 to 95 pairs per expert where I >= 2048 in
    * both kernels, as before 2026-11-30 18:00, instead of the agnostic
    * kernel's 256-row cp.async tiles from 25 to 71 (moe_pick_tile) */
-  HR__MOE_VAR_BIG_MID_ALL = 4194304
+  HR__MOE_VAR_BIG_MID_ALL = 4194304,
+  /* the barrier kernel's cp.async tiles with their units claimed in
+   * order from the stage's counter instead of dealt round robin
+   * (moe_gemm_claim.cuh) */
+  HR__MOE_VAR_CLAIM = 8388608
 };
 
 /* Rows per TMA box of token rows (the x rows in expert order, h; the

@@ -1,0 +1,146 @@
+/*
+ * moe_gemm_claim.cuh: the barrier kernel's cp.async GEMM stage with its
+ * units claimed in order from the stage's counter instead of dealt round
+ * robin (the benchmark's variant HR__MOE_VAR_CLAIM).
+ *
+ * Why try it: with a fixed deal every CTA runs the same number of units
+ * (~6 a stage at Qwen3-30B-A3B T = 1024), so a CTA that is a little slower
+ * (its share of DRAM, of L2) ends the stage late and every other CTA waits
+ * for it at the grid barrier: the stages' ends cost ~0.035 ms of that
+ * cell's ~0.39 (bench/results/moe-flow-h200-2026-11-30.md). Claimed, the
+ * fast CTAs take the units the slow ones would have run. The big TMA tile
+ * claims its units already (moe_gemm_stage_tma), and so does the agnostic
+ * kernel, whose 256-row mid tile runs DeepSeek-V3 T = 1024 in 5.7 ms where
+ * the barrier kernel's round-robin deal of the same tile took 6.7-7.3.
+ *
+ * The loop is moe_gemm_stage's; the units come from a ring in shared
+ * memory, as in the agnostic kernel (moe_loader reads it): thread 0
+ * claims the unit two ahead of the one whose loads start, and places it in
+ * the ring after that step's MMAs are issued, so the atomic's latency
+ * hides behind them; the loads read an entry a whole unit later, past
+ * __syncthreads. -1 in the ring ends the run. Claims change only which CTA
+ * computes a unit, never its sums: y stays bitwise the same. The counter
+ * goes back to 0 past the grid barrier that ends the stage
+ * (moe_claims_reset, moe_kernel.cu).
+ */
+#ifndef HR_MOE_GEMM_CLAIM_CUH
+#define HR_MOE_GEMM_CLAIM_CUH
+
+#include "moe_gemm.cuh"
+#include "moe_gemm_tma.cuh"
+#include "moe_kernel.h"
+
+/* The CTA's claimed units of the stage, unit i of its run at
+ * [i % HR__MOE_RING]. */
+static __shared__ int moe_claim_ring[HR__MOE_RING];
+
+/* Thread 0: the ring entry two units past `lu`, claimed, unless the run
+ * ends before it. */
+template <int STAGE>
+static __device__ __forceinline__ int moe_claim_after(const hr__moe_params &p, int lu,
+                                                      int units, int units1)
+{
+  return moe_claim_ring[(lu + 1) & (HR__MOE_RING - 1)] < 0 ? -1
+                                                            : tma_claim<STAGE>(p, units, units1);
+}
+
+template <class C, int STAGE>
+__device__ void moe_gemm_stage_claimed(const hr__moe_params &p, const moe_route &rt,
+                                       uint8_t *pipe)
+{
+  const int tid = threadIdx.x, warp = tid >> 5;
+  const int wm = warp % C::WM, wn = (warp / C::WM) % C::WN;
+  const int wk = warp / (C::WM * C::WN);
+  const moe_stage_dims d = moe_stage_dims_of<C, STAGE>(p, rt);
+  const int nk = d.nk, nf = d.nf;
+  int *const ring = moe_claim_ring;
+  moe_loader<C, STAGE> ld;
+  moe_unit un;
+  float acc[C::MT][C::NT][4];
+  int kt = 0, u = 0, slot = 0, i;
+  int claim = -2, claim_pos = 0;      /* thread 0: an entry to place (-2: none) */
+
+  if(d.units == 0)
+    return;
+  pipe = moe_pipe<C>(pipe);
+  if(tid == 0) {
+    ring[0] = tma_claim<STAGE>(p, d.units, d.units1);
+    ring[1] = ring[0] < 0 ? -1 : tma_claim<STAGE>(p, d.units, d.units1);
+  }
+  __syncthreads();
+  if(ring[0] < 0)
+    return;                           /* every unit taken already */
+  ld.init(p, rt, nf, 0, ring);
+  for(i = 0; i < C::STAGES - 1; i++) {          /* fill the pipeline */
+    const int lu = ld.unit, starts = ld.kt == 0;
+    if(!starts || ring[lu & (HR__MOE_RING - 1)] >= 0) {
+      ld.issue(p, rt, pipe, nf, nk);
+      if(starts) {
+        /* unit lu started and looked at lu + 1: lu + 2 in place before
+         * lu + 1 starts */
+        if(tid == 0)
+          ring[(lu + 2) & (HR__MOE_RING - 1)] = moe_claim_after<STAGE>(p, lu, d.units, d.units1);
+        __syncthreads();
+      }
+    }
+    cp_async_commit();
+  }
+  un = unit_decode(ring[0], rt, p, nf, C::BN, moe_tt_major<C>(p));
+  tile_zero<C>(acc);
+  for(;;) {
+    moe_step_landed<C>();                       /* this step has landed */
+    __syncthreads();                            /* and (DEPTH 0) the last slot is free */
+    {
+      const int lu = ld.unit, starts = ld.kt == 0;
+      const int go = !starts || ring[lu & (HR__MOE_RING - 1)] >= 0;
+      if(go && starts && tid == 0) {
+        claim = moe_claim_after<STAGE>(p, lu, d.units, d.units1);
+        claim_pos = lu + 2;
+      }
+      if constexpr(!C::DEPTH) {
+        if(go)
+          ld.issue(p, rt, pipe, nf, nk);
+        cp_async_commit();
+      }
+    }
+    {
+      const uint32_t a = smem_addr(pipe + slot * C::STAGE_BYTES);
+      tile_step<C>(acc, a, a + C::A_BYTES, wm, wn, wk, un.nvalid);
+    }
+    if constexpr(C::DEPTH) {
+      /* as in moe_gemm_stage; the ring entries read here were placed a
+       * unit ago */
+      __syncthreads();
+      {
+        const int lu = ld.unit, starts = ld.kt == 0;
+        if(!starts || ring[lu & (HR__MOE_RING - 1)] >= 0)
+          ld.issue(p, rt, pipe, nf, nk);
+      }
+      cp_async_commit();
+    }
+    if(++kt == nk)
+      tile_unit_end<C, STAGE>(p, un, acc, pipe, slot, wm, wn, wk);
+    if(++slot == C::STAGES)
+      slot = 0;
+    if(tid == 0 && claim != -2) {
+      ring[claim_pos & (HR__MOE_RING - 1)] = claim;
+      claim = -2;
+    }
+    if(kt == nk) {
+      /* the next unit's entry was placed two unit starts ago, and a
+       * __syncthreads has published it */
+      kt = 0;
+      u++;
+      if(ring[u & (HR__MOE_RING - 1)] < 0)
+        break;
+      un = unit_decode(ring[u & (HR__MOE_RING - 1)], rt, p, nf, C::BN, moe_tt_major<C>(p));
+    }
+  }
+  /* as in moe_gemm_stage: the last step drained, but the compiler cannot
+   * know it */
+  tile_drain<C>(acc);
+  cp_async_wait<0>();
+  __syncthreads();
+}
+
+#endif /* HR_MOE_GEMM_CLAIM_CUH */
