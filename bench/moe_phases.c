@@ -103,6 +103,7 @@ static const gemm_variant gemm_variants[] = {
   { "agnostic, before: the big TMA tile from 25 to 71 pairs", HR__MOE_VAR_BIG_MID_ALL, 512,
     4096 },
   { "barrier: the cp.async tiles' units claimed in order", HR__MOE_VAR_CLAIM, 1, 1 << 30 },
+  { "barrier: every CTA places all pairs, no barrier 0", HR__MOE_VAR_ROUTE_ALL, 1, 256 },
   { "barrier: the cp.async tiles 256 rows tall, claimed, where the big TMA tile runs",
     HR__MOE_VAR_CPASYNC_MID | HR__MOE_VAR_TALL | HR__MOE_VAR_CLAIM, 512, 4096 },
   /* the default and the two tile choices again, last: whether the order
@@ -120,12 +121,14 @@ static const gemm_variant gemm_variants[] = {
     HR__MOE_VAR_BIG_MID_ALL, 512, 4096 },
   { "barrier: the cp.async tiles' units claimed in order, again", HR__MOE_VAR_CLAIM, 1,
     1 << 30 },
+  { "barrier: every CTA places all pairs, no barrier 0, again", HR__MOE_VAR_ROUTE_ALL, 1,
+    256 },
 };
 #define NGEMM ((int)(sizeof(gemm_variants) / sizeof(gemm_variants[0])))
 /* Variants of what only the barrier kernel has: not timed for the other. */
 #define BARRIER_ONLY                                                                  \
   (HR__MOE_VAR_NO_CLUSTER | HR__MOE_VAR_TALL | HR__MOE_VAR_WIDE96_SHORT |             \
-   HR__MOE_VAR_CLAIM)
+   HR__MOE_VAR_CLAIM | HR__MOE_VAR_ROUTE_ALL)
 /* And of what only the agnostic kernel has. */
 #define AGNOSTIC_ONLY (HR__MOE_VAR_AGN_SHORT | HR__MOE_VAR_BIG_MID_ALL)
 

@@ -183,10 +183,16 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
     return;
 
   /* 1. route: this CTA's slice of the pairs (none in the benchmark's
-   * variant without the route phase: the tables are still made) */
+   * variant without the route phase: the tables are still made). In the
+   * benchmark's variant HR__MOE_VAR_ROUTE_ALL, at few pairs, every CTA
+   * places them all, each pair to the same place with the same values in
+   * every CTA, so no CTA needs another's placing and barrier 0 goes
+   * (unless the TMA tile must read x rows that other CTAs copy). */
   const int pairs = p.T * p.k, runs = moe_phase_runs(p, HR__MOE_PHASE_ROUTE);
-  const int lo = (int)((long long)pairs * blockIdx.x / gridDim.x);
-  const int hi = runs ? (int)((long long)pairs * (blockIdx.x + 1) / gridDim.x) : lo;
+  const int slo = (int)((long long)pairs * blockIdx.x / gridDim.x);
+  const int shi = runs ? (int)((long long)pairs * (blockIdx.x + 1) / gridDim.x) : slo;
+  const int whole = (p.variant & HR__MOE_VAR_ROUTE_ALL) && pairs <= HR__MOE_ROUTE_ALL_MAX_PAIRS;
+  const int lo = whole ? 0 : slo, hi = whole ? (runs ? pairs : 0) : shi;
   moe_route_pairs(p, rt, s_warp_sums, lo, hi);
   if(runs == 2)
     moe_route_pairs(p, rt, s_warp_sums, lo, hi);
@@ -201,10 +207,10 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
   /* The TMA tiles read the x rows in expert order: the slice's, copied
    * (pos_of is this CTA's own, from moe_route_pairs). */
   if(moe_tile_tma(tile, p.variant))
-    moe_copy_xs(p, lo, hi);
+    moe_copy_xs(p, slo, shi);
   /* The weights need no routing: fetch them while the barrier waits. */
   moe_prefetch<1>(p, rt, tile);
-  if(!grid_barrier(p, 0, &s_ok))
+  if((!whole || moe_tile_tma(tile, p.variant)) && !grid_barrier(p, 0, &s_ok))
     return;
 
   /* 2. GEMM1 + SwiGLU (each CTA's units come twice, or never, in the

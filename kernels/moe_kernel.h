@@ -181,8 +181,15 @@ enum {
   /* the barrier kernel's cp.async tiles with their units claimed in
    * order from the stage's counter instead of dealt round robin
    * (moe_gemm_claim.cuh) */
-  HR__MOE_VAR_CLAIM = 8388608
+  HR__MOE_VAR_CLAIM = 8388608,
+  /* the barrier kernel at up to HR__MOE_ROUTE_ALL_MAX_PAIRS pairs: every
+   * CTA places all the pairs, and barrier 0 goes (moe_kernel.cu) */
+  HR__MOE_VAR_ROUTE_ALL = 16777216
 };
+
+/* HR__MOE_VAR_ROUTE_ALL's limit: one warp of every CTA places the pairs,
+ * 32 a step (T = 256 at 8 experts a token: 64 steps). */
+#define HR__MOE_ROUTE_ALL_MAX_PAIRS 2048
 
 /* Rows per TMA box of token rows (the x rows in expert order, h; the
  * maps of moe_api.cu, the loads of moe_gemm_tma.cuh). 32-row boxes, which
