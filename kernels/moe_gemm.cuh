@@ -869,6 +869,43 @@ static __device__ __forceinline__ void tile_unit_end(const hr__moe_params &p, co
   tile_zero<C>(acc);
 }
 
+/* The body of a cp.async pipeline step, every thread, after the step's
+ * first __syncthreads: the loads STAGES - 1 steps ahead when there is a
+ * step to load (`go`, as seen after that barrier; `more()`, the same
+ * question asked again later in the step), and the step's MMAs on
+ * `slot`. DEPTH 0: the loads first (that barrier freed the slot they
+ * fill). DEPTH 1: the MMAs first, then the loads past a second
+ * __syncthreads, by which every warpgroup has seen its previous step's
+ * MMAs complete, so the previous step's slot is free: as far ahead as
+ * with DEPTH 0. A commit group a step either way. moe_gemm_stage,
+ * moe_gemm_stage_claimed and the agnostic kernel's runs share it; they
+ * differ in where the units come from, so in `go` and `more`. */
+template <class C, int STAGE, class More>
+static __device__ __forceinline__ void moe_pipe_step(moe_loader<C, STAGE> &ld,
+                                                     const hr__moe_params &p,
+                                                     const moe_route &rt, uint8_t *pipe,
+                                                     int nf, int nk,
+                                                     float (&acc)[C::MT][C::NT][4], int slot,
+                                                     int wm, int wn, int wk, int nvalid,
+                                                     int go, const More &more)
+{
+  if constexpr(!C::DEPTH) {
+    if(go)
+      ld.issue(p, rt, pipe, nf, nk);
+    cp_async_commit();
+  }
+  {
+    const uint32_t a = smem_addr(pipe + slot * C::STAGE_BYTES);
+    tile_step<C>(acc, a, a + C::A_BYTES, wm, wn, wk, nvalid);
+  }
+  if constexpr(C::DEPTH) {
+    __syncthreads();
+    if(more())
+      ld.issue(p, rt, pipe, nf, nk);
+    cp_async_commit();
+  }
+}
+
 /* The benchmark's variant HR__MOE_VAR_PREFETCH (off in production): before
  * a wait (a grid barrier, or the agnostic kernel's wait for a unit's
  * inputs), ask L2 for the weights of unit u of a stage (nf row tiles per
@@ -956,25 +993,9 @@ __device__ void moe_gemm_stage(const hr__moe_params &p, const moe_route &rt,
   for(s = 0; s < steps; s++) {
     moe_step_landed<C>();                       /* step s has landed */
     __syncthreads();                            /* and (DEPTH 0) slot s-1 is free */
-    if constexpr(!C::DEPTH) {
-      if(s + C::STAGES - 1 < steps)
-        ld.issue(p, rt, pipe, nf, nk);
-      cp_async_commit();
-    }
-
-    {
-      const uint32_t a = smem_addr(pipe + slot * C::STAGE_BYTES);
-      tile_step<C>(acc, a, a + C::A_BYTES, wm, wn, wk, un.nvalid);
-    }
-    if constexpr(C::DEPTH) {
-      /* Step s's MMAs run; each warpgroup has seen its step s-1 MMAs
-       * complete, so after this barrier slot s-1 takes the loads of step
-       * s + STAGES - 1, as far ahead as with DEPTH 0. */
-      __syncthreads();
-      if(s + C::STAGES - 1 < steps)
-        ld.issue(p, rt, pipe, nf, nk);
-      cp_async_commit();
-    }
+    moe_pipe_step<C, STAGE>(ld, p, rt, pipe, nf, nk, acc, slot, wm, wn, wk, un.nvalid,
+                            s + C::STAGES - 1 < steps,
+                            [&] { return s + C::STAGES - 1 < steps; });
     if(++kt == nk)
       tile_unit_end<C, STAGE>(p, un, acc, pipe, slot, wm, wn, wk);
     if(++slot == C::STAGES)

@@ -91,32 +91,18 @@ __device__ void moe_gemm_stage_claimed(const hr__moe_params &p, const moe_route 
     moe_step_landed<C>();                       /* this step has landed */
     __syncthreads();                            /* and (DEPTH 0) the last slot is free */
     {
+      /* the loads go on while the ring has a unit for them (its entries
+       * read here were placed a unit ago); when they start one, thread 0
+       * claims the one two past it */
       const int lu = ld.unit, starts = ld.kt == 0;
       const int go = !starts || ring[lu & (HR__MOE_RING - 1)] >= 0;
       if(go && starts && tid == 0) {
         claim = moe_claim_after<STAGE>(p, lu, d.units, d.units1);
         claim_pos = lu + 2;
       }
-      if constexpr(!C::DEPTH) {
-        if(go)
-          ld.issue(p, rt, pipe, nf, nk);
-        cp_async_commit();
-      }
-    }
-    {
-      const uint32_t a = smem_addr(pipe + slot * C::STAGE_BYTES);
-      tile_step<C>(acc, a, a + C::A_BYTES, wm, wn, wk, un.nvalid);
-    }
-    if constexpr(C::DEPTH) {
-      /* as in moe_gemm_stage; the ring entries read here were placed a
-       * unit ago */
-      __syncthreads();
-      {
-        const int lu = ld.unit, starts = ld.kt == 0;
-        if(!starts || ring[lu & (HR__MOE_RING - 1)] >= 0)
-          ld.issue(p, rt, pipe, nf, nk);
-      }
-      cp_async_commit();
+      moe_pipe_step<C, STAGE>(ld, p, rt, pipe, nf, nk, acc, slot, wm, wn, wk, un.nvalid, go, [&] {
+        return ld.kt != 0 || ring[ld.unit & (HR__MOE_RING - 1)] >= 0;
+      });
     }
     if(++kt == nk)
       tile_unit_end<C, STAGE>(p, un, acc, pipe, slot, wm, wn, wk);
