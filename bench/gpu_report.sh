@@ -19,11 +19,11 @@ if [ -z "$dir" ]; then
   echo "usage: gpu_report.sh DIR" >&2
   exit 2
 fi
-if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! gpus=$(nvidia-smi -L 2>/dev/null); then
   echo "gpu_report.sh: no NVIDIA GPU here (nvidia-smi -L failed); nothing run" >&2
   exit 2
 fi
-ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+ngpu=$(printf '%s\n' "$gpus" | grep -c '^GPU ')
 mkdir -p "$dir" || exit 2
 make=${MAKE:-make}
 jobs=$(nproc 2>/dev/null || echo 4)
@@ -34,7 +34,7 @@ sum="$dir/summary.txt"
   commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
   git diff --quiet HEAD 2>/dev/null || commit="$commit (with uncommitted changes)"
   echo "commit: $commit"
-  nvidia-smi -L
+  printf '%s\n' "$gpus"
 } > "$sum"
 
 rc=0

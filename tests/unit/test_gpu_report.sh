@@ -1,7 +1,9 @@
 #!/bin/sh
 # test_gpu_report.sh: bench/gpu_report.sh refuses, running nothing, where
 # there is no GPU (no nvidia-smi, or one that finds no device) and without
-# its directory argument, each with a line that says why and exit 2.
+# its directory argument, each with a line that says why and exit 2; and
+# its test step is `make gpu-test` with 2 GPUs, `make gpu-test-one` with
+# one (a fake nvidia-smi and a fake make).
 set -u
 top=$(pwd)
 unset LD_PRELOAD
@@ -23,11 +25,16 @@ check() {     # what, expected status, pattern, command...
   fi
 }
 
+tools() {      # a PATH directory with the shell tools gpu_report.sh uses
+  mkdir -p "$1"
+  for t in sh date git nproc mkdir grep tee; do
+    p=$(command -v "$t") && ln -s "$p" "$1/$t"
+  done
+}
+
 # a PATH with the shell tools but no nvidia-smi, and one whose nvidia-smi fails
-mkdir -p "$dir/bin-none" "$dir/bin-fail"
-for t in sh date git nproc mkdir grep tee; do
-  p=$(command -v "$t") && ln -s "$p" "$dir/bin-none/$t" && ln -s "$p" "$dir/bin-fail/$t"
-done
+tools "$dir/bin-none"
+tools "$dir/bin-fail"
 printf '#!/bin/sh\necho "No devices were found" >&2\nexit 6\n' > "$dir/bin-fail/nvidia-smi"
 chmod +x "$dir/bin-fail/nvidia-smi"
 
@@ -39,10 +46,7 @@ check "nvidia-smi finds no GPU" 2 "no NVIDIA GPU here" \
 
 # The GPU count picks the test target: a fake nvidia-smi listing N GPUs
 # and a fake make that records what it was asked to build.
-mkdir -p "$dir/bin-gpus"
-for t in sh date git nproc mkdir grep tee; do
-  p=$(command -v "$t") && ln -s "$p" "$dir/bin-gpus/$t"
-done
+tools "$dir/bin-gpus"
 printf '#!/bin/sh\necho "$*" >> "%s/make-args"\necho "1 passed, 0 failed, 0 skipped"\n' \
   "$dir" > "$dir/bin-gpus/fake-make"
 chmod +x "$dir/bin-gpus/fake-make"
