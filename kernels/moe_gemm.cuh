@@ -877,9 +877,11 @@ static __device__ __forceinline__ void tile_unit_end(const hr__moe_params &p, co
  * fill). DEPTH 1: the MMAs first, then the loads past a second
  * __syncthreads, by which every warpgroup has seen its previous step's
  * MMAs complete, so the previous step's slot is free: as far ahead as
- * with DEPTH 0. A commit group a step either way. moe_gemm_stage,
- * moe_gemm_stage_claimed and the agnostic kernel's runs share it; they
- * differ in where the units come from, so in `go` and `more`. */
+ * with DEPTH 0. A commit group a step either way. moe_gemm_stage and
+ * moe_gemm_stage_claimed share it; they differ in where the units come
+ * from, so in `go` and `more`. (The agnostic kernel's runs have the same
+ * step written out: folded into this one their SASS changed, and that
+ * is not to be taken untimed.) */
 template <class C, int STAGE, class More>
 static __device__ __forceinline__ void moe_pipe_step(moe_loader<C, STAGE> &ld,
                                                      const hr__moe_params &p,

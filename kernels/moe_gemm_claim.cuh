@@ -71,9 +71,12 @@ __device__ void moe_gemm_stage_claimed(const hr__moe_params &p, const moe_route 
   if(ring[0] < 0)
     return;                           /* every unit taken already */
   ld.init(p, rt, nf, 0, ring);
+  /* Is there a step to load: within a unit, or the ring has the next one
+   * (its entry placed a unit before, past a __syncthreads)? */
+  const auto more = [&] { return ld.kt != 0 || ring[ld.unit & (HR__MOE_RING - 1)] >= 0; };
   for(i = 0; i < C::STAGES - 1; i++) {          /* fill the pipeline */
     const int lu = ld.unit, starts = ld.kt == 0;
-    if(!starts || ring[lu & (HR__MOE_RING - 1)] >= 0) {
+    if(more()) {
       ld.issue(p, rt, pipe, nf, nk);
       if(starts) {
         /* unit lu started and looked at lu + 1: lu + 2 in place before
@@ -91,18 +94,15 @@ __device__ void moe_gemm_stage_claimed(const hr__moe_params &p, const moe_route 
     moe_step_landed<C>();                       /* this step has landed */
     __syncthreads();                            /* and (DEPTH 0) the last slot is free */
     {
-      /* the loads go on while the ring has a unit for them (its entries
-       * read here were placed a unit ago); when they start one, thread 0
-       * claims the one two past it */
-      const int lu = ld.unit, starts = ld.kt == 0;
-      const int go = !starts || ring[lu & (HR__MOE_RING - 1)] >= 0;
-      if(go && starts && tid == 0) {
-        claim = moe_claim_after<STAGE>(p, lu, d.units, d.units1);
-        claim_pos = lu + 2;
+      /* when this step's loads start a unit, thread 0 claims the one two
+       * past it */
+      const int go = more();
+      if(go && ld.kt == 0 && tid == 0) {
+        claim = moe_claim_after<STAGE>(p, ld.unit, d.units, d.units1);
+        claim_pos = ld.unit + 2;
       }
-      moe_pipe_step<C, STAGE>(ld, p, rt, pipe, nf, nk, acc, slot, wm, wn, wk, un.nvalid, go, [&] {
-        return ld.kt != 0 || ring[ld.unit & (HR__MOE_RING - 1)] >= 0;
-      });
+      moe_pipe_step<C, STAGE>(ld, p, rt, pipe, nf, nk, acc, slot, wm, wn, wk, un.nvalid, go,
+                              more);
     }
     if(++kt == nk)
       tile_unit_end<C, STAGE>(p, un, acc, pipe, slot, wm, wn, wk);
