@@ -23,7 +23,8 @@
  * L2 prefetch before the waits), each changing one thing while the rest
  * runs as usual; y of each against the default's (bitwise where the sums
  * are the same ones) and the default's against the CPU reference on
- * sampled tokens. --no-phases times the variants alone.
+ * sampled tokens. --no-phases times the variants alone; --match TEXT
+ * times only the default and the variants whose name contains TEXT.
  *
  * First, for each shape and T, the floor measured rather than computed:
  * a kernel that only reads the touched experts' weights once on every SM
@@ -44,7 +45,8 @@
  * access allows from what its math and bookkeeping cost.
  *
  *     build/tests/moe_phases [--reps N] [--shapes a,b] [--tokens 1,16,..]
- *                            [--no-phases] [--patterns] [--out FILE]
+ *                            [--no-phases] [--match TEXT] [--patterns]
+ *                            [--out FILE]
  */
 #include <math.h>
 #include <stdio.h>
@@ -353,7 +355,7 @@ static int parse_list(const char *s, int *out, int max)
 
 int main(int argc, char **argv)
 {
-  const char *shapes = "qwen3-30b-a3b,deepseek-v3", *out_path = NULL;
+  const char *shapes = "qwen3-30b-a3b,deepseek-v3", *out_path = NULL, *match = NULL;
   int tokens[MAX_TOKENS], ntok, reps = 20, i, si, ti, kk, ph, phases = 1, patterns = 0;
   char mach[256], date[64], cmd[1024] = "";
   char *table = NULL, *vtable = NULL, *ftable = NULL;
@@ -373,11 +375,13 @@ int main(int argc, char **argv)
       out_path = argv[++i];
     else if(strcmp(argv[i], "--no-phases") == 0)
       phases = 0;
+    else if(strcmp(argv[i], "--match") == 0 && i + 1 < argc)
+      match = argv[++i];
     else if(strcmp(argv[i], "--patterns") == 0)
       patterns = 1;
     else {
       fprintf(stderr, "usage: %s [--reps N] [--shapes a,b] [--tokens 1,16,...] "
-                      "[--no-phases] [--patterns] [--out FILE]\n", argv[0]);
+                      "[--no-phases] [--match TEXT] [--patterns] [--out FILE]\n", argv[0]);
       return 2;
     }
   }
@@ -598,6 +602,8 @@ int main(int argc, char **argv)
           char ycell[96];
           float ms;
           if(T < gvar->t_min || T > gvar->t_max)
+            continue;
+          if(i > 0 && match && !strstr(gvar->name, match))
             continue;
           if(kk == 1 && (gvar->bits & BARRIER_ONLY))      /* nothing to change there */
             continue;
