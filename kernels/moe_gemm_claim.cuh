@@ -14,34 +14,47 @@
  * the barrier kernel's round-robin deal of the same tile took 6.7-7.3.
  *
  * The loop is moe_gemm_stage's; the units come from a ring in shared
- * memory, as in the agnostic kernel (moe_loader reads it): thread 0
- * claims the unit two ahead of the one whose loads start, and places it in
- * the ring after that step's MMAs are issued, so the atomic's latency
- * hides behind them; the loads read an entry a whole unit later, past
- * __syncthreads. -1 in the ring ends the run. Claims change only which CTA
- * computes a unit, never its sums: y stays bitwise the same. The counter
- * goes back to 0 past the grid barrier that ends the stage
+ * memory, as in the agnostic kernel (moe_loader reads it). Each CTA's
+ * first two units are its round-robin ones (blockIdx.x and blockIdx.x +
+ * gridDim.x), so a stage of fewer units than two per CTA runs exactly as
+ * dealt, with no atomic at all; the counter hands out the units after
+ * those. When a unit's loads start, thread 0 claims the unit two past it
+ * (the loader decodes the unit after the one it starts, so that one must
+ * be in place already) and places it in the ring only after the unit's
+ * last loads are issued, nk steps later: the atomic's round trip never
+ * stalls the warp that issued it. The loads read the entry past the next
+ * __syncthreads. -1 in the ring ends the run. Claims change only which
+ * CTA computes a unit, never its sums: y stays bitwise the same. The
+ * counter goes back to 0 past the grid barrier that ends the stage
  * (moe_claims_reset, moe_kernel.cu).
  */
 #ifndef HR_MOE_GEMM_CLAIM_CUH
 #define HR_MOE_GEMM_CLAIM_CUH
 
 #include "moe_gemm.cuh"
-#include "moe_gemm_tma.cuh"
 #include "moe_kernel.h"
 
 /* The CTA's claimed units of the stage, unit i of its run at
  * [i % HR__MOE_RING]. */
 static __shared__ int moe_claim_ring[HR__MOE_RING];
 
-/* Thread 0: the ring entry two units past `lu`, claimed, unless the run
- * ends before it. */
+/* Unit `t` of the stage's order, or -1 past its end. */
+static __device__ __forceinline__ int moe_claim_unit(int t, int units, int units1)
+{
+  return t < units ? moe_unit_wrap(t, units1) : -1;
+}
+
+/* Thread 0: the unit two past `lu` of this CTA's run, claimed, unless the
+ * run ends before it. The counter starts past every CTA's two dealt
+ * units. */
 template <int STAGE>
 static __device__ __forceinline__ int moe_claim_after(const hr__moe_params &p, int lu,
                                                       int units, int units1)
 {
-  return moe_claim_ring[(lu + 1) & (HR__MOE_RING - 1)] < 0 ? -1
-                                                            : tma_claim<STAGE>(p, units, units1);
+  if(moe_claim_ring[(lu + 1) & (HR__MOE_RING - 1)] < 0)
+    return -1;
+  return moe_claim_unit((int)atomicAdd(&p.sync->claim[STAGE - 1], 1u) + 2 * (int)gridDim.x,
+                        units, units1);
 }
 
 template <class C, int STAGE>
@@ -60,31 +73,40 @@ __device__ void moe_gemm_stage_claimed(const hr__moe_params &p, const moe_route 
   int kt = 0, u = 0, slot = 0, i;
   int claim = -2, claim_pos = 0;      /* thread 0: an entry to place (-2: none) */
 
-  if(d.units == 0)
-    return;
+  if(d.units == 0 || (int)blockIdx.x >= d.units)
+    return;                           /* not even a dealt unit */
   pipe = moe_pipe<C>(pipe);
   if(tid == 0) {
-    ring[0] = tma_claim<STAGE>(p, d.units, d.units1);
-    ring[1] = ring[0] < 0 ? -1 : tma_claim<STAGE>(p, d.units, d.units1);
+    ring[0] = moe_claim_unit((int)blockIdx.x, d.units, d.units1);
+    ring[1] = moe_claim_unit((int)(blockIdx.x + gridDim.x), d.units, d.units1);
   }
   __syncthreads();
-  if(ring[0] < 0)
-    return;                           /* every unit taken already */
   ld.init(p, rt, nf, 0, ring);
   /* Is there a step to load: within a unit, or the ring has the next one
    * (its entry placed a unit before, past a __syncthreads)? */
   const auto more = [&] { return ld.kt != 0 || ring[ld.unit & (HR__MOE_RING - 1)] >= 0; };
+  /* Thread 0, when the loads of a unit start: claim the unit two past it. */
+  const auto claim_at_start = [&] {
+    if(tid == 0 && ld.kt == 0) {
+      claim = moe_claim_after<STAGE>(p, ld.unit, d.units, d.units1);
+      claim_pos = ld.unit + 2;
+    }
+  };
+  /* Thread 0, once the loads of that unit are all issued: place the
+   * claim, for the next unit's start (past a __syncthreads) to read. */
+  const auto place_when_due = [&] {
+    if(tid == 0 && claim != -2 && ld.kt == 0) {
+      ring[claim_pos & (HR__MOE_RING - 1)] = claim;
+      claim = -2;
+    }
+  };
   for(i = 0; i < C::STAGES - 1; i++) {          /* fill the pipeline */
-    const int lu = ld.unit, starts = ld.kt == 0;
+    if(ld.kt == 0 && ld.unit > 0)
+      __syncthreads();                /* a unit short enough to end in the fill */
     if(more()) {
+      claim_at_start();
       ld.issue(p, rt, pipe, nf, nk);
-      if(starts) {
-        /* unit lu started and looked at lu + 1: lu + 2 in place before
-         * lu + 1 starts */
-        if(tid == 0)
-          ring[(lu + 2) & (HR__MOE_RING - 1)] = moe_claim_after<STAGE>(p, lu, d.units, d.units1);
-        __syncthreads();
-      }
+      place_when_due();
     }
     cp_async_commit();
   }
@@ -94,27 +116,20 @@ __device__ void moe_gemm_stage_claimed(const hr__moe_params &p, const moe_route 
     moe_step_landed<C>();                       /* this step has landed */
     __syncthreads();                            /* and (DEPTH 0) the last slot is free */
     {
-      /* when this step's loads start a unit, thread 0 claims the one two
-       * past it */
       const int go = more();
-      if(go && ld.kt == 0 && tid == 0) {
-        claim = moe_claim_after<STAGE>(p, ld.unit, d.units, d.units1);
-        claim_pos = ld.unit + 2;
-      }
+      if(go)
+        claim_at_start();
       moe_pipe_step<C, STAGE>(ld, p, rt, pipe, nf, nk, acc, slot, wm, wn, wk, un.nvalid, go,
                               more);
     }
+    place_when_due();
     if(++kt == nk)
       tile_unit_end<C, STAGE>(p, un, acc, pipe, slot, wm, wn, wk);
     if(++slot == C::STAGES)
       slot = 0;
-    if(tid == 0 && claim != -2) {
-      ring[claim_pos & (HR__MOE_RING - 1)] = claim;
-      claim = -2;
-    }
     if(kt == nk) {
-      /* the next unit's entry was placed two unit starts ago, and a
-       * __syncthreads has published it */
+      /* the next unit's entry was placed a unit ago, and a __syncthreads
+       * has published it */
       kt = 0;
       u++;
       if(ring[u & (HR__MOE_RING - 1)] < 0)
