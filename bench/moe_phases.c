@@ -104,10 +104,12 @@ static const gemm_variant gemm_variants[] = {
   { "L2 prefetch of the weights before the waits", HR__MOE_VAR_PREFETCH, 1, 128 },
   { "agnostic, before: the big TMA tile from 25 to 71 pairs", HR__MOE_VAR_BIG_MID_ALL, 512,
     4096 },
-  { "barrier: the cp.async tiles' units claimed in order", HR__MOE_VAR_CLAIM, 1, 1 << 30 },
-  { "barrier: every CTA places all pairs, no barrier 0", HR__MOE_VAR_ROUTE_ALL, 1, 256 },
-  { "barrier: the cp.async tiles 256 rows tall, claimed, where the big TMA tile runs",
-    HR__MOE_VAR_CPASYNC_MID | HR__MOE_VAR_TALL | HR__MOE_VAR_CLAIM, 512, 4096 },
+  { "barrier, before: the cp.async tiles' units dealt round robin", HR__MOE_VAR_DEALT, 1,
+    1 << 30 },
+  { "barrier, before: the pairs placed a slice per CTA, then barrier 0", HR__MOE_VAR_ROUTE_SPLIT,
+    1, 16 },
+  { "barrier: the cp.async tiles 256 rows tall (claimed) where the big TMA tile runs",
+    HR__MOE_VAR_CPASYNC_MID | HR__MOE_VAR_TALL, 512, 4096 },
   /* the default and the two tile choices again, last: whether the order
    * in which they ran matters shows */
   { "default, again", 0, 512, 4096 },
@@ -121,16 +123,16 @@ static const gemm_variant gemm_variants[] = {
     1 << 30 },
   { "agnostic, before: the big TMA tile from 25 to 71 pairs, again",
     HR__MOE_VAR_BIG_MID_ALL, 512, 4096 },
-  { "barrier: the cp.async tiles' units claimed in order, again", HR__MOE_VAR_CLAIM, 1,
-    1 << 30 },
-  { "barrier: every CTA places all pairs, no barrier 0, again", HR__MOE_VAR_ROUTE_ALL, 1,
-    256 },
+  { "barrier, before: the cp.async tiles' units dealt round robin, again", HR__MOE_VAR_DEALT,
+    1, 1 << 30 },
+  { "barrier, before: the pairs placed a slice per CTA, then barrier 0, again",
+    HR__MOE_VAR_ROUTE_SPLIT, 1, 16 },
 };
 #define NGEMM ((int)(sizeof(gemm_variants) / sizeof(gemm_variants[0])))
 /* Variants of what only the barrier kernel has: not timed for the other. */
 #define BARRIER_ONLY                                                                  \
   (HR__MOE_VAR_NO_CLUSTER | HR__MOE_VAR_TALL | HR__MOE_VAR_WIDE96_SHORT |             \
-   HR__MOE_VAR_CLAIM | HR__MOE_VAR_ROUTE_ALL)
+   HR__MOE_VAR_DEALT | HR__MOE_VAR_ROUTE_SPLIT)
 /* And of what only the agnostic kernel has. */
 #define AGNOSTIC_ONLY (HR__MOE_VAR_AGN_SHORT | HR__MOE_VAR_BIG_MID_ALL)
 

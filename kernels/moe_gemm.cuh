@@ -449,6 +449,13 @@ static __device__ __forceinline__ int moe_unit_wrap(int u, int units1)
   return u >= units1 ? u - units1 : u;
 }
 
+/* Unit `t` of a stage's claim order (t from its counter), or -1 past its
+ * end. */
+static __device__ __forceinline__ int moe_claim_unit(int t, int units, int units1)
+{
+  return t < units ? moe_unit_wrap(t, units1) : -1;
+}
+
 /* Issues the cp.async loads, one BK step at a time, walking this CTA's
  * units in order. Thread t copies chunk t % CPR of rows t / CPR + RPP * i. */
 template <class C, int STAGE>

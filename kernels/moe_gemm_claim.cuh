@@ -1,7 +1,7 @@
 /*
  * moe_gemm_claim.cuh: the barrier kernel's cp.async GEMM stage with its
  * units claimed in order from the stage's counter instead of dealt round
- * robin (the benchmark's variant HR__MOE_VAR_CLAIM).
+ * robin (moe_gemm_stage, now the benchmark's variant HR__MOE_VAR_DEALT).
  *
  * Why try it: with a fixed deal every CTA runs the same number of units
  * (~6 a stage at Qwen3-30B-A3B T = 1024), so a CTA that is a little slower
@@ -20,10 +20,10 @@
  * dealt, with no atomic at all; the counter hands out the units after
  * those. When a unit's loads start, thread 0 claims the unit two past it
  * (the loader decodes the unit after the one it starts, so that one must
- * be in place already) and places it in the ring only after the unit's
- * last loads are issued, nk steps later: the atomic's round trip never
- * stalls the warp that issued it. The loads read the entry past the next
- * __syncthreads. -1 in the ring ends the run. Claims change only which
+ * be in place already), just before the wait for the step's data, and
+ * places it in the ring once the unit's last loads are issued, nk steps
+ * later; the loads read the entry past the next __syncthreads. -1 in the
+ * ring ends the run. Claims change only which
  * CTA computes a unit, never its sums: y stays bitwise the same. The
  * counter goes back to 0 past the grid barrier that ends the stage
  * (moe_claims_reset, moe_kernel.cu).
@@ -38,23 +38,11 @@
  * [i % HR__MOE_RING]. */
 static __shared__ int moe_claim_ring[HR__MOE_RING];
 
-/* Unit `t` of the stage's order, or -1 past its end. */
-static __device__ __forceinline__ int moe_claim_unit(int t, int units, int units1)
+/* The ring entry of a ticket (the counter's raw value): the counter
+ * starts past every CTA's two dealt units. */
+static __device__ __forceinline__ int moe_claim_entry(int ticket, int units, int units1)
 {
-  return t < units ? moe_unit_wrap(t, units1) : -1;
-}
-
-/* Thread 0: the unit two past `lu` of this CTA's run, claimed, unless the
- * run ends before it. The counter starts past every CTA's two dealt
- * units. */
-template <int STAGE>
-static __device__ __forceinline__ int moe_claim_after(const hr__moe_params &p, int lu,
-                                                      int units, int units1)
-{
-  if(moe_claim_ring[(lu + 1) & (HR__MOE_RING - 1)] < 0)
-    return -1;
-  return moe_claim_unit((int)atomicAdd(&p.sync->claim[STAGE - 1], 1u) + 2 * (int)gridDim.x,
-                        units, units1);
+  return moe_claim_unit(ticket + 2 * (int)gridDim.x, units, units1);
 }
 
 template <class C, int STAGE>
@@ -71,7 +59,10 @@ __device__ void moe_gemm_stage_claimed(const hr__moe_params &p, const moe_route 
   moe_unit un;
   float acc[C::MT][C::NT][4];
   int kt = 0, u = 0, slot = 0, i;
-  int claim = -2, claim_pos = 0;      /* thread 0: an entry to place (-2: none) */
+  /* thread 0: an entry to place at claim_pos: none, the end of the run,
+   * or the unit of the ticket in `claim` (not read before then) */
+  enum { NONE, END, TICKET } pending = NONE;
+  int claim = 0, claim_pos = 0;
 
   if(d.units == 0 || (int)blockIdx.x >= d.units)
     return;                           /* not even a dealt unit */
@@ -85,19 +76,26 @@ __device__ void moe_gemm_stage_claimed(const hr__moe_params &p, const moe_route 
   /* Is there a step to load: within a unit, or the ring has the next one
    * (its entry placed a unit before, past a __syncthreads)? */
   const auto more = [&] { return ld.kt != 0 || ring[ld.unit & (HR__MOE_RING - 1)] >= 0; };
-  /* Thread 0, when the loads of a unit start: claim the unit two past it. */
+  /* Thread 0, when the loads of a unit start: claim the unit two past it,
+   * unless the run ends before it. */
   const auto claim_at_start = [&] {
     if(tid == 0 && ld.kt == 0) {
-      claim = moe_claim_after<STAGE>(p, ld.unit, d.units, d.units1);
       claim_pos = ld.unit + 2;
+      if(ring[(ld.unit + 1) & (HR__MOE_RING - 1)] < 0) {
+        pending = END;
+      } else {
+        claim = (int)atomicAdd(&p.sync->claim[STAGE - 1], 1u);
+        pending = TICKET;
+      }
     }
   };
   /* Thread 0, once the loads of that unit are all issued: place the
-   * claim, for the next unit's start (past a __syncthreads) to read. */
+   * entry, for the next unit's start (past a __syncthreads) to read. */
   const auto place_when_due = [&] {
-    if(tid == 0 && claim != -2 && ld.kt == 0) {
-      ring[claim_pos & (HR__MOE_RING - 1)] = claim;
-      claim = -2;
+    if(tid == 0 && pending != NONE && ld.kt == 0) {
+      ring[claim_pos & (HR__MOE_RING - 1)] =
+          pending == END ? -1 : moe_claim_entry(claim, d.units, d.units1);
+      pending = NONE;
     }
   };
   for(i = 0; i < C::STAGES - 1; i++) {          /* fill the pipeline */
@@ -113,12 +111,16 @@ __device__ void moe_gemm_stage_claimed(const hr__moe_params &p, const moe_route 
   un = unit_decode(ring[0], rt, p, nf, C::BN, moe_tt_major<C>(p));
   tile_zero<C>(acc);
   for(;;) {
+    /* The claim before the wait for this step's data: the compiler makes
+     * any one thread's atomicAdd a warp's (one atomic, its result
+     * shuffled to the lanes), and that shuffle waits for the round trip
+     * at once; here the wait overlaps the one for the data. */
+    if(tid == 0 && more())
+      claim_at_start();
     moe_step_landed<C>();                       /* this step has landed */
     __syncthreads();                            /* and (DEPTH 0) the last slot is free */
     {
       const int go = more();
-      if(go)
-        claim_at_start();
       moe_pipe_step<C, STAGE>(ld, p, rt, pipe, nf, nk, acc, slot, wm, wn, wk, un.nvalid, go,
                               more);
     }

@@ -45,9 +45,9 @@ static __device__ void moe_combine(const hr__moe_params &p)
   }
 }
 
-/* One GEMM stage on the cp.async pipeline in tile C: its units dealt
- * round robin, or in the benchmark's variant HR__MOE_VAR_CLAIM (CLAIM 1)
- * claimed in order (moe_gemm_claim.cuh). */
+/* One GEMM stage on the cp.async pipeline in tile C: its units claimed in
+ * order (CLAIM 1, moe_gemm_claim.cuh), or in the benchmark's variant
+ * HR__MOE_VAR_DEALT dealt round robin. */
 template <class C, int STAGE, int CLAIM>
 static __device__ __forceinline__ void moe_gemm_run(const hr__moe_params &p,
                                                     const moe_route &rt, uint8_t *smem)
@@ -111,10 +111,10 @@ static __device__ __forceinline__ int moe_gemm(const hr__moe_params &p, const mo
       moe_fail_at(p, HR__MOE_FAIL_TIMEOUT, HR__MOE_WAIT_TMA, STAGE, 0);
     return 0;
   }
-  if(v & HR__MOE_VAR_CLAIM)
-    moe_gemm_cpasync<STAGE, 1>(p, rt, smem, tile);
-  else
+  if(v & HR__MOE_VAR_DEALT)
     moe_gemm_cpasync<STAGE, 0>(p, rt, smem, tile);
+  else
+    moe_gemm_cpasync<STAGE, 1>(p, rt, smem, tile);
   return 1;
 }
 
@@ -183,15 +183,15 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
     return;
 
   /* 1. route: this CTA's slice of the pairs (none in the benchmark's
-   * variant without the route phase: the tables are still made). In the
-   * benchmark's variant HR__MOE_VAR_ROUTE_ALL, at few pairs, every CTA
-   * places them all, each pair to the same place with the same values in
-   * every CTA, so no CTA needs another's placing and barrier 0 goes
-   * (unless the TMA tile must read x rows that other CTAs copy). */
+   * variant without the route phase: the tables are still made). At few
+   * pairs (HR__MOE_ROUTE_ALL_MAX_PAIRS) every CTA places them all, each
+   * pair to the same place with the same values in every CTA, so no CTA
+   * needs another's placing and barrier 0 goes (unless the TMA tile must
+   * read x rows that other CTAs copy). */
   const int pairs = p.T * p.k, runs = moe_phase_runs(p, HR__MOE_PHASE_ROUTE);
   const int slo = (int)((long long)pairs * blockIdx.x / gridDim.x);
   const int shi = runs ? (int)((long long)pairs * (blockIdx.x + 1) / gridDim.x) : slo;
-  const int whole = (p.variant & HR__MOE_VAR_ROUTE_ALL) && pairs <= HR__MOE_ROUTE_ALL_MAX_PAIRS;
+  const int whole = !(p.variant & HR__MOE_VAR_ROUTE_SPLIT) && pairs <= HR__MOE_ROUTE_ALL_MAX_PAIRS;
   const int lo = whole ? 0 : slo, hi = whole ? (runs ? pairs : 0) : shi;
   moe_route_pairs(p, rt, s_warp_sums, lo, hi);
   if(runs == 2)

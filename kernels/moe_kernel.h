@@ -53,8 +53,9 @@ typedef struct hr__moe_sync {
   unsigned pad1[31];
   unsigned fail;
   unsigned pad2[31];
-  /* The TMA big tile's units, claimed in order (GEMM1, GEMM2): CTA 0
-   * puts each back to 0 past the grid barrier that ends its stage. */
+  /* The GEMM stages' units past those dealt, claimed in order (GEMM1,
+   * GEMM2; moe_gemm_stage_tma, moe_gemm_stage_claimed): CTA 0 puts each
+   * back to 0 past the grid barrier that ends its stage. */
   unsigned claim[2];
   unsigned pad3[30];
 } hr__moe_sync;
@@ -178,18 +179,22 @@ enum {
    * both kernels, as before 2026-11-30 18:00, instead of the agnostic
    * kernel's 256-row cp.async tiles from 25 to 71 (moe_pick_tile) */
   HR__MOE_VAR_BIG_MID_ALL = 4194304,
-  /* the barrier kernel's cp.async tiles with their units claimed in
-   * order from the stage's counter instead of dealt round robin
-   * (moe_gemm_claim.cuh) */
-  HR__MOE_VAR_CLAIM = 8388608,
-  /* the barrier kernel at up to HR__MOE_ROUTE_ALL_MAX_PAIRS pairs: every
-   * CTA places all the pairs, and barrier 0 goes (moe_kernel.cu) */
-  HR__MOE_VAR_ROUTE_ALL = 16777216
+  /* the barrier kernel's cp.async tiles with their units dealt round
+   * robin, as before 2026-11-30 20:00, instead of claimed in order from
+   * the stage's counter (moe_gemm_claim.cuh) */
+  HR__MOE_VAR_DEALT = 8388608,
+  /* the barrier kernel's pairs placed a slice per CTA, then barrier 0, at
+   * every T, as before 2026-11-30 20:00, instead of every CTA placing all
+   * of them up to HR__MOE_ROUTE_ALL_MAX_PAIRS (moe_kernel.cu) */
+  HR__MOE_VAR_ROUTE_SPLIT = 16777216
 };
 
-/* HR__MOE_VAR_ROUTE_ALL's limit: one warp of every CTA places the pairs,
- * 32 a step (T = 256 at 8 experts a token: 64 steps). */
-#define HR__MOE_ROUTE_ALL_MAX_PAIRS 2048
+/* Up to this many pairs every CTA of the barrier kernel places all of
+ * them (one warp, 32 a step), so barrier 0 goes: ~1-3 us less at T = 1
+ * (Qwen3-30B-A3B 0.037 ms against 0.038, DeepSeek-V3 0.180 against 0.183),
+ * level at T = 16, and slower from T = 128 (0.312 against 0.301), where
+ * each CTA's placing of them all outlasts the barrier it saves. */
+#define HR__MOE_ROUTE_ALL_MAX_PAIRS 128
 
 /* Rows per TMA box of token rows (the x rows in expert order, h; the
  * maps of moe_api.cu, the loads of moe_gemm_tma.cuh). 32-row boxes, which
