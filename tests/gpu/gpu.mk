@@ -2,7 +2,7 @@
 # `make test`, where without a GPU each prints "SKIP: ...: no CUDA device
 # (...)" and exits 77). Without nvcc they are built as stubs that skip the
 # same way.
-GPU_TEST_NAMES := test_moe_correct test_moe_grids test_moe_timeout \
+GPU_TEST_NAMES := test_moe_correct test_moe_timeout \
                   test_moe_launch test_moe_lease
 GPU_TESTS += $(addprefix $(TESTBIN)/,$(GPU_TEST_NAMES))
 

@@ -11,15 +11,28 @@
  * Cases cover every tile shape: Qwen3 at T = 128, 300 and 1024 (about 8,
  * 19 and 64 tokens per expert), the small shape at T = 16, 1024 and 8192
  * (up to 2048 per expert); grid 2 only where it is quick (a grid of 2
- * streams every weight through two SMs).
+ * streams every weight through two SMs). Each grid runs twice: as a user
+ * launches it, and with the cp.async tiles claiming their units (which
+ * they do by default only from H = 4096, HR__MOE_CLAIM_MIN_H: these
+ * shapes are smaller), so the claimed stage is checked on every tile and
+ * grid too.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "gpu_util.h"
+#include "moe_bench.h"
 
 #define NAME "test_moe_grids"
 #define TIMEOUT_MS 30000
+
+/* The barrier kernel on a grid of *(int *)ctx CTAs, clusters of 2, its
+ * cp.async tiles claiming their units at any H. */
+static int launch_claimed(gt_moe *g, const hr_moe_args *args, void *ctx)
+{
+  const hr__moe_variant v = { 0, 0, 0, HR__MOE_VAR_CLAIM_ALL };
+  return hr__moe_forward_variant(g->m, *(const int *)ctx, &v, args, g->stream);
+}
 
 static void grids_case(gt_moe *g, int T, int with_grid_2)
 {
@@ -54,6 +67,13 @@ static void grids_case(gt_moe *g, int T, int with_grid_2)
     printf("  %-14s T=%-5d grid %3d cluster 2: %s (%.1f ms wall)\n", g->s.name,
            T, grid, memcmp(first, g->y_h, bytes) == 0 ? "identical" : "DIFFERENT",
            gt_now_ms() - t0);
+    rc = gt_run_with(g, launch_claimed, (void *)&grid, TIMEOUT_MS);
+    GT_EXPECT(rc == HR_OK, "grid %d, claimed: %s", grid, hr_strerror(rc));
+    GT_EXPECT(memcmp(first, g->y_h, bytes) == 0,
+              "%s T=%d: grid %d with claimed units differs from grid %d", g->s.name, T,
+              grid, sms);
+    printf("  %-14s T=%-5d grid %3d claimed:   %s\n", g->s.name, T, grid,
+           memcmp(first, g->y_h, bytes) == 0 ? "identical" : "DIFFERENT");
   }
   rc = gt_run(g, sms, HR_MODE_COOPERATIVE, 2, TIMEOUT_MS);
   GT_EXPECT(rc == HR_OK, "cooperative: %s", hr_strerror(rc));

@@ -1,0 +1,28 @@
+# The GPU tests that launch the kernels' variants through
+# hr__moe_forward_variant (kernels/moe_bench.h), which only the static
+# library has, so they link it (as bench/moe_phases does):
+#   test_moe_tma_timeout  the TMA waits' timeouts, through the fault bits
+#   test_moe_grids        every grid, also with the units claimed at any H
+# Run by `make gpu-test`, and by `make test`, where without a GPU they skip.
+VARIANT_TEST_NAMES := test_moe_tma_timeout test_moe_grids
+VARIANT_TESTS := $(addprefix $(TESTBIN)/,$(VARIANT_TEST_NAMES))
+GPU_TESTS += $(VARIANT_TESTS)
+
+ifeq ($(HAVE_NVCC),1)
+
+$(VARIANT_TESTS): $(TESTBIN)/%: $(OBJDIR)/tests/gpu/%.o $(GPU_TEST_OBJS) $(MOE_LIB_A) \
+                  $(LIBDIR)/libheadroom.so
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(MOE_LIB_A) \
+	  -L$(LIBDIR) -lheadroom -Wl,-rpath,$(abspath $(LIBDIR)) \
+	  $(LDLIBS_CUDART) -lstdc++ -lm
+
+$(addprefix $(OBJDIR)/tests/gpu/,$(addsuffix .o,$(VARIANT_TEST_NAMES))): CPPFLAGS += -Ikernels
+
+else
+
+$(VARIANT_TESTS): $(TESTBIN)/%: tests/gpu/skip_stub.c
+	@mkdir -p $(dir $@)
+	$(GPU_TEST_STUB)
+
+endif
