@@ -305,6 +305,16 @@ enum { MOE_TILE_TINY = 0, MOE_TILE_NARROW, MOE_TILE_MID, MOE_TILE_BIG, MOE_TILE_
  * (HR__MOE_VAR_AGN_SHORT, or a mid-tile variant): Qwen3-30B-A3B
  * T = 1024 0.428 ms against 0.514, T = 512 0.388 against 0.449
  * (bench/results/moe-wide80-h200-2026-11-30.md). */
+/* Does the barrier kernel claim its cp.async tiles' units (from
+ * H = HR__MOE_CLAIM_MIN_H, the bit the launch sets; moe_gemm_claim.cuh)?
+ * It then runs the agnostic kernel's tiles too: the mid tile 256 rows
+ * tall (moe_tile_tall), and the 256-row cp.async tiles rather than the
+ * big TMA tile from 25 to 71 pairs per expert (moe_pick_tile). */
+static __device__ __forceinline__ int moe_claims(unsigned v)
+{
+  return (v & HR__MOE_VAR_CLAIM_ALL) && !(v & HR__MOE_VAR_DEALT);
+}
+
 static __device__ __forceinline__ int moe_tile_tall(int tile, unsigned v, int agnostic)
 {
   if(agnostic && (v & HR__MOE_VAR_AGN_SHORT))
@@ -315,7 +325,7 @@ static __device__ __forceinline__ int moe_tile_tall(int tile, unsigned v, int ag
     return agnostic || !(v & HR__MOE_VAR_WIDE96_SHORT);
   if(tile == MOE_TILE_MID)
     return agnostic ? !(v & (HR__MOE_VAR_MID_SYNC | HR__MOE_VAR_MID_WAIT))
-                    : (v & HR__MOE_VAR_TALL) != 0;
+                    : (v & HR__MOE_VAR_TALL) || moe_claims(v);
   return 0;
 }
 
@@ -338,7 +348,8 @@ static __device__ __forceinline__ int moe_pick_tile(int pairs, int nonempty, int
   const int big_mid = (variant & HR__MOE_VAR_BIG_TALL) ||
                       (I / 64 >= HR__MOE_BIG_MID_MIN_STEPS &&
                        !(variant & HR__MOE_VAR_CPASYNC_MID) &&
-                       (!agnostic || !moe_tile_tall(cp, variant, 1) ||
+                       (!(agnostic || moe_claims(variant)) ||
+                        !moe_tile_tall(cp, variant, agnostic) ||
                         (variant & HR__MOE_VAR_BIG_MID_ALL)));
   return per_expert >= HR__MOE_BIG_MIN_PAIRS       ? MOE_TILE_BIG
          : per_expert <= HR__MOE_TINY_MAX_PAIRS   ? MOE_TILE_TINY

@@ -46,8 +46,7 @@ static __device__ void moe_combine(const hr__moe_params &p)
 }
 
 /* One GEMM stage on the cp.async pipeline in tile C: its units claimed in
- * order (CLAIM 1, moe_gemm_claim.cuh; from H = HR__MOE_CLAIM_MIN_H), or
- * dealt round robin. */
+ * order (CLAIM 1, moe_gemm_claim.cuh; moe_claims), or dealt round robin. */
 template <class C, int STAGE, int CLAIM>
 static __device__ __forceinline__ void moe_gemm_run(const hr__moe_params &p,
                                                     const moe_route &rt, uint8_t *smem)
@@ -111,7 +110,7 @@ static __device__ __forceinline__ int moe_gemm(const hr__moe_params &p, const mo
       moe_fail_at(p, HR__MOE_FAIL_TIMEOUT, HR__MOE_WAIT_TMA, STAGE, 0);
     return 0;
   }
-  if(!(v & HR__MOE_VAR_DEALT) && (p.H >= HR__MOE_CLAIM_MIN_H || (v & HR__MOE_VAR_CLAIM_ALL)))
+  if(moe_claims(v))
     moe_gemm_cpasync<STAGE, 1>(p, rt, smem, tile);
   else
     moe_gemm_cpasync<STAGE, 0>(p, rt, smem, tile);

@@ -187,14 +187,17 @@ enum {
    * every T, as before 2026-11-30 20:00, instead of every CTA placing all
    * of them up to HR__MOE_ROUTE_ALL_MAX_PAIRS (moe_kernel.cu) */
   HR__MOE_VAR_ROUTE_SPLIT = 16777216,
-  /* the barrier kernel's cp.async tiles claimed at every shape, not only
-   * from H = HR__MOE_CLAIM_MIN_H: the tests run it on the small shapes,
-   * whose every tile and grid it then covers (test_moe_grids) */
+  /* the barrier kernel's cp.async tiles claim their units (and run the
+   * agnostic kernel's tiles: moe_claims, moe_gemm.cuh). Not only a
+   * benchmark's bit: every launch sets it from H = HR__MOE_CLAIM_MIN_H
+   * (moe_api.cu); the tests set it on the small shapes, whose every tile
+   * and grid it then covers (test_moe_grids) */
   HR__MOE_VAR_CLAIM_ALL = 33554432
 };
 
 /* From this H (GEMM1's K) the barrier kernel's cp.async tiles claim their
- * units rather than take them dealt round robin (moe_gemm_claim.cuh).
+ * units rather than take them dealt round robin (moe_gemm_claim.cuh), and
+ * it runs the agnostic kernel's tiles (moe_pick_tile).
  * Measured on an H200 (bench/results/moe-claims-h200-2026-11-30.md):
  * DeepSeek-V3 (H = 7168) T = 16, 128, 512 6-8% faster claimed, level at
  * 1, 1024 and 2048; Qwen3-30B-A3B (H = 2048) level at T <= 128 and 2048,
