@@ -47,8 +47,8 @@
  *   (moe_tile_tall: which kernel runs which height)
  *   wide (< 96): 128 x 128, 6 stages of 64, wgmma
  *   big: 256 x 128, 4 stages of 64, wgmma, where the MMAs dominate, and
- *        from 25 pairs where I >= 2048 but where the agnostic kernel
- *        runs a 256-row cp.async tile (moe_pick_tile); in production on
+ *        from 25 pairs where I >= 2048 but where a kernel that claims its
+ *        units runs a 256-row cp.async tile (moe_pick_tile); in production on
  *        TMA (moe_gemm_tma.cuh), here on cp.async for the benchmark's
  *        comparison (HR__MOE_VAR_CPASYNC)
  * The mid and wide tiles keep one step's MMAs in flight while the next
@@ -284,14 +284,16 @@ enum { MOE_TILE_TINY = 0, MOE_TILE_NARROW, MOE_TILE_MID, MOE_TILE_BIG, MOE_TILE_
  * T = 1024 (mid: 5.68-5.79 ms against 6.30-6.34 in four processes, 5.70
  * against 7.7-7.9 in a fifth) and T = 2048 (wide80: 6.29-6.37 against
  * 6.66-6.78 in four); the 128-row wide tile at T = 2560 does not (9.2-9.3
- * against 7.3-7.5). In the barrier kernel the cp.async tiles measured
- * level at T = 1024 and 2048 (ahead in one process, behind in the next)
- * and slower at T = 2560 (8.3-8.6 against 7.7-8.1), so it keeps the big
- * tile (bench/results/moe-dsv3-tiles-h200-2026-11-30.md;
- * HR__MOE_VAR_BIG_MID_ALL is the rule before, the big tile in both
- * kernels). Either tile gives the same sums in the same K order: y stays
- * bitwise the same, so the two kernels agree bitwise though they may run
- * different tiles. */
+ * against 7.3-7.5). In the barrier kernel, with its units dealt round
+ * robin, the cp.async tiles measured level at T = 1024 and 2048 and
+ * slower at T = 2560 (bench/results/moe-dsv3-tiles-h200-2026-11-30.md);
+ * claimed, as it does from H = 4096 (moe_claims), they win there too:
+ * T = 2048 6.24-6.41 ms against 7.18-7.21, T = 1024 level
+ * (bench/results/moe-claims-h200-2026-11-30.md, run 5). So the rule is
+ * the same in both kernels where they claim; HR__MOE_VAR_BIG_MID_ALL is
+ * the rule before, the big tile in both. Either tile gives the same sums
+ * in the same K order: y stays bitwise the same, so the two kernels agree
+ * bitwise though they may run different tiles. */
 #define HR__MOE_BIG_MID_MIN_STEPS 32
 
 /* Does the launch run the 256-row version of its tile (moe_tile_mid_tall,
@@ -299,8 +301,9 @@ enum { MOE_TILE_TINY = 0, MOE_TILE_NARROW, MOE_TILE_MID, MOE_TILE_BIG, MOE_TILE_
  * (agnostic 0) or the agnostic one? Half the K steps for the same work,
  * so half the per-step work and half the token rows read again from L2.
  * The wide80 tile always in the barrier kernel, wide96 there unless the
- * benchmark asks for 128 rows (HR__MOE_VAR_WIDE96_SHORT), mid only in
- * its variant HR__MOE_VAR_TALL (level there). The agnostic kernel runs
+ * benchmark asks for 128 rows (HR__MOE_VAR_WIDE96_SHORT), mid where it
+ * claims its units (moe_claims, as the agnostic kernel) or in its variant
+ * HR__MOE_VAR_TALL (level at Qwen3-30B-A3B, dealt). The agnostic kernel runs
  * all three 256 rows tall unless the benchmark asks for 128
  * (HR__MOE_VAR_AGN_SHORT, or a mid-tile variant): Qwen3-30B-A3B
  * T = 1024 0.428 ms against 0.514, T = 512 0.388 against 0.449

@@ -199,11 +199,13 @@ enum {
  * units rather than take them dealt round robin (moe_gemm_claim.cuh), and
  * it runs the agnostic kernel's tiles (moe_pick_tile).
  * Measured on an H200 (bench/results/moe-claims-h200-2026-11-30.md):
- * DeepSeek-V3 (H = 7168) T = 16, 128, 512 6-8% faster claimed, level at
- * 1, 1024 and 2048; Qwen3-30B-A3B (H = 2048) level at T <= 128 and 2048,
- * 1% slower at 1024 and 5% at 512. Long units (112 K steps a GEMM1 unit
- * at H = 7168) leave a stage's end ragged when dealt, and claims even it
- * out; short ones end nearly together anyway. */
+ * DeepSeek-V3 (H = 7168) T = 16, 128, 512 3-7% faster claimed, level at
+ * 1 and 1024, and with the agnostic kernel's tiles 11% faster at 2048;
+ * Qwen3-30B-A3B (H = 2048) level at T <= 128 and 2048, 1-2% slower at
+ * 1024 and 5-6% at 512. Long units (112 K steps a GEMM1 unit at
+ * H = 7168) leave a stage's end ragged when dealt, and claims even it
+ * out; short ones end nearly together anyway, and there the claimed
+ * loop's own costs show. */
 #define HR__MOE_CLAIM_MIN_H 4096
 
 /* Up to this many pairs every CTA of the barrier kernel places all of
