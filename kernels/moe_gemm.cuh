@@ -800,9 +800,16 @@ __device__ void tile_store(const hr__moe_params &p, const moe_unit &un,
   float *red = (float *)(pipe + C::PIPE_BYTES);
   uint16_t *out = (uint16_t *)(C::WG ? slot : pipe + C::PIPE_BYTES + C::RED_BYTES);
   /* STAGE 1: BM/2 features per token row; STAGE 2: BM. A pass stages all
-   * of them, or with WG half: warpgroup `pass`'s. */
-  const int cols = STAGE == 1 ? C::BM / 2 : C::BM;
-  const int pass_cols = C::WG ? cols / 2 : cols;
+   * of them, or with WG half: warpgroup `pass`'s. In the benchmark's
+   * variant HR__MOE_VAR_STORE_ONE_PASS a WG tile whose whole output fits
+   * its slot (rows padded 16 bytes) stages it in one pass, both
+   * warpgroups at once: two __syncthreads a unit instead of four. */
+  constexpr int cols = STAGE == 1 ? C::BM / 2 : C::BM;
+  constexpr bool fits_one = C::WG && C::BN * (cols + 8) * 2 <= C::STAGE_BYTES;
+  const bool one = fits_one && (p.variant & HR__MOE_VAR_STORE_ONE_PASS);
+  const int stride = one ? cols + 8 : C::OUT_STRIDE;
+  const int passes = C::WG && !one ? 2 : 1;
+  const int pass_cols = passes == 2 ? cols / 2 : cols;
   int mt, j, i, s, pass;
 
   if(C::WK > 1) {
@@ -832,13 +839,13 @@ __device__ void tile_store(const hr__moe_params &p, const moe_unit &un,
     }
   }
 
-  for(pass = 0; pass < (C::WG ? 2 : 1); pass++) {
+  for(pass = 0; pass < passes; pass++) {
     const int f0 = pass * pass_cols;           /* first feature staged */
     /* WG: every warpgroup's MMAs are done with the slot; then, the last
      * pass is stored */
     if(C::WG)
       __syncthreads();
-    if(wk == 0 && (!C::WG || (warp >> 2) == pass)) {
+    if(wk == 0 && (!C::WG || one || (warp >> 2) == pass)) {
 #pragma unroll
       for(mt = 0; mt < C::MT; mt++) {
         const int m16 = C::m16(warp, mt);
@@ -849,14 +856,14 @@ __device__ void tile_store(const hr__moe_params &p, const moe_unit &un,
           if(STAGE == 1) {
             /* c0,c1: gate of feature m16*8+g for tokens n, n+1; c2,c3: up */
             const int f = m16 * 8 + g - f0;
-            out[n * C::OUT_STRIDE + f] = to_bf16(hr__swiglu(c[0], c[2]));
-            out[(n + 1) * C::OUT_STRIDE + f] = to_bf16(hr__swiglu(c[1], c[3]));
+            out[n * stride + f] = to_bf16(hr__swiglu(c[0], c[2]));
+            out[(n + 1) * stride + f] = to_bf16(hr__swiglu(c[1], c[3]));
           } else {
             const int f = m16 * 16 + g - f0;
-            out[n * C::OUT_STRIDE + f] = to_bf16(c[0]);
-            out[(n + 1) * C::OUT_STRIDE + f] = to_bf16(c[1]);
-            out[n * C::OUT_STRIDE + f + 8] = to_bf16(c[2]);
-            out[(n + 1) * C::OUT_STRIDE + f + 8] = to_bf16(c[3]);
+            out[n * stride + f] = to_bf16(c[0]);
+            out[(n + 1) * stride + f] = to_bf16(c[1]);
+            out[n * stride + f + 8] = to_bf16(c[2]);
+            out[(n + 1) * stride + f + 8] = to_bf16(c[3]);
           }
         }
       }
@@ -870,7 +877,7 @@ __device__ void tile_store(const hr__moe_params &p, const moe_unit &un,
       for(i = tid; i < un.nvalid * chunks; i += HR__MOE_THREADS) {
         const int n = i / chunks, c = i - n * chunks;
         *(uint4 *)(dst + (size_t)(un.pos0 + n) * ld + col0 + c * 8) =
-            *(const uint4 *)(out + n * C::OUT_STRIDE + c * 8);
+            *(const uint4 *)(out + n * stride + c * 8);
       }
     }
   }
