@@ -800,13 +800,18 @@ __device__ void tile_store(const hr__moe_params &p, const moe_unit &un,
   float *red = (float *)(pipe + C::PIPE_BYTES);
   uint16_t *out = (uint16_t *)(C::WG ? slot : pipe + C::PIPE_BYTES + C::RED_BYTES);
   /* STAGE 1: BM/2 features per token row; STAGE 2: BM. A pass stages all
-   * of them, or with WG half: warpgroup `pass`'s. In the benchmark's
-   * variant HR__MOE_VAR_STORE_ONE_PASS a WG tile whose whole output fits
-   * its slot (rows padded 16 bytes) stages it in one pass, both
-   * warpgroups at once: two __syncthreads a unit instead of four. */
+   * of them, or with WG half: warpgroup `pass`'s. A WG tile whose whole
+   * output fits its slot (rows padded 16 bytes: GEMM1 always, GEMM2 but
+   * for the wide, wide96-tall and cp.async big tiles) stages it in one
+   * pass, both warpgroups at once: two __syncthreads a unit instead of
+   * four. Qwen3-30B-A3B T = 512 0.351 ms against 0.369 in two passes
+   * (barrier kernel), T = 1024 0.385 against 0.400, agnostic 3-4% likewise;
+   * DeepSeek-V3 T = 2048 5.93-5.98 against 6.22 (barrier), y bitwise
+   * (bench/results/moe-store-h200-2026-11-30.md; the two passes are the
+   * benchmark's variant HR__MOE_VAR_STORE_TWO_PASS). */
   constexpr int cols = STAGE == 1 ? C::BM / 2 : C::BM;
   constexpr bool fits_one = C::WG && C::BN * (cols + 8) * 2 <= C::STAGE_BYTES;
-  const bool one = fits_one && (p.variant & HR__MOE_VAR_STORE_ONE_PASS);
+  const bool one = fits_one && !(p.variant & HR__MOE_VAR_STORE_TWO_PASS);
   const int stride = one ? cols + 8 : C::OUT_STRIDE;
   const int passes = C::WG && !one ? 2 : 1;
   const int pass_cols = passes == 2 ? cols / 2 : cols;

@@ -193,10 +193,10 @@ enum {
    * (moe_api.cu); the tests set it on the small shapes, whose every tile
    * and grid it then covers (test_moe_grids) */
   HR__MOE_VAR_CLAIM_ALL = 33554432,
-  /* the cp.async wgmma tiles' results staged in one pass where they fit
-   * the slot, both warpgroups at once, instead of one warpgroup's half a
-   * pass (tile_store, moe_gemm.cuh) */
-  HR__MOE_VAR_STORE_ONE_PASS = 67108864
+  /* the cp.async wgmma tiles' results staged one warpgroup's half a pass,
+   * as before 2026-11-30 20:00, instead of in one pass where they fit the
+   * slot (tile_store, moe_gemm.cuh) */
+  HR__MOE_VAR_STORE_TWO_PASS = 67108864
 };
 
 /* From this H (GEMM1's K) the barrier kernel's cp.async tiles claim their
