@@ -1,17 +1,19 @@
 /*
  * moe_gemm_claim.cuh: the barrier kernel's cp.async GEMM stage with its
  * units claimed in order from the stage's counter instead of dealt round
- * robin (moe_gemm_stage, now the benchmark's variant HR__MOE_VAR_DEALT).
+ * robin (moe_gemm_stage). It runs from H = HR__MOE_CLAIM_MIN_H (moe_claims;
+ * the dealt stage runs below, and everywhere in the benchmark's variant
+ * HR__MOE_VAR_DEALT).
  *
- * Why try it: with a fixed deal every CTA runs the same number of units
- * (~6 a stage at Qwen3-30B-A3B T = 1024), so a CTA that is a little slower
- * (its share of DRAM, of L2) ends the stage late and every other CTA waits
- * for it at the grid barrier: the stages' ends cost ~0.035 ms of that
- * cell's ~0.39 (bench/results/moe-flow-h200-2026-11-30.md). Claimed, the
- * fast CTAs take the units the slow ones would have run. The big TMA tile
- * claims its units already (moe_gemm_stage_tma), and so does the agnostic
- * kernel, whose 256-row mid tile runs DeepSeek-V3 T = 1024 in 5.7 ms where
- * the barrier kernel's round-robin deal of the same tile took 6.7-7.3.
+ * Why: with a fixed deal every CTA runs the same number of units, so a CTA
+ * that is a little slower (its share of DRAM, of L2) ends the stage late
+ * and every other CTA waits for it at the grid barrier. Claimed, the fast
+ * CTAs take the units the slow ones would have run. That pays where units
+ * are long: DeepSeek-V3 (112 K steps a GEMM1 unit) T = 16 to 512 3-7%
+ * faster, and with it the 256-row cp.async tiles beat the big TMA tile at
+ * T = 2048, as in the agnostic kernel, which claims too. At Qwen3-30B-A3B
+ * (32 K steps) it was level or 1-6% slower
+ * (bench/results/moe-claims-h200-2026-11-30.md).
  *
  * The loop is moe_gemm_stage's; the units come from a ring in shared
  * memory, as in the agnostic kernel (moe_loader reads it). Each CTA's
@@ -23,10 +25,9 @@
  * be in place already), just before the wait for the step's data, and
  * places it in the ring once the unit's last loads are issued, nk steps
  * later; the loads read the entry past the next __syncthreads. -1 in the
- * ring ends the run. Claims change only which
- * CTA computes a unit, never its sums: y stays bitwise the same. The
- * counter goes back to 0 past the grid barrier that ends the stage
- * (moe_claims_reset, moe_kernel.cu).
+ * ring ends the run. Claims change only which CTA computes a unit, never
+ * its sums: y stays bitwise the same. The counter goes back to 0 past the
+ * grid barrier that ends the stage (moe_claims_reset, moe_kernel.cu).
  */
 #ifndef HR_MOE_GEMM_CLAIM_CUH
 #define HR_MOE_GEMM_CLAIM_CUH
