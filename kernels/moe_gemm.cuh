@@ -296,6 +296,16 @@ enum { MOE_TILE_TINY = 0, MOE_TILE_NARROW, MOE_TILE_MID, MOE_TILE_BIG, MOE_TILE_
  * bitwise though they may run different tiles. */
 #define HR__MOE_BIG_MID_MIN_STEPS 32
 
+/* Does the barrier kernel claim its cp.async tiles' units (from
+ * H = HR__MOE_CLAIM_MIN_H, the bit the launch sets; moe_gemm_claim.cuh)?
+ * It then runs the agnostic kernel's tiles too: the mid tile 256 rows
+ * tall (moe_tile_tall), and the 256-row cp.async tiles rather than the
+ * big TMA tile from 25 to 71 pairs per expert (moe_pick_tile). */
+static __device__ __forceinline__ int moe_claims(unsigned v)
+{
+  return (v & HR__MOE_VAR_CLAIM_ALL) && !(v & HR__MOE_VAR_DEALT);
+}
+
 /* Does the launch run the 256-row version of its tile (moe_tile_mid_tall,
  * moe_tile_wide80_tall, moe_tile_wide96_tall) in the barrier kernel
  * (agnostic 0) or the agnostic one? Half the K steps for the same work,
@@ -308,16 +318,6 @@ enum { MOE_TILE_TINY = 0, MOE_TILE_NARROW, MOE_TILE_MID, MOE_TILE_BIG, MOE_TILE_
  * (HR__MOE_VAR_AGN_SHORT, or a mid-tile variant): Qwen3-30B-A3B
  * T = 1024 0.428 ms against 0.514, T = 512 0.388 against 0.449
  * (bench/results/moe-wide80-h200-2026-11-30.md). */
-/* Does the barrier kernel claim its cp.async tiles' units (from
- * H = HR__MOE_CLAIM_MIN_H, the bit the launch sets; moe_gemm_claim.cuh)?
- * It then runs the agnostic kernel's tiles too: the mid tile 256 rows
- * tall (moe_tile_tall), and the 256-row cp.async tiles rather than the
- * big TMA tile from 25 to 71 pairs per expert (moe_pick_tile). */
-static __device__ __forceinline__ int moe_claims(unsigned v)
-{
-  return (v & HR__MOE_VAR_CLAIM_ALL) && !(v & HR__MOE_VAR_DEALT);
-}
-
 static __device__ __forceinline__ int moe_tile_tall(int tile, unsigned v, int agnostic)
 {
   if(agnostic && (v & HR__MOE_VAR_AGN_SHORT))

@@ -388,8 +388,7 @@ static __device__ __forceinline__ void tma_unit_end(const hr__moe_params &p, con
 template <int STAGE>
 static __device__ __forceinline__ int tma_claim(const hr__moe_params &p, int units, int units1)
 {
-  const int t = (int)atomicAdd(&p.sync->claim[STAGE - 1], 1u);
-  return t < units ? moe_unit_wrap(t, units1) : -1;
+  return moe_claim_unit((int)atomicAdd(&p.sync->claim[STAGE - 1], 1u), units, units1);
 }
 
 /* One GEMM stage of the barrier kernel on the TMA pipeline. The units are
