@@ -108,7 +108,7 @@ static const gemm_variant gemm_variants[] = {
     1 << 30 },
   { "barrier, before: the pairs placed a slice per CTA, then barrier 0", HR__MOE_VAR_ROUTE_SPLIT,
     1, 16 },
-  { "barrier: the cp.async tiles claimed at every H", HR__MOE_VAR_CLAIM_ALL, 1, 1 << 30 },
+  { "barrier: the cp.async tiles claimed at every H", HR__MOE_VAR_CLAIM, 1, 1 << 30 },
   { "before: the wgmma tiles' results staged in two passes", HR__MOE_VAR_STORE_TWO_PASS, 256,
     4096 },
   { "barrier: the cp.async tiles 256 rows tall where the big TMA tile runs",
@@ -128,7 +128,7 @@ static const gemm_variant gemm_variants[] = {
     HR__MOE_VAR_BIG_MID_ALL, 512, 4096 },
   { "barrier, before: the cp.async tiles' units dealt round robin, again", HR__MOE_VAR_DEALT,
     1, 1 << 30 },
-  { "barrier: the cp.async tiles claimed at every H, again", HR__MOE_VAR_CLAIM_ALL, 1,
+  { "barrier: the cp.async tiles claimed at every H, again", HR__MOE_VAR_CLAIM, 1,
     1 << 30 },
   { "before: the wgmma tiles' results staged in two passes, again", HR__MOE_VAR_STORE_TWO_PASS,
     256, 4096 },
@@ -139,7 +139,7 @@ static const gemm_variant gemm_variants[] = {
 /* Variants of what only the barrier kernel has: not timed for the other. */
 #define BARRIER_ONLY                                                                  \
   (HR__MOE_VAR_NO_CLUSTER | HR__MOE_VAR_TALL | HR__MOE_VAR_WIDE96_SHORT |             \
-   HR__MOE_VAR_DEALT | HR__MOE_VAR_ROUTE_SPLIT | HR__MOE_VAR_CLAIM_ALL)
+   HR__MOE_VAR_DEALT | HR__MOE_VAR_ROUTE_SPLIT | HR__MOE_VAR_CLAIM)
 /* And of what only the agnostic kernel has. */
 #define AGNOSTIC_ONLY HR__MOE_VAR_AGN_SHORT
 

@@ -488,7 +488,7 @@ static int launch(hr_moe *m, const hr_lease *lease, int grid, int mode,
   }
   /* long GEMM units: the barrier kernel claims them (moe_kernel.h) */
   if(p.H >= HR__MOE_CLAIM_MIN_H)
-    p.variant |= HR__MOE_VAR_CLAIM_ALL;
+    p.variant |= HR__MOE_VAR_CLAIM;
 
   /* A cooperative grid larger than the device: CUDA would refuse it too,
    * but with clusters its answer varies; say it the same way always. */

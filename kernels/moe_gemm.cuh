@@ -303,7 +303,7 @@ enum { MOE_TILE_TINY = 0, MOE_TILE_NARROW, MOE_TILE_MID, MOE_TILE_BIG, MOE_TILE_
  * big TMA tile from 25 to 71 pairs per expert (moe_pick_tile). */
 static __device__ __forceinline__ int moe_claims(unsigned v)
 {
-  return (v & HR__MOE_VAR_CLAIM_ALL) && !(v & HR__MOE_VAR_DEALT);
+  return (v & HR__MOE_VAR_CLAIM) && !(v & HR__MOE_VAR_DEALT);
 }
 
 /* Does the launch run the 256-row version of its tile (moe_tile_mid_tall,

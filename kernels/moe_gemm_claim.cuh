@@ -126,6 +126,8 @@ __device__ void moe_gemm_stage_claimed(const hr__moe_params &p, const moe_route 
                               more);
     }
     place_when_due();
+    /* the step's end as moe_gemm_stage's; one helper for both changed
+     * that loop's register allocation, which is not to be taken untimed */
     if(++kt == nk)
       tile_unit_end<C, STAGE>(p, un, acc, pipe, slot, wm, wn, wk);
     if(++slot == C::STAGES)

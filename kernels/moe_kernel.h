@@ -192,7 +192,7 @@ enum {
    * benchmark's bit: every launch sets it from H = HR__MOE_CLAIM_MIN_H
    * (moe_api.cu); the tests set it on the small shapes, whose every tile
    * and grid it then covers (test_moe_grids) */
-  HR__MOE_VAR_CLAIM_ALL = 33554432,
+  HR__MOE_VAR_CLAIM = 33554432,
   /* the cp.async wgmma tiles' results staged one warpgroup's half a pass,
    * as before 2026-11-30 20:00, instead of in one pass where they fit the
    * slot (tile_store, moe_gemm.cuh) */
