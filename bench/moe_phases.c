@@ -23,7 +23,10 @@
  * L2 prefetch before the waits), each changing one thing while the rest
  * runs as usual; y of each against the default's (bitwise where the sums
  * are the same ones) and the default's against the CPU reference on
- * sampled tokens. --no-phases times the variants alone; --match TEXT
+ * sampled tokens. The diagnostics (HR__MOE_VAR_DIAG_*) each leave one
+ * part of the cp.async wgmma tiles out (the results' copy to memory, the
+ * MMAs, the token rows' loads): y is wrong with them, and their times
+ * say what each part costs. --no-phases times the variants alone; --match TEXT
  * times only the default and the variants whose name contains TEXT.
  *
  * First, for each shape and T, the floor measured rather than computed:
@@ -113,6 +116,15 @@ static const gemm_variant gemm_variants[] = {
     4096 },
   { "barrier: the cp.async tiles 256 rows tall where the big TMA tile runs",
     HR__MOE_VAR_CPASYNC_MID | HR__MOE_VAR_TALL, 512, 4096 },
+  /* what the cp.async tiles' parts cost: y is wrong with each */
+  { "diagnostic: results not stored", HR__MOE_VAR_DIAG_NO_STORE, 256, 4096 },
+  { "diagnostic: no MMAs", HR__MOE_VAR_DIAG_NO_MMA, 256, 4096 },
+  { "diagnostic: token rows not loaded", HR__MOE_VAR_DIAG_NO_TOKENS, 256, 4096 },
+  { "diagnostic: no MMAs, token rows not loaded",
+    HR__MOE_VAR_DIAG_NO_MMA | HR__MOE_VAR_DIAG_NO_TOKENS, 256, 4096 },
+  { "diagnostic: the weights' loads alone",
+    HR__MOE_VAR_DIAG_NO_MMA | HR__MOE_VAR_DIAG_NO_TOKENS | HR__MOE_VAR_DIAG_NO_STORE, 256,
+    4096 },
   /* the default and the two tile choices again, last: whether the order
    * in which they ran matters shows */
   { "default, again", 0, 512, 4096 },
@@ -134,6 +146,7 @@ static const gemm_variant gemm_variants[] = {
     256, 4096 },
   { "barrier, before: the pairs placed a slice per CTA, then barrier 0, again",
     HR__MOE_VAR_ROUTE_SPLIT, 1, 16 },
+  { "diagnostic: results not stored, again", HR__MOE_VAR_DIAG_NO_STORE, 256, 4096 },
 };
 #define NGEMM ((int)(sizeof(gemm_variants) / sizeof(gemm_variants[0])))
 /* Variants of what only the barrier kernel has: not timed for the other. */

@@ -439,7 +439,7 @@ static __device__ int agn_gemm_run(const hr__moe_params &p, const moe_route &rt,
 
     {
       const uint32_t a = smem_addr(pipe + slot * C::STAGE_BYTES);
-      tile_step<C>(acc, a, a + C::A_BYTES, wm, wn, wk, un.nvalid);
+      tile_step<C>(acc, a, a + C::A_BYTES, wm, wn, wk, moe_mma_n(p, un));
     }
     if constexpr(C::DEPTH) {
       /* As in moe_gemm_stage: the previous step's slot is free once every

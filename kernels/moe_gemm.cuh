@@ -448,6 +448,14 @@ static __device__ __forceinline__ moe_unit unit_decode(int u, const moe_route &r
   return un;
 }
 
+/* The tokens a unit's MMAs cover: its own, or none in the benchmark's
+ * diagnostic HR__MOE_VAR_DIAG_NO_MMA (read from the parameters at each
+ * step, so that no register holds it through the loop). */
+static __device__ __forceinline__ int moe_mma_n(const hr__moe_params &p, const moe_unit &un)
+{
+  return (p.variant & HR__MOE_VAR_DIAG_NO_MMA) ? 0 : un.nvalid;
+}
+
 /* The unit order of tile C in this launch: C's own, or row tile major in
  * the benchmark's variant HR__MOE_VAR_FT_MAJOR. */
 template <class C>
@@ -552,7 +560,9 @@ struct moe_loader {
 #pragma unroll
     for(i = 0; i < C::B_PASSES; i++) {
       const int r = r0 + C::RPP * i;
-      b_row[i] = r >= un.nvalid ? -1 : STAGE == 1 ? next_tok[i] : un.pos0 + r;
+      b_row[i] = r >= un.nvalid || (p.variant & HR__MOE_VAR_DIAG_NO_TOKENS) ? -1
+                 : STAGE == 1                                 ? next_tok[i]
+                                                              : un.pos0 + r;
     }
     look_ahead(p, rt, nf, unit + 1);
   }
@@ -744,7 +754,8 @@ static __device__ __forceinline__ void tile_wgmma(float (&acc)[C::MT][C::NT][4],
       return;
     }
   }
-  tile_wgmma_n<C, 16>(acc, a_base, b_base);
+  if(nvalid > 0)                       /* 0: the diagnostic HR__MOE_VAR_DIAG_NO_MMA */
+    tile_wgmma_n<C, 16>(acc, a_base, b_base);
 }
 
 /* One pipeline step of either kind of tile. WG tiles read shared memory
@@ -879,7 +890,9 @@ __device__ void tile_store(const hr__moe_params &p, const moe_unit &un,
       uint16_t *dst = STAGE == 1 ? p.h : p.ypair;
       const int ld = STAGE == 1 ? p.I : p.H;
       const int col0 = un.ft * cols + f0;
-      for(i = tid; i < un.nvalid * chunks; i += HR__MOE_THREADS) {
+      /* none: the diagnostic HR__MOE_VAR_DIAG_NO_STORE (staged, not stored) */
+      const int rows = (p.variant & HR__MOE_VAR_DIAG_NO_STORE) ? 0 : un.nvalid;
+      for(i = tid; i < rows * chunks; i += HR__MOE_THREADS) {
         const int n = i / chunks, c = i - n * chunks;
         *(uint4 *)(dst + (size_t)(un.pos0 + n) * ld + col0 + c * 8) =
             *(const uint4 *)(out + n * stride + c * 8);
@@ -1028,7 +1041,7 @@ __device__ void moe_gemm_stage(const hr__moe_params &p, const moe_route &rt,
   for(s = 0; s < steps; s++) {
     moe_step_landed<C>();                       /* step s has landed */
     __syncthreads();                            /* and (DEPTH 0) slot s-1 is free */
-    moe_pipe_step<C, STAGE>(ld, p, rt, pipe, nf, nk, acc, slot, wm, wn, wk, un.nvalid,
+    moe_pipe_step<C, STAGE>(ld, p, rt, pipe, nf, nk, acc, slot, wm, wn, wk, moe_mma_n(p, un),
                             s + C::STAGES - 1 < steps,
                             [&] { return s + C::STAGES - 1 < steps; });
     if(++kt == nk)

@@ -122,8 +122,8 @@ __device__ void moe_gemm_stage_claimed(const hr__moe_params &p, const moe_route 
     __syncthreads();                            /* and (DEPTH 0) the last slot is free */
     {
       const int go = more();
-      moe_pipe_step<C, STAGE>(ld, p, rt, pipe, nf, nk, acc, slot, wm, wn, wk, un.nvalid, go,
-                              more);
+      moe_pipe_step<C, STAGE>(ld, p, rt, pipe, nf, nk, acc, slot, wm, wn, wk,
+                              moe_mma_n(p, un), go, more);
     }
     place_when_due();
     /* the step's end as moe_gemm_stage's; one helper for both changed

@@ -196,7 +196,16 @@ enum {
   /* the cp.async wgmma tiles' results staged one warpgroup's half a pass,
    * as before 2026-11-30 20:00, instead of in one pass where they fit the
    * slot (tile_store, moe_gemm.cuh) */
-  HR__MOE_VAR_STORE_TWO_PASS = 67108864
+  HR__MOE_VAR_STORE_TWO_PASS = 67108864,
+  /* Diagnostics, for the benchmark alone: y is wrong with each. What a
+   * unit's stores cost (its results staged in shared memory, never
+   * copied out), what the MMAs cost (none issued: the loads and the
+   * stores alone), and what the token rows cost (never loaded: the MMAs
+   * read whatever the slot holds). The cp.async wgmma tiles of both
+   * kernels. */
+  HR__MOE_VAR_DIAG_NO_STORE = 268435456,
+  HR__MOE_VAR_DIAG_NO_MMA = 536870912,
+  HR__MOE_VAR_DIAG_NO_TOKENS = 1073741824
 };
 
 /* From this H (GEMM1's K) the barrier kernel's cp.async tiles claim their
