@@ -123,6 +123,8 @@ static const gemm_variant gemm_variants[] = {
   { "before: h and ypair not kept in L2", HR__MOE_VAR_L2_OFF, 1, 1 << 30 },
   { "default, again, between the L2 runs", 0, 1, 1 << 30 },
   { "before: h and ypair not kept in L2, again", HR__MOE_VAR_L2_OFF, 1, 1 << 30 },
+  { "barrier, before: the 80-token tile with two barriers a step", HR__MOE_VAR_TWO_SYNC, 512,
+    2048 },
   /* what the cp.async tiles' parts cost: y is wrong with each */
   { "diagnostic: results not stored", HR__MOE_VAR_DIAG_NO_STORE, 256, 4096 },
   { "diagnostic: no MMAs", HR__MOE_VAR_DIAG_NO_MMA, 256, 4096 },
@@ -154,12 +156,14 @@ static const gemm_variant gemm_variants[] = {
   { "barrier, before: the pairs placed a slice per CTA, then barrier 0, again",
     HR__MOE_VAR_ROUTE_SPLIT, 1, 16 },
   { "diagnostic: results not stored, again", HR__MOE_VAR_DIAG_NO_STORE, 256, 4096 },
+  { "barrier, before: the 80-token tile with two barriers a step, again", HR__MOE_VAR_TWO_SYNC,
+    512, 2048 },
 };
 #define NGEMM ((int)(sizeof(gemm_variants) / sizeof(gemm_variants[0])))
 /* Variants of what only the barrier kernel has: not timed for the other. */
 #define BARRIER_ONLY                                                                  \
   (HR__MOE_VAR_NO_CLUSTER | HR__MOE_VAR_TALL | HR__MOE_VAR_WIDE96_SHORT |             \
-   HR__MOE_VAR_DEALT | HR__MOE_VAR_ROUTE_SPLIT | HR__MOE_VAR_CLAIM)
+   HR__MOE_VAR_DEALT | HR__MOE_VAR_ROUTE_SPLIT | HR__MOE_VAR_CLAIM | HR__MOE_VAR_TWO_SYNC)
 /* And of what only the agnostic kernel has. */
 #define AGNOSTIC_ONLY HR__MOE_VAR_AGN_SHORT
 

@@ -400,6 +400,7 @@ static __device__ int agn_gemm_run(const hr__moe_params &p, const moe_route &rt,
   }
   __syncthreads();
   ld.init(p, rt, nf, 0, sh.ring);
+  static_assert(!C::ONE_SYNC, "the agnostic runs keep two barriers a step");
   for(i = 0; i < C::STAGES - 1; i++) {          /* fill the pipeline */
     const int lu = ld.unit, starts = ld.kt == 0;
     if(!starts || sh.ring[lu & (HR__MOE_RING - 1)] >= 0) {

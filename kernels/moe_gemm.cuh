@@ -105,6 +105,10 @@ struct moe_tile {
   static constexpr int DEPTH = WG ? DEPTH_ : 0;
   /* 1: loaded by TMA (moe_gemm_tma.cuh's tiles), 0: by cp.async */
   static constexpr int TMA = 0;
+  /* cp.async tiles: one __syncthreads a step (moe_one_sync) or, with
+   * DEPTH 1, two; and the steps the loads run ahead of the MMAs */
+  static constexpr int ONE_SYNC = 0;
+  static constexpr int LOOKAHEAD = STAGES - 1;
   /* WG tiles: 1, a step's wgmma descriptors by adds to two
    * (wgmma_desc_add); 0, each made whole (the benchmark's comparison) */
   static constexpr int DESC_ADD = 1;
@@ -225,6 +229,26 @@ typedef moe_tile<256, 96, 64, 8, 1, 1, 4, 0, 1, 1> moe_tile_wide96_tall;
  * from L2. */
 typedef moe_tile<128, 80, 64, 8, 1, 1, 8, 0, 1, 1> moe_tile_wide80;
 typedef moe_tile<256, 80, 64, 8, 1, 1, 5, 0, 1, 1> moe_tile_wide80_tall;
+/* A DEPTH 1 tile with one __syncthreads a step instead of two. Past a
+ * step's first __syncthreads every warp has seen the MMAs of two steps
+ * before complete (its wgmma.wait_group 1 of the step before), so that
+ * step's slot is free: the loads go out first, into it, STAGES - 2 steps
+ * ahead (one step less ahead than with two barriers), then the step's
+ * MMAs. The slot a unit's results are staged in is refilled two steps
+ * later, after the copy out. The barrier kernel's dealt 80-token tile
+ * runs so (moe_gemm_cpasync): Qwen3-30B-A3B T = 768 0.377 ms against
+ * 0.381 with two barriers a step (HR__MOE_VAR_TWO_SYNC), T = 1024
+ * 0.382-0.384 against 0.386, and with h and ypair kept in L2 0.393-0.394
+ * against 0.398 and 0.412 against 0.415, y bitwise
+ * (bench/results/moe-onesync-h200-2026-12-01.md). On the mid tile 256
+ * rows tall (T = 300, 512) level. */
+template <class B>
+struct moe_one_sync : B {
+  static constexpr int ONE_SYNC = 1;
+  static constexpr int LOOKAHEAD = B::STAGES - 2;
+  static_assert(B::WG && B::DEPTH == 1 && B::STAGES >= 4, "one step's MMAs in flight");
+};
+typedef moe_one_sync<moe_tile_wide80_tall> moe_tile_wide80_tall_1s;
 /* Hundreds of tokens per expert: 256 weight rows by 128 tokens. This is
  * the mma.sync version, 64 x 64 per warp, 3 stages, which the wgmma tile
  * below replaced; it stays as the benchmark's comparison (with the
@@ -777,7 +801,7 @@ static __device__ __forceinline__ void tile_step(float (&acc)[C::MT][C::NT][4],
 template <class C>
 static __device__ __forceinline__ void moe_step_landed(void)
 {
-  cp_async_wait<C::STAGES - 2>();
+  cp_async_wait<C::LOOKAHEAD - 1>();
   if constexpr(C::WG)
     fence_proxy_async_shared();
 }
@@ -937,7 +961,7 @@ static __device__ __forceinline__ void moe_pipe_step(moe_loader<C, STAGE> &ld,
                                                      int wm, int wn, int wk, int nvalid,
                                                      int go, const More &more)
 {
-  if constexpr(!C::DEPTH) {
+  if constexpr(!C::DEPTH || C::ONE_SYNC) {
     if(go)
       ld.issue(p, rt, pipe, nf, nk);
     cp_async_commit();
@@ -946,7 +970,7 @@ static __device__ __forceinline__ void moe_pipe_step(moe_loader<C, STAGE> &ld,
     const uint32_t a = smem_addr(pipe + slot * C::STAGE_BYTES);
     tile_step<C>(acc, a, a + C::A_BYTES, wm, wn, wk, nvalid);
   }
-  if constexpr(C::DEPTH) {
+  if constexpr(C::DEPTH && !C::ONE_SYNC) {
     __syncthreads();
     if(more())
       ld.issue(p, rt, pipe, nf, nk);
@@ -1031,7 +1055,7 @@ __device__ void moe_gemm_stage(const hr__moe_params &p, const moe_route &rt,
     return;
   pipe = moe_pipe<C>(pipe);
   ld.init(p, rt, nf, mine, NULL);
-  for(i = 0; i < C::STAGES - 1; i++) {          /* fill the pipeline */
+  for(i = 0; i < C::LOOKAHEAD; i++) {           /* fill the pipeline */
     if(i < steps)
       ld.issue(p, rt, pipe, nf, nk);
     cp_async_commit();
@@ -1040,10 +1064,10 @@ __device__ void moe_gemm_stage(const hr__moe_params &p, const moe_route &rt,
   tile_zero<C>(acc);
   for(s = 0; s < steps; s++) {
     moe_step_landed<C>();                       /* step s has landed */
-    __syncthreads();                            /* and (DEPTH 0) slot s-1 is free */
+    __syncthreads();   /* and slot s-1 (DEPTH 0) or s-2 (ONE_SYNC) is free */
     moe_pipe_step<C, STAGE>(ld, p, rt, pipe, nf, nk, acc, slot, wm, wn, wk, moe_mma_n(p, un),
-                            s + C::STAGES - 1 < steps,
-                            [&] { return s + C::STAGES - 1 < steps; });
+                            s + C::LOOKAHEAD < steps,
+                            [&] { return s + C::LOOKAHEAD < steps; });
     if(++kt == nk)
       tile_unit_end<C, STAGE>(p, un, acc, pipe, slot, wm, wn, wk);
     if(++slot == C::STAGES)

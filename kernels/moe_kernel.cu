@@ -74,7 +74,10 @@ static __device__ __forceinline__ void moe_gemm_cpasync(const hr__moe_params &p,
   else if(tile == MOE_TILE_WIDE)
     moe_gemm_run<moe_tile_wide, STAGE, CLAIM>(p, rt, smem);
   else if(moe_tile_tall(tile, v, 0)) {
-    if(tile == MOE_TILE_WIDE80)
+    /* dealt, the 80-token tile runs one __syncthreads a step */
+    if(tile == MOE_TILE_WIDE80 && !CLAIM && !(v & HR__MOE_VAR_TWO_SYNC))
+      moe_gemm_stage<moe_tile_wide80_tall_1s, STAGE>(p, rt, smem);
+    else if(tile == MOE_TILE_WIDE80)
       moe_gemm_run<moe_tile_wide80_tall, STAGE, CLAIM>(p, rt, smem);
     else if(tile == MOE_TILE_WIDE96)
       moe_gemm_run<moe_tile_wide96_tall, STAGE, CLAIM>(p, rt, smem);
