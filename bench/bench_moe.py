@@ -81,26 +81,7 @@ def load_lib(path):
     if hasattr(lib, "hr_moe_forward_agnostic_grid"):
         lib.hr_moe_forward_agnostic_grid.argtypes = [
             ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(Args), ctypes.c_void_p]
-    if hasattr(lib, "hr_moe_set_l2_keep"):
-        lib.hr_moe_set_l2_keep.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
-        lib.hr_moe_l2_keep.argtypes = [ctypes.c_void_p]
-        lib.hr_moe_l2_keep.restype = ctypes.c_uint64
     return lib
-
-
-def l2_reset_fn():
-    """cudaCtxResetPersistingL2Cache of the CUDA runtime torch loaded (by
-    its soname), or None: the reference must not run beside the lines our
-    kernel left persisting (--l2-keep)."""
-    for name in ("libcudart.so.13", "libcudart.so.12", "libcudart.so"):
-        try:
-            rt = ctypes.CDLL(name)
-        except OSError:
-            continue
-        fn = rt.cudaCtxResetPersistingL2Cache
-        fn.restype = ctypes.c_int
-        return fn
-    return None
 
 
 def median_ms(run, reps, sets, warmup=3):
@@ -161,7 +142,7 @@ def routing(T, E, k, gen):
 
 
 def bench_shape(libs, name, tokens, reps, copy_bw, gemm, l2_bytes, rows,
-                variants, variant_tokens, l2_keep, l2_reset):
+                variants, variant_tokens):
     E, H, I, k = SHAPES[name]
     gen = torch.Generator(device="cuda")
     gen.manual_seed(1234)
@@ -182,12 +163,6 @@ def bench_shape(libs, name, tokens, reps, copy_bw, gemm, l2_bytes, rows,
         rc = vlib.hr_moe_create(ctypes.byref(ctx), -1, ctypes.byref(shape))
         if rc:
             sys.exit(f"hr_moe_create ({vname}): {vlib.hr_strerror(rc).decode()}")
-        if l2_keep:
-            if not hasattr(vlib, "hr_moe_set_l2_keep"):
-                sys.exit(f"--l2-keep: {vname} has no hr_moe_set_l2_keep")
-            rc = vlib.hr_moe_set_l2_keep(ctx, (1 << 64) - 1)
-            if rc:
-                sys.exit(f"hr_moe_set_l2_keep ({vname}): {vlib.hr_strerror(rc).decode()}")
         ctxs.append(ctx)
     lib, ctx = libs[0][1], ctxs[0]
     sms = lib.hr_moe_sms(ctx)
@@ -221,10 +196,6 @@ def bench_shape(libs, name, tokens, reps, copy_bw, gemm, l2_bytes, rows,
                 out = ref_moe(x, ids, w, w1t, w2t, E, I)
             graphs.append(g)
             ref_out.append(out)
-        if l2_reset is not None:
-            torch.cuda.synchronize()
-            if l2_reset():
-                sys.exit("cudaCtxResetPersistingL2Cache failed")
         ref_ms = median_ms(lambda i: graphs[i].replay(), reps, sets)
 
         # Ours.
@@ -325,16 +296,7 @@ def main():
     ap.add_argument("--variants", default="",
                     help="NAME=LIB,...: also time these builds of the kernel")
     ap.add_argument("--variant-tokens", default="1,16,128")
-    ap.add_argument("--l2-keep", action="store_true",
-                    help="our kernels keep h and ypair in L2 (hr_moe_set_l2_keep, "
-                         "as much as the device allows)")
     opt = ap.parse_args()
-    l2_reset = None
-    if opt.l2_keep:
-        l2_reset = l2_reset_fn()
-        if l2_reset is None:
-            sys.exit("--l2-keep: no CUDA runtime found to reset persisting L2 lines "
-                     "before the reference")
 
     libs = [("ours", load_lib(os.path.abspath(opt.lib)))]
     for item in filter(None, opt.variants.split(",")):
@@ -353,7 +315,7 @@ def main():
     rows = []
     for name in opt.shapes.split(","):
         bench_shape(libs, name, tokens, opt.reps, copy_bw, gemm, l2, rows,
-                    variants, variant_tokens, opt.l2_keep, l2_reset)
+                    variants, variant_tokens)
 
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
@@ -370,9 +332,6 @@ def main():
         "agnostic: hr_moe_forward_agnostic_grid, grid = all SMs; reference: "
         "sort + torch._grouped_mm x2 + SwiGLU + index_add_, CUDA graph",
         "- agn = barrier: every input set's y bitwise the same from both kernels",
-        "- h and ypair kept in L2 (hr_moe_set_l2_keep, --l2-keep): " +
-        ("yes, as much as the device allows; persisting lines reset before "
-         "each reference timing" if opt.l2_keep else "no (the library's default)"),
         "",
         "| shape | T | reference ms | barrier ms | agnostic ms | ref / barrier "
         "| ref / agnostic | barrier TFLOP/s | agnostic TFLOP/s | floor ms "

@@ -7,16 +7,12 @@
 #   2. make bench-gpu (against PyTorch)   -> DIR/bench-moe.md, bench-gpu.log
 #   3. make bench-phases, GEMM variants   -> DIR/bench-phases.md, .log
 #      at the goal cells (T = 1, 1024, 8192 of both shapes)
-#   4. l2-keep: h and ypair kept in L2     -> DIR/bench-moe-l2keep.md and
-#      (hr_moe_set_l2_keep): the table        DIR/l2keep-phases.md, l2-keep.log
-#      with it, and kept against not kept
-#      side by side (Qwen3 T = 256-2048)
 #
 # DIR/summary.txt gets the date, commit, GPUs, each step's exit status and
 # seconds, and the GPU tests' count line. Every step runs even when one
 # before it failed; the exit status is 0 only when all passed. Steps can
 # be left out: GPU_REPORT_STEPS="gpu-test bench-gpu" (the default is all
-# four). Needs a GPU: without one it says so and exits 2, running nothing.
+# three). Needs a GPU: without one it says so and exits 2, running nothing.
 set -u
 dir=${1:-}
 if [ -z "$dir" ]; then
@@ -31,7 +27,7 @@ ngpu=$(printf '%s\n' "$gpus" | grep -c '^GPU ')
 mkdir -p "$dir" || exit 2
 make=${MAKE:-make}
 jobs=$(nproc 2>/dev/null || echo 4)
-steps=${GPU_REPORT_STEPS:-gpu-test bench-gpu bench-phases l2-keep}
+steps=${GPU_REPORT_STEPS:-gpu-test bench-gpu bench-phases}
 sum="$dir/summary.txt"
 {
   echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -69,13 +65,8 @@ for step in $steps; do
       run_step bench-phases "$make" -j"$jobs" bench-phases \
         BENCH_PHASES_OUT="$dir/bench-phases.md" \
         BENCH_PHASES_ARGS="--reps 20 --no-phases --shapes qwen3-30b-a3b,deepseek-v3 --tokens 1,1024,8192" ;;
-    l2-keep)
-      run_step l2-keep sh -c "$make -j$jobs bench-gpu BENCH_OUT='$dir/bench-moe-l2keep.md' \
-          BENCH_ARGS='--reps 20 --shapes qwen3-30b-a3b,deepseek-v3 --l2-keep' && \
-        $make -j$jobs bench-phases BENCH_PHASES_OUT='$dir/l2keep-phases.md' \
-          BENCH_PHASES_ARGS='--reps 20 --no-phases --l2-keep --match L2 --shapes qwen3-30b-a3b --tokens 256,512,1024,2048'" ;;
     *)
-      echo "gpu_report.sh: unknown step '$step' (gpu-test, bench-gpu, bench-phases, l2-keep)" | tee -a "$sum" >&2
+      echo "gpu_report.sh: unknown step '$step' (gpu-test, bench-gpu, bench-phases)" | tee -a "$sum" >&2
       rc=1 ;;
   esac
 done

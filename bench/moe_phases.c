@@ -26,9 +26,7 @@
  * sampled tokens. The diagnostics (HR__MOE_VAR_DIAG_*) each leave one
  * part of the cp.async wgmma tiles out (the results' copy to memory, the
  * MMAs, the token rows' loads): y is wrong with them, and their times
- * say what each part costs. --l2-keep runs every launch with h and ypair
- * kept in L2 (hr_moe_set_l2_keep), and times the launches without as a
- * variant. --no-phases times the variants alone; --match TEXT
+ * say what each part costs. --no-phases times the variants alone; --match TEXT
  * times only the default and the variants whose name contains TEXT.
  *
  * First, for each shape and T, the floor measured rather than computed:
@@ -51,7 +49,7 @@
  *
  *     build/tests/moe_phases [--reps N] [--shapes a,b] [--tokens 1,16,..]
  *                            [--no-phases] [--match TEXT] [--patterns]
- *                            [--l2-keep] [--out FILE]
+ *                            [--out FILE]
  */
 #include <math.h>
 #include <stdio.h>
@@ -118,11 +116,6 @@ static const gemm_variant gemm_variants[] = {
     4096 },
   { "barrier: the cp.async tiles 256 rows tall where the big TMA tile runs",
     HR__MOE_VAR_CPASYNC_MID | HR__MOE_VAR_TALL, 512, 4096 },
-  /* with --l2-keep: the launches without their L2 window, twice around
-   * the default timed again */
-  { "before: h and ypair not kept in L2", HR__MOE_VAR_L2_OFF, 1, 1 << 30 },
-  { "default, again, between the L2 runs", 0, 1, 1 << 30 },
-  { "before: h and ypair not kept in L2, again", HR__MOE_VAR_L2_OFF, 1, 1 << 30 },
   { "barrier, before: the 80-token tile with two barriers a step", HR__MOE_VAR_TWO_SYNC, 512,
     2048 },
   /* what the cp.async tiles' parts cost: y is wrong with each */
@@ -319,9 +312,6 @@ static float time_launches(bench *b, launch_fn fn, const void *arg)
 
 static float time_variant(bench *b, const hr__moe_variant *v)
 {
-  /* lines a persisting window (HR__MOE_VAR_L2_KEEP_*) left in L2 go back
-   * to normal: each variant starts from the same L2 */
-  GT_CUDA(cudaCtxResetPersistingL2Cache());
   return time_launches(b, launch_moe, v);
 }
 
@@ -393,7 +383,6 @@ int main(int argc, char **argv)
 {
   const char *shapes = "qwen3-30b-a3b,deepseek-v3", *out_path = NULL, *match = NULL;
   int tokens[MAX_TOKENS], ntok, reps = 20, i, si, ti, kk, ph, phases = 1, patterns = 0;
-  int l2_keep = 0;
   char mach[256], date[64], cmd[1024] = "";
   char *table = NULL, *vtable = NULL, *ftable = NULL;
   size_t table_len = 0, vtable_len = 0, ftable_len = 0;
@@ -416,12 +405,9 @@ int main(int argc, char **argv)
       match = argv[++i];
     else if(strcmp(argv[i], "--patterns") == 0)
       patterns = 1;
-    else if(strcmp(argv[i], "--l2-keep") == 0)
-      l2_keep = 1;
     else {
       fprintf(stderr, "usage: %s [--reps N] [--shapes a,b] [--tokens 1,16,...] "
-                      "[--no-phases] [--match TEXT] [--patterns] [--l2-keep] "
-                      "[--out FILE]\n", argv[0]);
+                      "[--no-phases] [--match TEXT] [--patterns] [--out FILE]\n", argv[0]);
       return 2;
     }
   }
@@ -465,12 +451,9 @@ int main(int argc, char **argv)
   {
     struct cudaDeviceProp prop;
     GT_CUDA(cudaGetDeviceProperties(&prop, 0));
-    fprintf(tf, "- machine: %s, %d SMs, L2 %d MB (persisting at most %d MB)\n", mach,
-            prop.multiProcessorCount, prop.l2CacheSize >> 20, prop.persistingL2CacheMaxSize >> 20);
+    fprintf(tf, "- machine: %s, %d SMs\n", mach, prop.multiProcessorCount);
   }
   fprintf(tf, "- command: `%s` (through `make bench-phases`)\n", cmd);
-  fprintf(tf, "- h and ypair kept in L2 (hr_moe_set_l2_keep): %s\n",
-          l2_keep ? "yes, as much as the device allows" : "no (the default)");
   fprintf(tf, "- ms, medians of %d reps (CUDA events per rep, inputs rotating); "
               "grid = all SMs (barrier kernel: clusters of 2)\n", reps);
   fprintf(tf, "- per phase: +rep = t(phase run twice) - t(normal); -skip = "
@@ -498,13 +481,6 @@ int main(int argc, char **argv)
       max_T = tokens[ti] > max_T ? tokens[ti] : max_T;
     memset(&b, 0, sizeof(b));
     gt_moe_init(&b.g, s, max_T);
-    if(l2_keep) {
-      int rc = hr_moe_set_l2_keep(b.g.m, HR_MOE_L2_KEEP_MAX);
-      if(rc) {
-        fprintf(stderr, "FAIL: hr_moe_set_l2_keep: %s\n", hr_strerror(rc));
-        return 1;
-      }
-    }
     b.reps = reps;
     b.nsets = 1;
     GT_CUDA(cudaMalloc((void **)&b.sink, sizeof(unsigned)));
@@ -658,8 +634,6 @@ int main(int argc, char **argv)
           if(kk == 1 && (gvar->bits & BARRIER_ONLY))      /* nothing to change there */
             continue;
           if(kk == 0 && (gvar->bits & AGNOSTIC_ONLY))
-            continue;
-          if(!l2_keep && (gvar->bits & HR__MOE_VAR_L2_OFF))  /* the default then */
             continue;
           ms = time_variant(&b, &gv);
           y_of(&b, &gv, y1);

@@ -126,26 +126,6 @@ int hr_moe_sms(const hr_moe *m);
 /* Bytes of device workspace the context holds. */
 uint64_t hr_moe_workspace_bytes(const hr_moe *m);
 
-/* Keep the forward's intermediate results in L2: GEMM1's output h and
- * GEMM2's per-pair output ypair (T * k * (H + I) * 2 bytes a launch) are
- * marked persisting in L2 (an access policy window on each launch), so
- * the stage after reads them from L2, and the next launch overwrites
- * them there rather than in memory. Up to `bytes` of L2 are used; the
- * device's persisting set-aside (cudaLimitPersistingL2CacheSize, shared
- * by the whole process) is raised to min(bytes, the device's maximum)
- * when smaller, never lowered. HR_MOE_L2_KEEP_MAX: as much as the device
- * allows. 0: no window (the default; the set-aside is left as it is).
- * While the lines persist, other kernels of the process get only the
- * rest of L2. HR_EUNSUPPORTED where the device has no set-aside (MIG)
- * or the process may not change it (MPS), and nothing changed. y is the
- * same either way. Measured on an H200: docs/kernels.md. */
-int hr_moe_set_l2_keep(hr_moe *m, uint64_t bytes);
-#define HR_MOE_L2_KEEP_MAX UINT64_MAX
-
-/* The bytes of L2 the context's launches keep for h and ypair (the
- * request capped by the device's set-aside); 0: none. */
-uint64_t hr_moe_l2_keep(const hr_moe *m);
-
 /* Launch the forward on `stream` (a cudaStream_t; NULL: the legacy default
  * stream) with the grid the lease holds now (hr_lease_grid: no syscall),
  * in the lease's mode (ordinary, or the cooperative attribute, or the

@@ -848,20 +848,12 @@ extern "C" cudaError_t hr__moe_agnostic_prepare(void)
 }
 
 extern "C" cudaError_t hr__moe_agnostic_launch(const hr__moe_params *p, int grid,
-                                               const struct cudaAccessPolicyWindow *l2,
                                                cudaStream_t stream)
 {
   cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute attr[1] = {};
   cfg.gridDim = dim3((unsigned)grid, 1, 1);
   cfg.blockDim = dim3(HR__MOE_THREADS, 1, 1);
   cfg.dynamicSmemBytes = HR__MOE_SMEM_BYTES;
   cfg.stream = stream;
-  if(l2) {
-    attr[0].id = cudaLaunchAttributeAccessPolicyWindow;
-    attr[0].val.accessPolicyWindow = *l2;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-  }
   return cudaLaunchKernelEx(&cfg, hr__moe_agnostic_kernel, *p);
 }

@@ -49,14 +49,8 @@ struct hr_moe {
   size_t reset_bytes;      /* from ws: what a failed launch leaves dirty */
   int32_t *sorted_tok;
   int32_t *pos_of;
-  uint16_t *h;             /* room for max_tokens' rows; a launch's rows end
-                              where ypair begins (launch_h) */
+  uint16_t *h;
   uint16_t *ypair;
-
-  /* L2 kept for h and ypair (hr_moe_set_l2_keep): bytes, 0 none; the
-   * device's largest access policy window */
-  size_t l2_keep;
-  size_t l2_window_max;
 
   /* The TMA pipeline's tensor maps (moe_gemm_tma.cuh): the workspace's
    * made once, the weights' again whenever the caller's pointers change
@@ -64,7 +58,6 @@ struct hr_moe {
   tmap_encode_fn encode;
   CUtensorMap tm_xs, tm_h, tm_w1, tm_w2;
   const void *tm_w1_src, *tm_w2_src;
-  const void *tm_h_src;    /* where tm_h's rows start (they move with T) */
 
   /* pinned, mapped error and abort words */
   hr__moe_host_words *host;
@@ -156,57 +149,26 @@ static int tmap_make(const hr_moe *m, CUtensorMap *map, const void *base, unsign
   return r == CUDA_SUCCESS ? HR_OK : HR_ECUDA;
 }
 
-/* The map of the x rows in expert order (in ypair's memory), [pairs][H],
- * boxes of 64 K by HR__MOE_TMA_TOK_BOX rows (moe_gemm_tma.cuh). */
-static int tmap_xs(hr_moe *m)
+/* The workspace's maps: the x rows in expert order (in ypair's memory)
+ * [pairs][H] and h [pairs][I], boxes of 64 K by HR__MOE_TMA_TOK_BOX rows
+ * (moe_gemm_tma.cuh). */
+static int tmap_workspace(hr_moe *m)
 {
   const cuuint64_t pairs = (cuuint64_t)m->shape.max_tokens * m->shape.topk;
-  const cuuint64_t H = (cuuint64_t)m->shape.hidden;
+  const cuuint64_t H = (cuuint64_t)m->shape.hidden, I = (cuuint64_t)m->shape.inter;
   const cuuint32_t box[2] = { 64, HR__MOE_TMA_TOK_BOX };
-  const cuuint64_t dims[2] = { H, pairs }, strides[1] = { H * 2 };
-  return tmap_make(m, &m->tm_xs, m->ypair, 2, dims, strides, box);
-}
-
-/* The map of a launch's h, [pairs][I] from `h` (launch_h), the same
- * boxes; made again when h moves. Rows past the launch's are outside the
- * map, so a box that reaches past them reads zeros. */
-static int tmap_h(hr_moe *m, const uint16_t *h, cuuint64_t pairs)
-{
-  const cuuint64_t I = (cuuint64_t)m->shape.inter;
-  const cuuint32_t box[2] = { 64, HR__MOE_TMA_TOK_BOX };
-  const cuuint64_t dims[2] = { I, pairs }, strides[1] = { I * 2 };
+  cuuint64_t dims[2], strides[1];
   int err;
-  if(h == m->tm_h_src)
-    return HR_OK;
-  m->tm_h_src = NULL;
-  err = tmap_make(m, &m->tm_h, h, 2, dims, strides, box);
-  if(!err)
-    m->tm_h_src = h;
-  return err;
-}
 
-/* Where a launch of T tokens keeps h: its T * k rows end where ypair
- * begins (the workspace has h's room for max_tokens just before ypair),
- * so that h and the part of ypair the launch uses are one span of memory,
- * which one access policy window covers (hr_moe_set_l2_keep). */
-static uint16_t *launch_h(const hr_moe *m, int tokens)
-{
-  return m->ypair - (size_t)tokens * m->shape.topk * m->shape.inter;
-}
-
-/* The launch's access policy window: h and ypair's used part, the
- * context's kept bytes of it persisting (the lines picked by address, a
- * hitRatio of them), the rest streaming. */
-static void l2_window(const hr_moe *m, const hr__moe_params *p, cudaAccessPolicyWindow *w)
-{
-  size_t bytes = (size_t)p->T * p->k * (p->I + p->H) * 2;
-  if(bytes > m->l2_window_max)
-    bytes = m->l2_window_max;
-  w->base_ptr = (void *)p->h;
-  w->num_bytes = bytes;
-  w->hitRatio = bytes > m->l2_keep ? (float)((double)m->l2_keep / (double)bytes) : 1.0f;
-  w->hitProp = cudaAccessPropertyPersisting;
-  w->missProp = cudaAccessPropertyStreaming;
+  dims[0] = H;
+  dims[1] = pairs;
+  strides[0] = H * 2;
+  err = tmap_make(m, &m->tm_xs, m->ypair, 2, dims, strides, box);
+  if(err)
+    return err;
+  dims[0] = I;
+  strides[0] = I * 2;
+  return tmap_make(m, &m->tm_h, m->h, 2, dims, strides, box);
 }
 
 /* The weights' maps, when the pointers are new. W1 [E][2I][H] seen as
@@ -332,7 +294,7 @@ int hr_moe_create(hr_moe **out, int device, const hr_moe_shape *shape)
     }
     m->encode = (tmap_encode_fn)fn;
   }
-  err = tmap_xs(m);
+  err = tmap_workspace(m);
   if(err)
     goto out;
 
@@ -397,62 +359,6 @@ uint64_t hr_moe_workspace_bytes(const hr_moe *m)
   return m ? (uint64_t)m->ws_bytes : 0;
 }
 
-int hr_moe_set_l2_keep(hr_moe *m, uint64_t bytes)
-{
-  cudaError_t ce;
-  size_t limit = 0, want;
-  int prev, err, max_persist = 0, max_window = 0;
-
-  if(!m)
-    return HR_EINVAL;
-  if(bytes == 0) {
-    m->l2_keep = 0;                    /* the set-aside is left as it is */
-    return HR_OK;
-  }
-  err = device_enter(m->device, &prev);
-  if(err)
-    return err;
-  ce = cudaDeviceGetAttribute(&max_persist, cudaDevAttrMaxPersistingL2CacheSize, m->device);
-  if(ce == cudaSuccess)
-    ce = cudaDeviceGetAttribute(&max_window, cudaDevAttrMaxAccessPolicyWindowSize, m->device);
-  if(ce == cudaSuccess)
-    ce = cudaDeviceGetLimit(&limit, cudaLimitPersistingL2CacheSize);
-  if(ce != cudaSuccess) {
-    err = HR_ECUDA;
-    goto out;
-  }
-  /* none under MIG, for one */
-  if(max_persist <= 0 || max_window <= 0) {
-    err = HR_EUNSUPPORTED;
-    goto out;
-  }
-  want = bytes < (uint64_t)max_persist ? (size_t)bytes : (size_t)max_persist;
-  if(limit < want) {
-    /* refused under MPS, where the server sets it */
-    ce = cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, want);
-    if(ce == cudaSuccess)
-      ce = cudaDeviceGetLimit(&limit, cudaLimitPersistingL2CacheSize);
-    if(ce != cudaSuccess) {
-      err = ce == cudaErrorNotSupported || ce == cudaErrorUnsupportedLimit ? HR_EUNSUPPORTED
-                                                                            : HR_ECUDA;
-      goto out;
-    }
-  }
-  m->l2_keep = want < limit ? want : limit;
-  m->l2_window_max = (size_t)max_window;
-
-out:
-  if(err)
-    cudaGetLastError();                /* not sticky: keep it from the app */
-  device_leave(m->device, prev);
-  return err;
-}
-
-uint64_t hr_moe_l2_keep(const hr_moe *m)
-{
-  return m ? (uint64_t)m->l2_keep : 0;
-}
-
 /* ---- argument checks --------------------------------------------------- */
 
 /* Device or managed memory of this context's device; a host pointer would
@@ -500,7 +406,6 @@ static int launch(hr_moe *m, const hr_lease *lease, int grid, int mode,
                   const hr__moe_variant *v)
 {
   hr__moe_params p;
-  cudaAccessPolicyWindow win, *l2 = NULL;
   cudaError_t ce;
   int prev, err, timeout_ms;
   const int agnostic = mode == HR_MODE_AGNOSTIC;
@@ -560,11 +465,9 @@ static int launch(hr_moe *m, const hr_lease *lease, int grid, int mode,
   p.k = a->topk;
   p.sorted_tok = m->sorted_tok;
   p.pos_of = m->pos_of;
-  p.h = launch_h(m, a->tokens);
+  p.h = m->h;
   p.ypair = m->ypair;
   err = tmap_weights(m, a->w1, a->w2);
-  if(!err)
-    err = tmap_h(m, p.h, (cuuint64_t)a->tokens * a->topk);
   if(err)
     goto out;
   p.tm_w1 = m->tm_w1;
@@ -586,19 +489,15 @@ static int launch(hr_moe *m, const hr_lease *lease, int grid, int mode,
   /* long GEMM units: the barrier kernel claims them (moe_kernel.h) */
   if(p.H >= HR__MOE_CLAIM_MIN_H)
     p.variant |= HR__MOE_VAR_CLAIM;
-  if(m->l2_keep && !(p.variant & HR__MOE_VAR_L2_OFF)) {
-    l2_window(m, &p, &win);
-    l2 = &win;
-  }
 
   /* A cooperative grid larger than the device: CUDA would refuse it too,
    * but with clusters its answer varies; say it the same way always. */
   if(mode == HR_MODE_COOPERATIVE && grid > m->sms)
     ce = cudaErrorCooperativeLaunchTooLarge;
   else if(agnostic)
-    ce = hr__moe_agnostic_launch(&p, grid, l2, stream);
+    ce = hr__moe_agnostic_launch(&p, grid, stream);
   else
-    ce = hr__moe_launch(&p, grid, mode == HR_MODE_COOPERATIVE, cluster, l2, stream);
+    ce = hr__moe_launch(&p, grid, mode == HR_MODE_COOPERATIVE, cluster, stream);
   if(ce != cudaSuccess) {
     cudaGetLastError();              /* not sticky: keep it from the app */
     err = err_from_cuda(ce);

@@ -250,11 +250,10 @@ extern "C" cudaError_t hr__moe_prepare(void)
 
 extern "C" cudaError_t hr__moe_launch(const hr__moe_params *p, int grid,
                                       int coop, int cluster,
-                                      const struct cudaAccessPolicyWindow *l2,
                                       cudaStream_t stream)
 {
   cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute attr[3] = {};
+  cudaLaunchAttribute attr[2] = {};
   unsigned n = 0;
 
   cfg.gridDim = dim3((unsigned)grid, 1, 1);
@@ -271,11 +270,6 @@ extern "C" cudaError_t hr__moe_launch(const hr__moe_params *p, int grid,
   if(coop) {
     attr[n].id = cudaLaunchAttributeCooperative;
     attr[n].val.cooperative = 1;
-    n++;
-  }
-  if(l2) {
-    attr[n].id = cudaLaunchAttributeAccessPolicyWindow;
-    attr[n].val.accessPolicyWindow = *l2;
     n++;
   }
   cfg.attrs = attr;

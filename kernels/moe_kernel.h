@@ -201,9 +201,6 @@ enum {
    * as before 2026-11-30 20:00, instead of in one pass where they fit the
    * slot (tile_store, moe_gemm.cuh) */
   HR__MOE_VAR_STORE_TWO_PASS = 67108864,
-  /* the launch without its L2 window where the context keeps h and
-   * ypair in L2 (hr_moe_set_l2_keep, moe_api.cu): the comparison */
-  HR__MOE_VAR_L2_OFF = 134217728,
   /* Diagnostics, for the benchmark alone: y is wrong with each. What a
    * unit's stores cost (its results staged in shared memory, never
    * copied out), what the MMAs cost (none issued: the loads and the
@@ -301,17 +298,14 @@ extern "C" {
 cudaError_t hr__moe_prepare(void);
 
 /* Launch `grid` CTAs on `stream`; `coop` adds the cooperative attribute,
- * `cluster` > 1 the cluster dimension, `l2` (NULL: none) an access policy
- * window for this launch alone. */
+ * `cluster` > 1 the cluster dimension. */
 cudaError_t hr__moe_launch(const hr__moe_params *p, int grid, int coop,
-                           int cluster, const struct cudaAccessPolicyWindow *l2,
-                           cudaStream_t stream);
+                           int cluster, cudaStream_t stream);
 
 /* The same for the residency-agnostic kernel (moe_agnostic.cu): no
  * cluster, no cooperative attribute; any grid is correct. */
 cudaError_t hr__moe_agnostic_prepare(void);
 cudaError_t hr__moe_agnostic_launch(const hr__moe_params *p, int grid,
-                                    const struct cudaAccessPolicyWindow *l2,
                                     cudaStream_t stream);
 
 #ifdef __cplusplus

@@ -240,8 +240,6 @@ _MOE_PROTOTYPES = {
     "hr_moe_destroy": (None, [_moe_p]),
     "hr_moe_sms": (c_int, [_moe_p]),
     "hr_moe_workspace_bytes": (c_uint64, [_moe_p]),
-    "hr_moe_set_l2_keep": (c_int, [_moe_p, c_uint64]),
-    "hr_moe_l2_keep": (c_uint64, [_moe_p]),
     "hr_moe_forward": (c_int, [_moe_p, _lease_p, POINTER(MoeArgs_t),
                                c_void_p]),
     "hr_moe_forward_grid": (c_int, [_moe_p, c_int, c_int, c_int,

@@ -259,26 +259,6 @@ class Moe(_Closable):
     def workspace_bytes(self) -> int:
         return int(self._lib.hr_moe_workspace_bytes(self._handle()))
 
-    # ---- L2 ---------------------------------------------------------------
-
-    L2_KEEP_MAX = (1 << 64) - 1
-
-    def set_l2_keep(self, nbytes: int = L2_KEEP_MAX) -> None:
-        """Keep the forward's intermediate results (h, ypair) in L2, up to
-        nbytes of it (default: as much as the device allows); raises the
-        device's persisting L2 set-aside, shared by the whole process, to
-        match. 0 turns it off. hr_moe_set_l2_keep in headroom_moe.h."""
-        if not isinstance(nbytes, int) or nbytes < 0:
-            raise ValueError("nbytes must be an int >= 0, not %r" % (nbytes,))
-        check(self._lib.hr_moe_set_l2_keep(self._handle(),
-                                           min(nbytes, self.L2_KEEP_MAX)),
-              "hr_moe_set_l2_keep")
-
-    @property
-    def l2_keep(self) -> int:
-        """Bytes of L2 the launches keep for h and ypair; 0: none."""
-        return int(self._lib.hr_moe_l2_keep(self._handle()))
-
     # ---- launches ---------------------------------------------------------
 
     def _args(self, x, ids, weights, w1, w2, y, timeout_ms):

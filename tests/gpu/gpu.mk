@@ -3,7 +3,7 @@
 # (...)" and exits 77). Without nvcc they are built as stubs that skip the
 # same way.
 GPU_TEST_NAMES := test_moe_correct test_moe_timeout \
-                  test_moe_launch test_moe_lease test_moe_l2_keep
+                  test_moe_launch test_moe_lease
 GPU_TESTS += $(addprefix $(TESTBIN)/,$(GPU_TEST_NAMES))
 
 # The recipes of every GPU test program, here and in the fragments that
