@@ -57,6 +57,11 @@
  * 4-byte aligned; all device (or managed) memory. The kernel is built for
  * sm_90a (H100/H200).
  *
+ * Performance: the forward streams the experts' weights through L2, and a
+ * persisting-L2 set-aside in the process (cudaLimitPersistingL2CacheSize)
+ * slows it, by ~4% at 16 MB and 9-15% at an H200's 37 MB, whatever the
+ * set-aside holds (measured: docs/kernels.md, Performance).
+ *
  * Threads: an hr_moe is used by one thread at a time. Launches on one hr_moe
  * run one after the other (a launch on another stream waits for the last).
  */
