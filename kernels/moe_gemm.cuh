@@ -238,10 +238,9 @@ typedef moe_tile<256, 80, 64, 8, 1, 1, 5, 0, 1, 1> moe_tile_wide80_tall;
  * later, after the copy out. The barrier kernel's dealt 80-token tile
  * runs so (moe_gemm_cpasync): Qwen3-30B-A3B T = 768 0.377 ms against
  * 0.381 with two barriers a step (HR__MOE_VAR_TWO_SYNC), T = 1024
- * 0.382-0.384 against 0.386, and with h and ypair kept in L2 0.393-0.394
- * against 0.398 and 0.412 against 0.415, y bitwise
- * (bench/results/moe-onesync-h200-2026-12-01.md). On the mid tile 256
- * rows tall (T = 300, 512) level. */
+ * 0.382-0.384 against 0.386, and 0.3-1.1% in two more comparisons, y
+ * bitwise (bench/results/moe-onesync-h200-2026-12-01.md). On the mid
+ * tile 256 rows tall (T = 300, 512) level. */
 template <class B>
 struct moe_one_sync : B {
   static constexpr int ONE_SYNC = 1;
