@@ -450,8 +450,14 @@ int main(int argc, char **argv)
   fprintf(tf, "# Mega-MoE phase timings (%s)\n\n", date);
   {
     struct cudaDeviceProp prop;
+    size_t set_aside = 0;
     GT_CUDA(cudaGetDeviceProperties(&prop, 0));
     fprintf(tf, "- machine: %s, %d SMs\n", mach, prop.multiProcessorCount);
+    /* a persisting-L2 set-aside (MPS can start a process with one) slows
+     * every launch: say so beside the numbers (docs/kernels.md) */
+    GT_CUDA(cudaDeviceGetLimit(&set_aside, cudaLimitPersistingL2CacheSize));
+    fprintf(tf, "- persisting L2 set-aside: %zu bytes%s\n", set_aside,
+            set_aside ? " (it slows every launch: these times are not comparable)" : "");
   }
   fprintf(tf, "- command: `%s` (through `make bench-phases`)\n", cmd);
   fprintf(tf, "- ms, medians of %d reps (CUDA events per rep, inputs rotating); "
