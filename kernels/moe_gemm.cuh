@@ -106,9 +106,8 @@ struct moe_tile {
   /* 1: loaded by TMA (moe_gemm_tma.cuh's tiles), 0: by cp.async */
   static constexpr int TMA = 0;
   /* cp.async tiles: one __syncthreads a step (moe_one_sync) or, with
-   * DEPTH 1, two; and the steps the loads run ahead of the MMAs */
+   * DEPTH 1, two (moe_lookahead says how far ahead the loads run) */
   static constexpr int ONE_SYNC = 0;
-  static constexpr int LOOKAHEAD = STAGES - 1;
   /* WG tiles: 1, a step's wgmma descriptors by adds to two
    * (wgmma_desc_add); 0, each made whole (the benchmark's comparison) */
   static constexpr int DESC_ADD = 1;
@@ -244,10 +243,17 @@ typedef moe_tile<256, 80, 64, 8, 1, 1, 5, 0, 1, 1> moe_tile_wide80_tall;
 template <class B>
 struct moe_one_sync : B {
   static constexpr int ONE_SYNC = 1;
-  static constexpr int LOOKAHEAD = B::STAGES - 2;
   static_assert(B::WG && B::DEPTH == 1 && B::STAGES >= 4, "one step's MMAs in flight");
 };
 typedef moe_one_sync<moe_tile_wide80_tall> moe_tile_wide80_tall_1s;
+
+/* The steps a cp.async tile's loads run ahead of its MMAs: STAGES - 1,
+ * or one less with one __syncthreads a step (moe_one_sync). */
+template <class C>
+static __host__ __device__ constexpr int moe_lookahead(void)
+{
+  return C::STAGES - 1 - C::ONE_SYNC;
+}
 /* Hundreds of tokens per expert: 256 weight rows by 128 tokens. This is
  * the mma.sync version, 64 x 64 per warp, 3 stages, which the wgmma tile
  * below replaced; it stays as the benchmark's comparison (with the
@@ -800,7 +806,7 @@ static __device__ __forceinline__ void tile_step(float (&acc)[C::MT][C::NT][4],
 template <class C>
 static __device__ __forceinline__ void moe_step_landed(void)
 {
-  cp_async_wait<C::LOOKAHEAD - 1>();
+  cp_async_wait<moe_lookahead<C>() - 1>();
   if constexpr(C::WG)
     fence_proxy_async_shared();
 }
@@ -1054,7 +1060,7 @@ __device__ void moe_gemm_stage(const hr__moe_params &p, const moe_route &rt,
     return;
   pipe = moe_pipe<C>(pipe);
   ld.init(p, rt, nf, mine, NULL);
-  for(i = 0; i < C::LOOKAHEAD; i++) {           /* fill the pipeline */
+  for(i = 0; i < moe_lookahead<C>(); i++) {    /* fill the pipeline */
     if(i < steps)
       ld.issue(p, rt, pipe, nf, nk);
     cp_async_commit();
@@ -1065,8 +1071,8 @@ __device__ void moe_gemm_stage(const hr__moe_params &p, const moe_route &rt,
     moe_step_landed<C>();                       /* step s has landed */
     __syncthreads();   /* and slot s-1 (DEPTH 0) or s-2 (ONE_SYNC) is free */
     moe_pipe_step<C, STAGE>(ld, p, rt, pipe, nf, nk, acc, slot, wm, wn, wk, moe_mma_n(p, un),
-                            s + C::LOOKAHEAD < steps,
-                            [&] { return s + C::LOOKAHEAD < steps; });
+                            s + moe_lookahead<C>() < steps,
+                            [&] { return s + moe_lookahead<C>() < steps; });
     if(++kt == nk)
       tile_unit_end<C, STAGE>(p, un, acc, pipe, slot, wm, wn, wk);
     if(++slot == C::STAGES)
