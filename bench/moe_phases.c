@@ -116,7 +116,7 @@ static const gemm_variant gemm_variants[] = {
     4096 },
   { "barrier: the cp.async tiles 256 rows tall where the big TMA tile runs",
     HR__MOE_VAR_CPASYNC_MID | HR__MOE_VAR_TALL, 512, 4096 },
-  { "barrier, before: the 80-token tile with two barriers a step", HR__MOE_VAR_TWO_SYNC, 512,
+  { "before: the 80-token tile with two barriers a step", HR__MOE_VAR_TWO_SYNC, 512,
     2048 },
   /* what the cp.async tiles' parts cost: y is wrong with each */
   { "diagnostic: results not stored", HR__MOE_VAR_DIAG_NO_STORE, 256, 4096 },
@@ -149,14 +149,14 @@ static const gemm_variant gemm_variants[] = {
   { "barrier, before: the pairs placed a slice per CTA, then barrier 0, again",
     HR__MOE_VAR_ROUTE_SPLIT, 1, 16 },
   { "diagnostic: results not stored, again", HR__MOE_VAR_DIAG_NO_STORE, 256, 4096 },
-  { "barrier, before: the 80-token tile with two barriers a step, again", HR__MOE_VAR_TWO_SYNC,
+  { "before: the 80-token tile with two barriers a step, again", HR__MOE_VAR_TWO_SYNC,
     512, 2048 },
 };
 #define NGEMM ((int)(sizeof(gemm_variants) / sizeof(gemm_variants[0])))
 /* Variants of what only the barrier kernel has: not timed for the other. */
 #define BARRIER_ONLY                                                                  \
   (HR__MOE_VAR_NO_CLUSTER | HR__MOE_VAR_TALL | HR__MOE_VAR_WIDE96_SHORT |             \
-   HR__MOE_VAR_DEALT | HR__MOE_VAR_ROUTE_SPLIT | HR__MOE_VAR_CLAIM | HR__MOE_VAR_TWO_SYNC)
+   HR__MOE_VAR_DEALT | HR__MOE_VAR_ROUTE_SPLIT | HR__MOE_VAR_CLAIM)
 /* And of what only the agnostic kernel has. */
 #define AGNOSTIC_ONLY HR__MOE_VAR_AGN_SHORT
 
@@ -180,6 +180,10 @@ typedef struct input_set {
   float *wts;
   int *experts;          /* the experts this set touches (device), nexp */
   int nexp;
+  int max_pairs;         /* the busiest expert's pairs */
+  int over80;            /* experts with more than 80 pairs: the 80-token
+                          * tile streams their weights twice, so between
+                          * draws of the routing the same T moves */
 } input_set;
 
 typedef struct bench {
@@ -315,28 +319,35 @@ static float time_variant(bench *b, const hr__moe_variant *v)
   return time_launches(b, launch_moe, v);
 }
 
-/* The distinct experts of the routing in g's host copy, to the device. */
+/* The distinct experts of the routing in g's host copy, to the device;
+ * and how the pairs spread over them. */
 static void set_experts(bench *b, input_set *in)
 {
   const gt_moe *g = &b->g;
   const size_t pairs = (size_t)b->T * g->s.k;
-  char *seen = calloc((size_t)g->s.E, 1);
+  int *cnt = calloc((size_t)g->s.E, sizeof(int));
   int *list = malloc((size_t)g->s.E * sizeof(int)), e;
   size_t j;
-  if(!seen || !list) {
+  if(!cnt || !list) {
     fprintf(stderr, "FAIL: out of memory\n");
     exit(1);
   }
   for(j = 0; j < pairs; j++)
     if(g->ids_h[j] >= 0 && g->ids_h[j] < g->s.E)
-      seen[g->ids_h[j]] = 1;
+      cnt[g->ids_h[j]]++;
   in->nexp = 0;
-  for(e = 0; e < g->s.E; e++)
-    if(seen[e])
+  in->max_pairs = 0;
+  in->over80 = 0;
+  for(e = 0; e < g->s.E; e++) {
+    if(cnt[e])
       list[in->nexp++] = e;
+    if(cnt[e] > in->max_pairs)
+      in->max_pairs = cnt[e];
+    in->over80 += cnt[e] > 80;
+  }
   GT_CUDA(cudaMalloc((void **)&in->experts, (size_t)g->s.E * sizeof(int)));
   GT_CUDA(cudaMemcpy(in->experts, list, (size_t)in->nexp * sizeof(int), cudaMemcpyHostToDevice));
-  free(seen);
+  free(cnt);
   free(list);
 }
 
@@ -437,11 +448,12 @@ int main(int argc, char **argv)
               "kernel's, none for the agnostic's). "
               "Whole-weights read rate, per shape: the stream kernel over every "
               "expert.\n\n"
-              "| shape | T | experts | MB read | stream ms | stream TB/s | barrier ms "
+              "| shape | T | experts | pairs: most, experts > 80 | MB read | stream ms | "
+              "stream TB/s | barrier ms "
               "| agnostic ms | barrier / stream | agnostic / stream | no phases: "
               "barrier ms | no phases: agnostic ms | empty kernel ms | empty, launched "
               "alike: barrier / agnostic ms |\n"
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   fprintf(vf, "\nGEMM variants (same inputs; TFLOP/s = "
               "2 T k 3 H I / time; y against the default's: bitwise or rel L2; "
               "the default's against the CPU reference on sampled tokens):\n\n"
@@ -450,14 +462,20 @@ int main(int argc, char **argv)
   fprintf(tf, "# Mega-MoE phase timings (%s)\n\n", date);
   {
     struct cudaDeviceProp prop;
-    size_t set_aside = 0;
+    size_t found = 0, set_aside = 0;
     GT_CUDA(cudaGetDeviceProperties(&prop, 0));
     fprintf(tf, "- machine: %s, %d SMs\n", mach, prop.multiProcessorCount);
-    /* a persisting-L2 set-aside (MPS can start a process with one) slows
-     * every launch: say so beside the numbers (docs/kernels.md) */
+    /* A persisting-L2 set-aside slows every launch (docs/kernels.md), and
+     * a process can start with one it never asked for (an H200 lent on
+     * 2026-12-01 came with 11796480 bytes, persistence mode on; MPS can
+     * set one too): the benchmark takes it back to 0 and says what it
+     * found. */
+    GT_CUDA(cudaDeviceGetLimit(&found, cudaLimitPersistingL2CacheSize));
+    if(found && cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 0) != cudaSuccess)
+      (void)cudaGetLastError();
     GT_CUDA(cudaDeviceGetLimit(&set_aside, cudaLimitPersistingL2CacheSize));
-    fprintf(tf, "- persisting L2 set-aside: %zu bytes%s\n", set_aside,
-            set_aside ? " (it slows every launch: these times are not comparable)" : "");
+    fprintf(tf, "- persisting L2 set-aside: %zu bytes (found %zu)%s\n", set_aside, found,
+            set_aside ? "; it slows every launch: these times are not comparable" : "");
   }
   fprintf(tf, "- command: `%s` (through `make bench-phases`)\n", cmd);
   fprintf(tf, "- ms, medians of %d reps (CUDA events per rep, inputs rotating); "
@@ -574,11 +592,18 @@ int main(int argc, char **argv)
                                         HR__MOE_PHASE_GEMM2 | HR__MOE_PHASE_COMBINE, 0, 0 };
         hr__moe_variant none1 = none0, v0 = { 0, 0, 0, 0 }, v1 = { 1, 0, 0, 0 };
         double nexp = 0, mb;
+        char spread[8 * 24];
+        int sp_len = 0;
         const int two = 2, one = 1;
         float st, tb, ta, nb, na, nul, nl2, nl1;
         none1.agnostic = 1;
-        for(i = 0; i < b.nsets; i++)
+        for(i = 0; i < b.nsets; i++) {
           nexp += b.set[i].nexp;
+          sp_len += snprintf(spread + sp_len, sizeof(spread) - (size_t)sp_len, "%s%d, %d",
+                             i ? "; " : "", b.set[i].max_pairs, b.set[i].over80);
+          if(sp_len >= (int)sizeof(spread))
+            sp_len = (int)sizeof(spread) - 1;
+        }
         nexp /= b.nsets;
         mb = nexp * 3 * s->H * s->I * 2 / 1e6;
         st = time_launches(&b, launch_stream, NULL);
@@ -589,10 +614,12 @@ int main(int argc, char **argv)
         nul = time_launches(&b, launch_null, NULL);
         nl2 = time_launches(&b, launch_null_like, &two);
         nl1 = time_launches(&b, launch_null_like, &one);
-        fprintf(ff, "| %s | %d | %.1f | %.0f | %.4f | %.2f | %.4f | %.4f | %.2f | %.2f | "
-                    "%.4f | %.4f | %.4f | %.4f / %.4f |\n", s->name, T, nexp, mb, st,
+        fprintf(ff, "| %s | %d | %.1f | %s | %.0f | %.4f | %.2f | %.4f | %.4f | %.2f | %.2f | "
+                    "%.4f | %.4f | %.4f | %.4f / %.4f |\n", s->name, T, nexp, spread, mb, st,
                 mb / 1e6 / (st * 1e-3), tb, ta, tb / st, ta / st, nb, na, nul, nl2, nl1);
         fflush(ff);
+        fprintf(stderr, "%-14s T=%-5d pairs per set: most, experts > 80: %s\n", s->name, T,
+                spread);
         fprintf(stderr, "%-14s T=%-5d floor: stream %.4f ms (%.0f MB, %.2f TB/s); barrier "
                         "%.4f (%.2fx) agnostic %.4f (%.2fx); no phases %.4f / %.4f; "
                         "empty %.4f, launched alike %.4f / %.4f\n", s->name, T, st, mb,

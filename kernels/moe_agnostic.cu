@@ -400,8 +400,7 @@ static __device__ int agn_gemm_run(const hr__moe_params &p, const moe_route &rt,
   }
   __syncthreads();
   ld.init(p, rt, nf, 0, sh.ring);
-  static_assert(!C::ONE_SYNC, "the agnostic runs keep two barriers a step");
-  for(i = 0; i < C::STAGES - 1; i++) {          /* fill the pipeline */
+  for(i = 0; i < moe_lookahead<C>(); i++) {     /* fill the pipeline */
     const int lu = ld.unit, starts = ld.kt == 0;
     if(!starts || sh.ring[lu & (HR__MOE_RING - 1)] >= 0) {
       ld.issue(p, rt, pipe, nf, nk);
@@ -431,7 +430,7 @@ static __device__ int agn_gemm_run(const hr__moe_params &p, const moe_route &rt,
         claim = (int)atomicAdd(&p.agn->ticket, 1u);
         sh.claim_pos = lu + 2;
       }
-      if constexpr(!C::DEPTH) {
+      if constexpr(!C::DEPTH || C::ONE_SYNC) {
         if(go)
           ld.issue(p, rt, pipe, nf, nk);
         cp_async_commit();
@@ -442,7 +441,7 @@ static __device__ int agn_gemm_run(const hr__moe_params &p, const moe_route &rt,
       const uint32_t a = smem_addr(pipe + slot * C::STAGE_BYTES);
       tile_step<C>(acc, a, a + C::A_BYTES, wm, wn, wk, moe_mma_n(p, un));
     }
-    if constexpr(C::DEPTH) {
+    if constexpr(C::DEPTH && !C::ONE_SYNC) {
       /* As in moe_gemm_stage: the previous step's slot is free once every
        * warpgroup is past this barrier. Nothing read above has changed
        * since the first barrier of the step (the ring entries thread 0
@@ -816,7 +815,9 @@ hr__moe_agnostic_kernel(const __grid_constant__ hr__moe_params p)
   else if(tile == MOE_TILE_WIDE)
     ticket = agn_tasks<moe_tile_wide>(p, ticket);
   else if(moe_tile_tall(tile, v, 1)) {
-    if(tile == MOE_TILE_WIDE80)
+    if(tile == MOE_TILE_WIDE80 && !(v & HR__MOE_VAR_TWO_SYNC))
+      ticket = agn_tasks<moe_tile_wide80_tall_1s>(p, ticket);
+    else if(tile == MOE_TILE_WIDE80)
       ticket = agn_tasks<moe_tile_wide80_tall>(p, ticket);
     else if(tile == MOE_TILE_WIDE96)
       ticket = agn_tasks<moe_tile_wide96_tall>(p, ticket);

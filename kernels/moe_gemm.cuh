@@ -239,7 +239,10 @@ typedef moe_tile<256, 80, 64, 8, 1, 1, 5, 0, 1, 1> moe_tile_wide80_tall;
  * 0.381 with two barriers a step (HR__MOE_VAR_TWO_SYNC), T = 1024
  * 0.382-0.384 against 0.386, and 0.3-1.1% in two more comparisons, y
  * bitwise (bench/results/moe-onesync-h200-2026-12-01.md). On the mid
- * tile 256 rows tall (T = 300, 512) level. */
+ * tile 256 rows tall (T = 300, 512) level. The agnostic kernel's
+ * 80-token tile too (agn_gemm_run): T = 1024 0.411 ms against 0.421,
+ * T = 768 0.398 against 0.407, y bitwise
+ * (bench/results/moe-agn-onesync-h200-2026-12-01.md). */
 template <class B>
 struct moe_one_sync : B {
   static constexpr int ONE_SYNC = 1;

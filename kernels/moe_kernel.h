@@ -129,9 +129,10 @@ enum {
   HR__MOE_VAR_A_EVICT_FIRST = 4,
   HR__MOE_VAR_MID_SYNC = 8,
   HR__MOE_VAR_MID_WAIT = 16,
-  /* the barrier kernel's dealt 80-token tile with two __syncthreads a
-   * step and its loads a step further ahead, as before 2026-12-01
-   * (moe_one_sync, moe_gemm.cuh) */
+  /* the 80-token tile with two __syncthreads a step and its loads a step
+   * further ahead, as before 2026-12-01 (moe_one_sync, moe_gemm.cuh):
+   * the barrier kernel's where its units are dealt, and the agnostic
+   * kernel's */
   HR__MOE_VAR_TWO_SYNC = 32,
   HR__MOE_VAR_NO_WIDE = 64,
   HR__MOE_VAR_PREFETCH = 128,
