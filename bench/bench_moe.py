@@ -275,6 +275,29 @@ def bench_shape(libs, name, tokens, reps, copy_bw, gemm, l2_bytes, rows,
     torch.cuda.empty_cache()
 
 
+def l2_set_aside_reset():
+    """Takes a persisting-L2 set-aside the process started with back to 0
+    (it slows every launch, and a device can carry one left by an earlier
+    process: docs/kernels.md). Returns (found, now) in bytes, or None where
+    no CUDA runtime library is loaded to ask."""
+    limit = 0x06                        # cudaLimitPersistingL2CacheSize
+    try:
+        with open("/proc/self/maps") as maps:
+            path = next((line.split()[-1] for line in maps
+                         if "libcudart.so" in line), None)
+        rt = ctypes.CDLL(path or "libcudart.so")
+    except (OSError, StopIteration):
+        return None
+    val = ctypes.c_size_t()
+    if rt.cudaDeviceGetLimit(ctypes.byref(val), limit) != 0:
+        return None
+    found = val.value
+    if found:
+        rt.cudaDeviceSetLimit(limit, ctypes.c_size_t(0))
+        rt.cudaDeviceGetLimit(ctypes.byref(val), limit)
+    return found, val.value
+
+
 def machine():
     try:
         # GPU 0, the one the benchmark runs on (one line on a machine of several)
@@ -307,6 +330,12 @@ def main():
     torch.manual_seed(0)
     prop = torch.cuda.get_device_properties(0)
     l2 = getattr(prop, "L2_cache_size", 50 << 20)
+    torch.cuda.synchronize()             # the context exists: its limit can be read
+    set_aside = l2_set_aside_reset()
+    set_aside_line = ("- persisting L2 set-aside: not readable" if set_aside is None else
+                      f"- persisting L2 set-aside: {set_aside[1]} bytes (found {set_aside[0]})"
+                      + ("; it slows every launch: these times are not comparable"
+                         if set_aside[1] else ""))
     copy_bw, gemm = ceilings()
     print(f"{machine()}; {prop.multi_processor_count} SMs, L2 {l2 >> 20} MiB; "
           f"copy {copy_bw / 1e12:.2f} TB/s (read + write), bf16 GEMM 8192^3 "
@@ -323,6 +352,7 @@ def main():
         "",
         f"- machine: {machine()}, {prop.multi_processor_count} SMs; torch "
         f"{torch.__version__}",
+        set_aside_line,
         f"- command: `{' '.join(['python3'] + sys.argv)}` (through `make bench-gpu`)",
         f"- ceilings measured in the same run: copy {copy_bw / 1e12:.2f} TB/s "
         f"(read + write), bf16 GEMM 8192^3 {gemm / 1e12:.0f} TFLOP/s",
