@@ -644,9 +644,15 @@ static __device__ __noinline__ int agn_combine(const hr__moe_params &p, const mo
   }
   if(!__syncthreads_and(ok))
     return 0;
-  for(i = tid; i < nt * chunks; i += HR__MOE_THREADS) {
-    const int t = i / chunks;
-    moe_combine_chunk(a, t0 + t, i - t * chunks);
+  if(!(p.variant & HR__MOE_VAR_COMBINE_CHUNKS) &&
+     moe_combine_by_token(nt, p.H, p.k, HR__MOE_THREADS / 32)) {
+    for(i = tid >> 5; i < nt; i += HR__MOE_THREADS / 32)   /* a token a warp */
+      moe_combine_token(a, t0 + i, tid & 31);
+  } else {
+    for(i = tid; i < nt * chunks; i += HR__MOE_THREADS) {
+      const int t = i / chunks;
+      moe_combine_chunk(a, t0 + t, i - t * chunks);
+    }
   }
   __syncthreads();
   if(tid == 0 && atom_add_acq_rel_gpu(&p.agn->combine_done, 1u) ==

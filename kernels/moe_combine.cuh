@@ -89,4 +89,73 @@ static __device__ __forceinline__ void moe_combine_chunk(const moe_comb &a, int 
   *(uint4 *)(a.y + (size_t)t * a.H + c * 8) = o;
 }
 
+/* The outputs of token t, by one warp (every lane calls it, none has
+ * left): the token's k <= 8 slots' positions and weights read once, a
+ * lane each, and handed to every lane; then each lane makes chunks lane,
+ * lane + 32, ..., two at a time, all of their rows in flight together.
+ * Per chunk one L2 round trip instead of moe_combine_chunk's four (two
+ * batches of positions, then rows), and the same sums in the same order:
+ * the same bits. (Qwen3-30B-A3B T = 1024: the combine is ~1 token a
+ * warp, its time that chain of round trips.) */
+#define HR__MOE_COMBINE_WARP_MAX_K 8
+static __device__ __forceinline__ void moe_combine_token(const moe_comb &a, int t, int lane)
+{
+  constexpr int K = HR__MOE_COMBINE_WARP_MAX_K;
+  const int mine = lane < a.k ? __ldcg(a.pos_of + t * a.k + lane) : -1;
+  const float mine_w = lane < a.k ? __ldg(a.wts + t * a.k + lane) : 0.0f;
+  const int chunks = a.H / 8;
+  int pos[K], c, j, h;
+  float w[K];
+#pragma unroll
+  for(j = 0; j < K; j++) {
+    pos[j] = __shfl_sync(0xffffffffu, mine, j);
+    w[j] = __shfl_sync(0xffffffffu, mine_w, j);
+  }
+  for(c = lane; c < chunks; c += 64) {
+    float acc[2][8] = { { 0, 0, 0, 0, 0, 0, 0, 0 }, { 0, 0, 0, 0, 0, 0, 0, 0 } };
+    uint4 v[2][K];
+    const int two = c + 32 < chunks;
+#pragma unroll
+    for(h = 0; h < 2; h++)
+#pragma unroll
+      for(j = 0; j < K; j++)
+        if(pos[j] >= 0 && (h == 0 || two))
+          v[h][j] = __ldcg((const uint4 *)(a.ypair + (size_t)pos[j] * a.H + (c + 32 * h) * 8));
+#pragma unroll
+    for(h = 0; h < 2; h++) {
+      uint4 o;
+      if(h == 1 && !two)
+        break;
+#pragma unroll
+      for(j = 0; j < K; j++)
+        if(pos[j] >= 0)
+          moe_combine_add(acc[h], w[j], v[h][j]);
+      o.x = pack_bf16x2(acc[h][0], acc[h][1]);
+      o.y = pack_bf16x2(acc[h][2], acc[h][3]);
+      o.z = pack_bf16x2(acc[h][4], acc[h][5]);
+      o.w = pack_bf16x2(acc[h][6], acc[h][7]);
+      *(uint4 *)(a.y + (size_t)t * a.H + (c + 32 * h) * 8) = o;
+    }
+  }
+}
+
+/* Whether `tokens` tokens go a token a warp (moe_combine_token) over
+ * `warps` warps rather than a chunk a thread (moe_combine_chunk): the
+ * way with fewer dependent L2 round trips per thread. A token a warp
+ * costs one for the positions and one per two chunks a lane; a chunk a
+ * thread two per batch of 4 slots, per chunk. Measured, Qwen3-30B-A3B,
+ * both kernels (bench/results/moe-combine-h200-2026-12-01.md): a token a
+ * warp 1.4-1.7% faster at T = 1024 and 3-3.5% at 8192, 2% slower at
+ * T = 128 and 10-13% at T = 1, where this picks a chunk a thread. */
+static __host__ __device__ __forceinline__ int moe_combine_by_token(int tokens, int H, int k,
+                                                                     int warps)
+{
+  const long long chunks = H / 8;
+  const long long by_token = (1 + (chunks + 63) / 64) * ((tokens + warps - 1) / warps);
+  const long long threads = 32LL * warps;
+  const long long by_chunk = 2LL * ((k + HR__MOE_COMBINE_BATCH - 1) / HR__MOE_COMBINE_BATCH) *
+                             ((tokens * chunks + threads - 1) / threads);
+  return k <= HR__MOE_COMBINE_WARP_MAX_K && by_token < by_chunk;
+}
+
 #endif /* HR_MOE_COMBINE_CUH */

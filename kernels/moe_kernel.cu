@@ -31,13 +31,22 @@
 static_assert(HR__MOE_SMEM_BYTES + 128 <= 227 * 1024, "fits an SM, with the static part");
 
 /* Stage 4: each thread makes 8 outputs (one 16-byte chunk) of one token
- * (moe_combine.cuh), chunks dealt over the whole grid. */
+ * (moe_combine.cuh), chunks dealt over the whole grid; or, where that
+ * takes fewer round trips (moe_combine_by_token), each warp a token's. */
 static __device__ void moe_combine(const hr__moe_params &p)
 {
   const moe_comb a = moe_comb_of(p);
   const int chunks = p.H / 8;
   const long long total = (long long)p.T * chunks;
   long long i;
+  const int warps = (int)gridDim.x * (HR__MOE_THREADS / 32);
+  if(!(p.variant & HR__MOE_VAR_COMBINE_CHUNKS) && moe_combine_by_token(p.T, p.H, p.k, warps)) {
+    int t;                                     /* a token a warp */
+    for(t = (int)blockIdx.x * (HR__MOE_THREADS / 32) + (int)(threadIdx.x >> 5); t < p.T;
+        t += warps)
+      moe_combine_token(a, t, threadIdx.x & 31);
+    return;
+  }
   for(i = (long long)blockIdx.x * HR__MOE_THREADS + threadIdx.x; i < total;
       i += (long long)gridDim.x * HR__MOE_THREADS) {
     const int t = (int)(i / chunks), c = (int)(i - (long long)t * chunks);

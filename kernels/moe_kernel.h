@@ -202,6 +202,11 @@ enum {
    * as before 2026-11-30 20:00, instead of in one pass where they fit the
    * slot (tile_store, moe_gemm.cuh) */
   HR__MOE_VAR_STORE_TWO_PASS = 67108864,
+  /* both kernels' combine a 16-byte chunk a thread, each reading its
+   * token's positions again, as before 2026-12-01 05:45, also where a
+   * token a warp has fewer round trips (moe_combine_by_token,
+   * moe_combine.cuh) */
+  HR__MOE_VAR_COMBINE_CHUNKS = 134217728,
   /* Diagnostics, for the benchmark alone: y is wrong with each. What a
    * unit's stores cost (its results staged in shared memory, never
    * copied out), what the MMAs cost (none issued: the loads and the
