@@ -286,7 +286,7 @@ def l2_set_aside_reset():
             path = next((line.split()[-1] for line in maps
                          if "libcudart.so" in line), None)
         rt = ctypes.CDLL(path or "libcudart.so")
-    except (OSError, StopIteration):
+    except OSError:
         return None
     val = ctypes.c_size_t()
     if rt.cudaDeviceGetLimit(ctypes.byref(val), limit) != 0:

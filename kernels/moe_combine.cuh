@@ -50,6 +50,18 @@ static __device__ __forceinline__ moe_comb moe_comb_of(const hr__moe_params &p)
   return a;
 }
 
+/* The 8 sums, rounded to bf16 once, to y[t] at outputs 8c .. 8c+7. */
+static __device__ __forceinline__ void moe_combine_out(const moe_comb &a, int t, int c,
+                                                       const float (&acc)[8])
+{
+  uint4 o;
+  o.x = pack_bf16x2(acc[0], acc[1]);
+  o.y = pack_bf16x2(acc[2], acc[3]);
+  o.z = pack_bf16x2(acc[4], acc[5]);
+  o.w = pack_bf16x2(acc[6], acc[7]);
+  *(uint4 *)(a.y + (size_t)t * a.H + c * 8) = o;
+}
+
 /* Outputs 8c .. 8c+7 of token t. ypair and pos_of were written by other
  * CTAs in this launch: read them from L2 (.cg), never a stale L1 line.
  * The slots go BATCH at a time: their positions, then their rows, each
@@ -61,7 +73,6 @@ static __device__ __forceinline__ void moe_combine_chunk(const moe_comb &a, int 
 {
   constexpr int BATCH = HR__MOE_COMBINE_BATCH;
   float acc[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
-  uint4 o;
   int j0, j;
   for(j0 = 0; j0 < a.k; j0 += BATCH) {
     int pos[BATCH];
@@ -82,11 +93,7 @@ static __device__ __forceinline__ void moe_combine_chunk(const moe_comb &a, int 
       if(pos[j] >= 0)
         moe_combine_add(acc, w[j], v[j]);
   }
-  o.x = pack_bf16x2(acc[0], acc[1]);
-  o.y = pack_bf16x2(acc[2], acc[3]);
-  o.z = pack_bf16x2(acc[4], acc[5]);
-  o.w = pack_bf16x2(acc[6], acc[7]);
-  *(uint4 *)(a.y + (size_t)t * a.H + c * 8) = o;
+  moe_combine_out(a, t, c, acc);
 }
 
 /* The outputs of token t, by one warp (every lane calls it, none has
@@ -123,18 +130,13 @@ static __device__ __forceinline__ void moe_combine_token(const moe_comb &a, int 
           v[h][j] = __ldcg((const uint4 *)(a.ypair + (size_t)pos[j] * a.H + (c + 32 * h) * 8));
 #pragma unroll
     for(h = 0; h < 2; h++) {
-      uint4 o;
       if(h == 1 && !two)
         break;
 #pragma unroll
       for(j = 0; j < K; j++)
         if(pos[j] >= 0)
           moe_combine_add(acc[h], w[j], v[h][j]);
-      o.x = pack_bf16x2(acc[h][0], acc[h][1]);
-      o.y = pack_bf16x2(acc[h][2], acc[h][3]);
-      o.z = pack_bf16x2(acc[h][4], acc[h][5]);
-      o.w = pack_bf16x2(acc[h][6], acc[h][7]);
-      *(uint4 *)(a.y + (size_t)t * a.H + (c + 32 * h) * 8) = o;
+      moe_combine_out(a, t, c + 32 * h, acc[h]);
     }
   }
 }

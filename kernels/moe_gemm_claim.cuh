@@ -100,7 +100,7 @@ __device__ void moe_gemm_stage_claimed(const hr__moe_params &p, const moe_route 
     }
   };
   static_assert(!C::ONE_SYNC, "the claimed stage runs two barriers a step");
-  for(i = 0; i < C::STAGES - 1; i++) {          /* fill the pipeline */
+  for(i = 0; i < moe_lookahead<C>(); i++) {     /* fill the pipeline */
     if(ld.kt == 0 && ld.unit > 0)
       __syncthreads();                /* a unit short enough to end in the fill */
     if(more()) {
