@@ -821,12 +821,15 @@ hr__moe_agnostic_kernel(const __grid_constant__ hr__moe_params p)
   else if(tile == MOE_TILE_WIDE)
     ticket = agn_tasks<moe_tile_wide>(p, ticket);
   else if(moe_tile_tall(tile, v, 1)) {
+    /* the 80-token and mid tiles one __syncthreads a step (moe_one_sync) */
     if(tile == MOE_TILE_WIDE80 && !(v & HR__MOE_VAR_TWO_SYNC))
       ticket = agn_tasks<moe_tile_wide80_tall_1s>(p, ticket);
     else if(tile == MOE_TILE_WIDE80)
       ticket = agn_tasks<moe_tile_wide80_tall>(p, ticket);
     else if(tile == MOE_TILE_WIDE96)
       ticket = agn_tasks<moe_tile_wide96_tall>(p, ticket);
+    else if(!(v & HR__MOE_VAR_TWO_SYNC))
+      ticket = agn_tasks<moe_tile_mid_tall_1s>(p, ticket);
     else
       ticket = agn_tasks<moe_tile_mid_tall>(p, ticket);
   } else if(tile == MOE_TILE_WIDE96)

@@ -242,13 +242,16 @@ typedef moe_tile<256, 80, 64, 8, 1, 1, 5, 0, 1, 1> moe_tile_wide80_tall;
  * tile 256 rows tall (T = 300, 512) level. The agnostic kernel's
  * 80-token tile too (agn_gemm_run): T = 1024 0.411 ms against 0.421,
  * T = 768 0.398 against 0.407, y bitwise
- * (bench/results/moe-agn-onesync-h200-2026-12-01.md). */
+ * (bench/results/moe-agn-onesync-h200-2026-12-01.md); and its mid tile,
+ * 256 rows tall there: T = 512 0.364 ms against 0.370-0.371, level at
+ * T = 256, y bitwise (bench/results/moe-agn-midsync-h200-2026-12-01.md). */
 template <class B>
 struct moe_one_sync : B {
   static constexpr int ONE_SYNC = 1;
   static_assert(B::WG && B::DEPTH == 1 && B::STAGES >= 4, "one step's MMAs in flight");
 };
 typedef moe_one_sync<moe_tile_wide80_tall> moe_tile_wide80_tall_1s;
+typedef moe_one_sync<moe_tile_mid_tall> moe_tile_mid_tall_1s;
 
 /* The steps a cp.async tile's loads run ahead of its MMAs: STAGES - 1,
  * or one less with one __syncthreads a step (moe_one_sync). */

@@ -132,7 +132,8 @@ enum {
   /* the 80-token tile with two __syncthreads a step and its loads a step
    * further ahead, as before 2026-12-01 (moe_one_sync, moe_gemm.cuh):
    * the barrier kernel's where its units are dealt, and the agnostic
-   * kernel's */
+   * kernel's; and the agnostic kernel's 256-row mid tile likewise, as
+   * before 2026-12-01 07:00 */
   HR__MOE_VAR_TWO_SYNC = 32,
   HR__MOE_VAR_NO_WIDE = 64,
   HR__MOE_VAR_PREFETCH = 128,
