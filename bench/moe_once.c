@@ -25,7 +25,7 @@ typedef struct variant_ctx {
 static int launch_variant(gt_moe *g, const hr_moe_args *a, void *ctx)
 {
   const variant_ctx *c = (const variant_ctx *)ctx;
-  const hr__moe_variant v = { c->agnostic, 0, 0, c->bits };
+  const hr__moe_variant v = { c->agnostic, 0, 0, c->bits, NULL };
   return hr__moe_forward_variant(g->m, hr_moe_sms(g->m), &v, a, g->stream);
 }
 

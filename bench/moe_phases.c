@@ -27,7 +27,13 @@
  * part of the cp.async wgmma tiles out (the results' copy to memory, the
  * MMAs, the token rows' loads): y is wrong with them, and their times
  * say what each part costs. --no-phases times the variants alone; --match TEXT
- * times only the default and the variants whose name contains TEXT.
+ * times only the default and the variants whose name contains TEXT;
+ * --phase-variant BITS runs the phase timings with those variant bits
+ * (with the diagnostics' bits: where a part's cost falls, phase by phase);
+ * --trace PREFIX writes the barrier kernel's timeline of a launch (with
+ * those bits) per shape and T: each CTA's stage boundaries and unit ends,
+ * after other launches (PREFIX-SHAPE-T.txt) and right behind the same
+ * launch (PREFIX-SHAPE-T-again.txt).
  *
  * First, for each shape and T, the floor measured rather than computed:
  * a kernel that only reads the touched experts' weights once on every SM
@@ -48,7 +54,8 @@
  * access allows from what its math and bookkeeping cost.
  *
  *     build/tests/moe_phases [--reps N] [--shapes a,b] [--tokens 1,16,..]
- *                            [--no-phases] [--match TEXT] [--patterns]
+ *                            [--no-phases] [--phase-variant BITS]
+ *                            [--trace PREFIX] [--match TEXT] [--patterns]
  *                            [--out FILE]
  */
 #include <math.h>
@@ -104,7 +111,7 @@ static const gemm_variant gemm_variants[] = {
   { "before: big tile on the cp.async pipeline", HR__MOE_VAR_CPASYNC, 8192, 1 << 30 },
   { "weights evict-first in L2", HR__MOE_VAR_A_EVICT_FIRST, 8192, 1 << 30 },
   { "barrier kernel without clusters", HR__MOE_VAR_NO_CLUSTER, 8192, 1 << 30 },
-  { "L2 prefetch of the weights before the waits", HR__MOE_VAR_PREFETCH, 1, 128 },
+  { "L2 prefetch of the weights before the waits", HR__MOE_VAR_PREFETCH, 1, 2048 },
   { "before: the big TMA tile from 25 to 71 pairs (I >= 2048)", HR__MOE_VAR_BIG_MID_ALL, 512,
     4096 },
   { "barrier, before: the cp.async tiles' units dealt round robin", HR__MOE_VAR_DEALT, 1,
@@ -363,6 +370,60 @@ static void y_of(bench *b, const hr__moe_variant *v, uint16_t *out)
   GT_CUDA(cudaMemcpy(out, b->g.y, n, cudaMemcpyDeviceToHost));
 }
 
+/* The barrier kernel's timeline (moe_kernel.h, HR__MOE_TRACE_*) of one
+ * launch of v on each input set in turn, the last one's kept: a line per
+ * CTA, "cta" then its words in microseconds from the earliest start mark
+ * of any CTA (-1: not written), into PREFIX-SHAPE-T.txt. */
+static void trace_to(bench *b, const hr__moe_variant *v, const char *prefix, const char *shape,
+                     int warm)
+{
+  const int grid = hr_moe_sms(b->g.m), words = HR__MOE_TRACE_WORDS;
+  const size_t n = (size_t)grid * words;
+  unsigned long long *d = NULL, *h = malloc(n * sizeof(*h)), t0 = ~0ULL;
+  hr__moe_variant tv = *v;
+  char path[512];
+  FILE *f;
+  int i, c, w;
+  if(!h) {
+    fprintf(stderr, "FAIL: out of memory\n");
+    exit(1);
+  }
+  GT_CUDA(cudaMalloc((void **)&d, n * sizeof(*d)));
+  tv.trace = d;
+  for(i = 0; i < b->nsets; i++) {
+    GT_CUDA(cudaMemsetAsync(d, 0, n * sizeof(*d), b->g.stream));
+    launch(b, &tv, i);
+  }
+  if(warm)                 /* the same launch again, right behind it */
+    launch(b, &tv, b->nsets - 1);
+  sync_ok(b);
+  GT_CUDA(cudaMemcpy(h, d, n * sizeof(*d), cudaMemcpyDeviceToHost));
+  for(c = 0; c < grid; c++)
+    if(h[(size_t)c * words] && h[(size_t)c * words] < t0)
+      t0 = h[(size_t)c * words];
+  snprintf(path, sizeof(path), "%s-%s-%d%s.txt", prefix, shape, b->T, warm ? "-again" : "");
+  f = fopen(path, "w");
+  if(!f) {
+    fprintf(stderr, "FAIL: %s: cannot write\n", path);
+    exit(1);
+  }
+  fprintf(f, "# barrier kernel timeline, us from the first CTA's start; words: "
+             "%d marks, then %d GEMM1 unit ends, %d GEMM2 unit ends; variant 0x%x%s\n",
+          HR__MOE_TRACE_MARKS, HR__MOE_TRACE_UNITS, HR__MOE_TRACE_UNITS, v->gemm,
+          warm ? "; a launch right behind the same one" : "");
+  for(c = 0; c < grid; c++) {
+    fprintf(f, "%d", c);
+    for(w = 0; w < words; w++) {
+      const unsigned long long x = h[(size_t)c * words + w];
+      fprintf(f, " %.3f", x ? (double)(x - t0) / 1e3 : -1.0);
+    }
+    fprintf(f, "\n");
+  }
+  fclose(f);
+  cudaFree(d);
+  free(h);
+}
+
 static void machine(char *buf, size_t n)
 {
   FILE *f = popen("nvidia-smi --query-gpu=name,driver_version,memory.total "
@@ -396,6 +457,8 @@ int main(int argc, char **argv)
 {
   const char *shapes = "qwen3-30b-a3b,deepseek-v3", *out_path = NULL, *match = NULL;
   int tokens[MAX_TOKENS], ntok, reps = 20, i, si, ti, kk, ph, phases = 1, patterns = 0;
+  unsigned phase_variant = 0;     /* variant bits of the phase timings' launches */
+  const char *trace_prefix = NULL;
   char mach[256], date[64], cmd[1024] = "";
   char *table = NULL, *vtable = NULL, *ftable = NULL;
   size_t table_len = 0, vtable_len = 0, ftable_len = 0;
@@ -418,9 +481,14 @@ int main(int argc, char **argv)
       match = argv[++i];
     else if(strcmp(argv[i], "--patterns") == 0)
       patterns = 1;
+    else if(strcmp(argv[i], "--phase-variant") == 0 && i + 1 < argc)
+      phase_variant = (unsigned)strtoul(argv[++i], NULL, 0);
+    else if(strcmp(argv[i], "--trace") == 0 && i + 1 < argc)
+      trace_prefix = argv[++i];
     else {
       fprintf(stderr, "usage: %s [--reps N] [--shapes a,b] [--tokens 1,16,...] "
-                      "[--no-phases] [--match TEXT] [--patterns] [--out FILE]\n", argv[0]);
+                      "[--no-phases] [--phase-variant BITS] [--trace PREFIX] [--match TEXT] "
+                      "[--patterns] [--out FILE]\n", argv[0]);
       return 2;
     }
   }
@@ -486,7 +554,12 @@ int main(int argc, char **argv)
               "t(normal) - t(phase left out); route = placing the pairs (the "
               "counts are always made)\n");
   fprintf(tf, "- rep same: every phase run twice gave y bitwise the normal "
-              "launch's\n\n");
+              "launch's\n");
+  if(phase_variant)
+    fprintf(tf, "- every launch of this table with the variant bits 0x%x "
+                "(kernels/moe_kernel.h; a diagnostic's y is wrong, but the same "
+                "run twice)\n", phase_variant);
+  fprintf(tf, "\n");
   fprintf(tf, "| shape | T | kernel | normal ms |");
   for(ph = 0; ph < NPHASES; ph++)
     fprintf(tf, " %s +rep | %s -skip |", phase_names[ph], phase_names[ph]);
@@ -591,8 +664,8 @@ int main(int argc, char **argv)
       {
         /* the floor, measured */
         const hr__moe_variant none0 = { 0, HR__MOE_PHASE_ROUTE | HR__MOE_PHASE_GEMM1 |
-                                        HR__MOE_PHASE_GEMM2 | HR__MOE_PHASE_COMBINE, 0, 0 };
-        hr__moe_variant none1 = none0, v0 = { 0, 0, 0, 0 }, v1 = { 1, 0, 0, 0 };
+                                        HR__MOE_PHASE_GEMM2 | HR__MOE_PHASE_COMBINE, 0, 0, NULL };
+        hr__moe_variant none1 = none0, v0 = { 0, 0, 0, 0, NULL }, v1 = { 1, 0, 0, 0, NULL };
         double nexp = 0, mb;
         char spread[8 * 24];
         int sp_len = 0;
@@ -628,11 +701,15 @@ int main(int argc, char **argv)
                 mb / 1e6 / (st * 1e-3), tb, tb / st, ta, ta / st, nb, na, nul, nl2, nl1);
       }
       for(kk = 0; kk < 2; kk++) {
-        hr__moe_variant v = { kk, 0, 0, 0 };
+        hr__moe_variant v = { kk, 0, 0, phase_variant, NULL };
         float t0, rep_ms[NPHASES], skip_ms[NPHASES];
         int same = 1;
         t0 = time_variant(&b, &v);
         y_of(&b, &v, y0);
+        if(kk == 0 && trace_prefix) {
+          trace_to(&b, &v, trace_prefix, s->name, 0);
+          trace_to(&b, &v, trace_prefix, s->name, 1);
+        }
         for(ph = 0; ph < NPHASES && phases; ph++) {
           v.skip = 0;
           v.repeat = phase_bits[ph];
@@ -658,7 +735,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "\n");
         for(i = 0; i < NGEMM; i++) {
           const gemm_variant *gvar = &gemm_variants[i];
-          hr__moe_variant gv = { kk, 0, 0, gvar->bits };
+          hr__moe_variant gv = { kk, 0, 0, gvar->bits, NULL };
           const double flops = 2.0 * T * s->k * 3.0 * s->H * s->I;
           char ycell[96];
           float ms;

@@ -485,6 +485,7 @@ static int launch(hr_moe *m, const hr_lease *lease, int grid, int mode,
     p.skip = v->skip;
     p.repeat = v->repeat;
     p.variant = v->gemm;
+    p.trace = v->trace;
   }
   /* long GEMM units: the barrier kernel claims them (moe_kernel.h) */
   if(p.H >= HR__MOE_CLAIM_MIN_H)

@@ -21,6 +21,7 @@
 
 #include "moe_kernel.h"
 #include "moe_ptx.cuh"
+#include "moe_trace.cuh"
 
 /* Record a failure of this launch unless another CTA already did: where
  * (a barrier, or for the agnostic kernel the kind of wait), how far the
@@ -74,8 +75,10 @@ static __device__ __noinline__ int moe_barrier_wait(const hr__moe_params &p, int
     atomicExch(&s->count, 0u);        /* last in: reset, then release */
     __threadfence();
     atomicAdd(&s->gen, 1u);
+    moe_trace(p, HR__MOE_MARK_ARRIVED + barrier);
     return 1;
   }
+  moe_trace(p, HR__MOE_MARK_ARRIVED + barrier);
   t0 = global_timer_ns();
   for(it = 1;; it++) {
     if(ld_acquire_gpu(&s->gen) != gen)

@@ -67,6 +67,7 @@
 #include "moe_kernel.h"
 #include "moe_ptx.cuh"
 #include "moe_route.cuh"
+#include "moe_trace.cuh"
 
 /* Shared memory for the pipeline, the partial sums and the output staging
  * of any tile shape (the routing tables come after it). */
@@ -999,7 +1000,10 @@ static __device__ __forceinline__ void moe_pipe_step(moe_loader<C, STAGE> &ld,
  * and the other 36 could fetch GEMM2's weights meanwhile). Measured, it
  * does not pay: Qwen3 T = 1 0.041 ms against 0.038 without, DeepSeek-V3
  * T = 1 0.187 against 0.183, T = 16 and 128 within the noise; the time at
- * T = 1 is not in the fetches the barriers hold up. Not for the big tile.
+ * T = 1 is not in the fetches the barriers hold up. On the 256-row tiles
+ * too (Qwen3 T = 512-1024): each stage's first unit 2.4-3.6 us shorter,
+ * but the stage 2.7 us later, level in all
+ * (bench/results/moe-timeline-h200-2026-12-01.md). Not for the big tile.
  * A hint: nothing is written, y cannot change. */
 #define HR__MOE_PREFETCH_CAP (256 * 1024)
 template <class C, int STAGE>
@@ -1011,7 +1015,7 @@ static __device__ __forceinline__ void moe_prefetch_unit(const hr__moe_params &p
   const moe_unit un = unit_decode(u, rt, p, nf, C::BN, moe_tt_major<C>(p));
   const int bytes = min(2 * K, cap / C::BM) & ~255;
   const uint16_t *src;
-  if(C::BM == 256 || !(p.variant & HR__MOE_VAR_PREFETCH) || r >= C::BM || bytes == 0)
+  if(C::TT_MAJOR || !(p.variant & HR__MOE_VAR_PREFETCH) || r >= C::BM || bytes == 0)
     return;
   if(STAGE == 1) {
     const int f = un.ft * (C::BM / 2) + (r >> 4) * 8 + (r & 7);
@@ -1079,8 +1083,11 @@ __device__ void moe_gemm_stage(const hr__moe_params &p, const moe_route &rt,
     moe_pipe_step<C, STAGE>(ld, p, rt, pipe, nf, nk, acc, slot, wm, wn, wk, moe_mma_n(p, un),
                             s + moe_lookahead<C>() < steps,
                             [&] { return s + moe_lookahead<C>() < steps; });
-    if(++kt == nk)
+    if(++kt == nk) {
       tile_unit_end<C, STAGE>(p, un, acc, pipe, slot, wm, wn, wk);
+      if(u < HR__MOE_TRACE_UNITS)
+        moe_trace(p, HR__MOE_TRACE_MARKS + (STAGE - 1) * HR__MOE_TRACE_UNITS + u);
+    }
     if(++slot == C::STAGES)
       slot = 0;
     if(kt == nk) {

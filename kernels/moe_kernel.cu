@@ -143,13 +143,20 @@ static __device__ __forceinline__ void moe_claims_reset(const hr__moe_params &p,
 template <int STAGE>
 static __device__ void moe_prefetch(const hr__moe_params &p, const moe_route &rt, int tile)
 {
-  const int nf = (STAGE == 1 ? 2 * p.I : p.H) / moe_tile_bm(tile);
+  const int nf = (STAGE == 1 ? 2 * p.I : p.H) / moe_unit_rows(tile, p.variant, 0);
   const int u = (int)blockIdx.x;
-  if(tile == MOE_TILE_BIG || moe_tile_tall(tile, p.variant, 0) ||   /* 256-row units */
+  if(tile == MOE_TILE_BIG ||
      moe_phase_runs(p, STAGE == 1 ? HR__MOE_PHASE_GEMM1 : HR__MOE_PHASE_GEMM2) == 0 ||
      u >= rt.tile_off[p.E] * nf)
     return;
-  if(tile == MOE_TILE_TINY)
+  if(moe_tile_tall(tile, p.variant, 0)) {       /* 256-row units */
+    if(tile == MOE_TILE_WIDE80)
+      moe_prefetch_unit<moe_tile_wide80_tall, STAGE>(p, rt, nf, u);
+    else if(tile == MOE_TILE_WIDE96)
+      moe_prefetch_unit<moe_tile_wide96_tall, STAGE>(p, rt, nf, u);
+    else
+      moe_prefetch_unit<moe_tile_mid_tall, STAGE>(p, rt, nf, u);
+  } else if(tile == MOE_TILE_TINY)
     moe_prefetch_unit<moe_tile_tiny, STAGE>(p, rt, nf, u);
   else if(tile == MOE_TILE_NARROW)
     moe_prefetch_unit<moe_tile_narrow, STAGE>(p, rt, nf, u);
@@ -192,6 +199,7 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
   __syncthreads();
   if(!s_ok)
     return;
+  moe_trace(p, HR__MOE_MARK_START);
 
   /* 1. route: this CTA's slice of the pairs (none in the benchmark's
    * variant without the route phase: the tables are still made). At few
@@ -221,28 +229,38 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
     moe_copy_xs(p, slo, shi);
   /* The weights need no routing: fetch them while the barrier waits. */
   moe_prefetch<1>(p, rt, tile);
+  moe_trace(p, HR__MOE_MARK_ROUTED);
   if((!whole || moe_tile_tma(tile, p.variant)) && !grid_barrier(p, 0, &s_ok))
     return;
+  moe_trace(p, HR__MOE_MARK_G1_START);
 
   /* 2. GEMM1 + SwiGLU (each CTA's units come twice, or never, in the
    * benchmark's variants: moe_gemm_stage) */
   if(!moe_gemm<1>(p, rt, smem, tile))
     return;
+  moe_trace(p, HR__MOE_MARK_G1_END);
   moe_prefetch<2>(p, rt, tile);
   if(!grid_barrier(p, 1, &s_ok))
     return;
+  moe_trace(p, HR__MOE_MARK_G2_START);
   moe_claims_reset(p, 1);
 
   /* 3. GEMM2 */
   if(!moe_gemm<2>(p, rt, smem, tile))
     return;
+  moe_trace(p, HR__MOE_MARK_G2_END);
   if(!grid_barrier(p, 2, &s_ok))
     return;
+  moe_trace(p, HR__MOE_MARK_C_START);
   moe_claims_reset(p, 2);
 
   /* 4. combine */
   for(i = moe_phase_runs(p, HR__MOE_PHASE_COMBINE); i > 0; i--)
     moe_combine(p);
+  if(p.trace) {               /* the CTA's last stores, then the time */
+    __syncthreads();
+    moe_trace(p, HR__MOE_MARK_END);
+  }
 }
 
 extern "C" int hr__moe_smem_bytes(void)

@@ -285,7 +285,28 @@ typedef struct hr__moe_params {
    * out and to run twice. 0 in every launch through headroom_moe.h. */
   unsigned skip, repeat;
   unsigned variant;           /* HR__MOE_VAR_* bits */
+  /* The benchmark's timeline (NULL in production): the barrier kernel's
+   * thread 0 of each CTA writes %globaltimer at its stage boundaries and
+   * unit ends, HR__MOE_TRACE_WORDS words a CTA (moe_trace, moe_kernel.cu) */
+  unsigned long long *trace;
 } hr__moe_params;
+
+/* The timeline's words per CTA: HR__MOE_TRACE_MARKS marks, then the
+ * ends of up to HR__MOE_TRACE_UNITS units of GEMM1, then of GEMM2. */
+#define HR__MOE_TRACE_MARKS 12
+#define HR__MOE_TRACE_UNITS 24
+#define HR__MOE_TRACE_WORDS (HR__MOE_TRACE_MARKS + 2 * HR__MOE_TRACE_UNITS)
+enum {
+  HR__MOE_MARK_START = 0,   /* past the launch's checks */
+  HR__MOE_MARK_ROUTED,      /* the route done, before barrier 0 */
+  HR__MOE_MARK_G1_START,    /* past barrier 0 */
+  HR__MOE_MARK_G1_END,      /* GEMM1 done, before barrier 1 */
+  HR__MOE_MARK_G2_START,    /* past barrier 1 */
+  HR__MOE_MARK_G2_END,      /* GEMM2 done, before barrier 2 */
+  HR__MOE_MARK_C_START,     /* past barrier 2 */
+  HR__MOE_MARK_END,         /* the combine done */
+  HR__MOE_MARK_ARRIVED      /* + barrier: thread 0's arrival counted */
+};
 
 #ifdef __CUDACC__
 /* How many times this launch runs `phase`: 1, or 0 / 2 in the benchmark's

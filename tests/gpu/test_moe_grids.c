@@ -30,7 +30,7 @@
  * cp.async tiles claiming their units at any H. */
 static int launch_claimed(gt_moe *g, const hr_moe_args *args, void *ctx)
 {
-  const hr__moe_variant v = { 0, 0, 0, HR__MOE_VAR_CLAIM };
+  const hr__moe_variant v = { 0, 0, 0, HR__MOE_VAR_CLAIM, NULL };
   return hr__moe_forward_variant(g->m, *(const int *)ctx, &v, args, g->stream);
 }
 

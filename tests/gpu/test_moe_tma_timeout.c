@@ -42,7 +42,7 @@
 static int forward(gt_moe *g, int agnostic, unsigned gemm, int timeout_ms, uint16_t *out)
 {
   const size_t ybytes = (size_t)g->T * g->s.H * 2;
-  hr__moe_variant v = { agnostic, 0, 0, gemm };
+  hr__moe_variant v = { agnostic, 0, 0, gemm, NULL };
   hr_moe_args a = gt_args(g, timeout_ms);
   int rc;
   GT_CUDA(cudaMemsetAsync(g->y, 0xff, ybytes, (cudaStream_t)g->stream));

@@ -1,0 +1,20 @@
+/*
+ * moe_trace.cuh: the benchmark's timeline of the barrier kernel
+ * (bench/moe_phases.c --trace). p.trace is NULL in every production
+ * launch, so each mark costs one uniform branch; with a buffer, thread 0
+ * of each CTA writes %globaltimer into its CTA's words (moe_kernel.h,
+ * HR__MOE_TRACE_*): stage boundaries, barrier arrivals, unit ends.
+ */
+#ifndef HR_MOE_TRACE_CUH
+#define HR_MOE_TRACE_CUH
+
+#include "moe_kernel.h"
+#include "moe_ptx.cuh"
+
+static __device__ __forceinline__ void moe_trace(const hr__moe_params &p, int w)
+{
+  if(p.trace && threadIdx.x == 0)
+    p.trace[(size_t)blockIdx.x * HR__MOE_TRACE_WORDS + w] = global_timer_ns();
+}
+
+#endif /* HR_MOE_TRACE_CUH */
