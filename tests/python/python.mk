@@ -1,7 +1,8 @@
 # tests/python: the Python binding (python/headroom) against the real
 # headroomd and libheadroom, with the standard library's unittest; no torch
 # needed (its tests say they skip). tests/python/run.sh runs them, and
-# builds and runs examples/lease.c on the way so the example cannot rot.
+# builds and runs examples/lease.c on the way so the example cannot rot;
+# test_trace_summary.py checks bench/trace_summary.py on a made-up timeline.
 INTEG_TESTS += tests/python/run.sh
 
 tests/python/run.sh: $(BINDIR)/headroomd $(LIBDIR)/libheadroom.so

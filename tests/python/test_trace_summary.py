@@ -1,0 +1,89 @@
+"""bench/trace_summary.py: what it says about a barrier-kernel timeline
+(`moe_phases --trace`) is checked on a made-up one whose answers are
+known, and a file it cannot read is refused with its name."""
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import hrtest
+
+SCRIPT = os.path.join(hrtest.ROOT, "bench", "trace_summary.py")
+MARKS, UNITS = 12, 24
+
+
+def cta_words(c):
+    """CTA c of four: three GEMM1 units of 30 + c us from 10, its arrival
+    at barrier 1 1 us after its stage ends, the release seen at 112; two
+    GEMM2 units of 10 + c us."""
+    w = [-1.0] * (MARKS + 2 * UNITS)
+    g1_end = 10 + 3 * (30 + c)
+    g2_end = 112 + 2 * (10 + c)
+    w[:8] = [0.0, 5.0, 10.0, g1_end, 112.0, g2_end, 140.0, 150.0]
+    w[8:11] = [6.0, g1_end + 1, g2_end + 1]
+    for j in range(3):
+        w[MARKS + j] = 10 + (30 + c) * (j + 1)
+    for j in range(2):
+        w[MARKS + UNITS + j] = 112 + (10 + c) * (j + 1)
+    return w
+
+
+def write_trace(path, lines):
+    with open(path, "w") as f:
+        f.write("# barrier kernel timeline (made up)\n")
+        for c, words in enumerate(lines):
+            f.write(f"{c} " + " ".join(f"{x:.3f}" for x in words) + "\n")
+
+
+class TraceSummary(unittest.TestCase):
+    def run_script(self, *paths):
+        return subprocess.run([sys.executable, SCRIPT, *paths], capture_output=True,
+                              text=True, timeout=30)
+
+    def test_known_timeline(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "tr.txt")
+            write_trace(path, [cta_words(c) for c in range(4)])
+            r = self.run_script(path)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = r.stdout
+        self.assertIn("4 CTAs", out)
+        # units of 30..33 us: median 31.5 for each of the three
+        self.assertIn("GEMM1 units, median us: 31.5 31.5 31.5\n", out)
+        self.assertIn("GEMM2 units, median us: 11.5 11.5\n", out)
+        # first units end at 40, 41, 42, 43
+        self.assertIn("GEMM1 first unit ends from 40.0 to 43.0 us", out)
+        # barrier 1: arrivals at 101 + 3c, release at 112: waits 11, 8, 5, 2
+        self.assertIn("barrier 1: mean wait 6.5 us, longest 11.0", out)
+        self.assertIn("barrier 0: mean wait 4.0 us, longest 4.0", out)
+
+    def test_stage_without_unit_ends(self):
+        lines = [cta_words(c) for c in range(2)]
+        for w in lines:
+            w[MARKS:MARKS + UNITS] = [-1.0] * UNITS
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "tr.txt")
+            write_trace(path, lines)
+            r = self.run_script(path)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("GEMM1: no unit ends", r.stdout)
+        self.assertIn("GEMM2 units, median us: 10.5 10.5", r.stdout)
+
+    def test_short_line_refused(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "short.txt")
+            write_trace(path, [cta_words(0)[:20]])
+            r = self.run_script(path)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("short.txt", r.stderr)
+        self.assertIn("expected 60", r.stderr)
+
+    def test_no_arguments(self):
+        r = self.run_script()
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("trace_summary.py FILE", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
