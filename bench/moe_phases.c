@@ -408,14 +408,18 @@ static void trace_to(bench *b, const hr__moe_variant *v, const char *prefix, con
     exit(1);
   }
   fprintf(f, "# barrier kernel timeline, us from the first CTA's start; words: "
-             "%d marks, then %d GEMM1 unit ends, %d GEMM2 unit ends; variant 0x%x%s\n",
+             "%d marks (the last the CTA's SM), then %d GEMM1 unit ends, %d GEMM2 unit "
+             "ends; variant 0x%x%s\n",
           HR__MOE_TRACE_MARKS, HR__MOE_TRACE_UNITS, HR__MOE_TRACE_UNITS, v->gemm,
           warm ? "; a launch right behind the same one" : "");
   for(c = 0; c < grid; c++) {
     fprintf(f, "%d", c);
     for(w = 0; w < words; w++) {
       const unsigned long long x = h[(size_t)c * words + w];
-      fprintf(f, " %.3f", x ? (double)(x - t0) / 1e3 : -1.0);
+      if(w == HR__MOE_MARK_SM)                  /* the SM, not a time */
+        fprintf(f, " %d", x ? (int)(x - 1) : -1);
+      else
+        fprintf(f, " %.3f", x ? (double)(x - t0) / 1e3 : -1.0);
     }
     fprintf(f, "\n");
   }

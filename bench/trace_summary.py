@@ -6,14 +6,16 @@ FILE is what `build/tests/moe_phases --trace PREFIX` wrote
 microseconds from the first CTA's start (-1: not written). The words
 (kernels/moe_kernel.h, HR__MOE_TRACE_*): 12 marks (start, routed, GEMM1
 start, GEMM1 end, GEMM2 start, GEMM2 end, combine start, end, then thread
-0's arrival at barriers 0, 1, 2), then the ends of each CTA's first 24
+0's arrival at barriers 0, 1, 2, then the SM the CTA ran on: a number,
+-1 in files written before it was), then the ends of each CTA's first 24
 GEMM1 units, then of its first 24 GEMM2 units.
 
 Prints, per file: each mark's earliest, median and latest time over the
 CTAs; per GEMM stage, the median duration of each CTA's i-th unit (its
 first from the stage's start mark) and how far apart the CTAs finished
-their first unit; and how long the CTAs waited at each barrier on
-average (release seen minus own arrival). Standard library only.
+their first unit; how long the CTAs waited at each barrier on average
+(release seen minus own arrival); and which SMs ran the slowest and the
+fastest CTAs (mean GEMM1 unit past the first). Standard library only.
 """
 import statistics
 import sys
@@ -69,6 +71,17 @@ def summary(path):
         if w:
             print(f"  barrier {b}: mean wait {statistics.mean(w):.1f} us, "
                   f"longest {max(w):.1f}")
+    pace = []
+    for c, r in enumerate(rows):
+        ends = [x for x in r[MARKS:MARKS + UNITS] if x >= 0]
+        if len(ends) >= 3:
+            pace.append(((ends[-1] - ends[0]) / (len(ends) - 1), c, int(r[MARKS - 1])))
+    if len(pace) >= 2:
+        pace.sort()
+        show = lambda part: ", ".join(f"{t:.1f} (CTA {c}, SM {sm})" for t, c, sm in part)
+        n = min(4, len(pace) // 2)
+        print(f"  GEMM1 pace, us a unit: fastest {show(pace[:n])}")
+        print(f"  GEMM1 pace, us a unit: slowest {show(pace[-n:][::-1])}")
 
 
 def main():

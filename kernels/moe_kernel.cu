@@ -200,6 +200,7 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
   if(!s_ok)
     return;
   moe_trace(p, HR__MOE_MARK_START);
+  moe_trace_sm(p);
 
   /* 1. route: this CTA's slice of the pairs (none in the benchmark's
    * variant without the route phase: the tables are still made). At few

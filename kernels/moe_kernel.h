@@ -291,8 +291,9 @@ typedef struct hr__moe_params {
   unsigned long long *trace;
 } hr__moe_params;
 
-/* The timeline's words per CTA: HR__MOE_TRACE_MARKS marks, then the
- * ends of up to HR__MOE_TRACE_UNITS units of GEMM1, then of GEMM2. */
+/* The timeline's words per CTA: HR__MOE_TRACE_MARKS marks (the last of
+ * them the SM the CTA ran on), then the ends of up to HR__MOE_TRACE_UNITS
+ * units of GEMM1, then of GEMM2. */
 #define HR__MOE_TRACE_MARKS 12
 #define HR__MOE_TRACE_UNITS 24
 #define HR__MOE_TRACE_WORDS (HR__MOE_TRACE_MARKS + 2 * HR__MOE_TRACE_UNITS)
@@ -305,7 +306,8 @@ enum {
   HR__MOE_MARK_G2_END,      /* GEMM2 done, before barrier 2 */
   HR__MOE_MARK_C_START,     /* past barrier 2 */
   HR__MOE_MARK_END,         /* the combine done */
-  HR__MOE_MARK_ARRIVED      /* + barrier: thread 0's arrival counted */
+  HR__MOE_MARK_ARRIVED,     /* + barrier: thread 0's arrival counted */
+  HR__MOE_MARK_SM = HR__MOE_MARK_ARRIVED + 3   /* not a time: the SM, + 1 */
 };
 
 #ifdef __CUDACC__

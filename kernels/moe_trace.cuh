@@ -17,4 +17,13 @@ static __device__ __forceinline__ void moe_trace(const hr__moe_params &p, int w)
     p.trace[(size_t)blockIdx.x * HR__MOE_TRACE_WORDS + w] = global_timer_ns();
 }
 
+/* The SM this CTA runs on, + 1 (0 is "not written"): the pace of a CTA
+ * follows its SM's place. */
+static __device__ __forceinline__ void moe_trace_sm(const hr__moe_params &p)
+{
+  if(p.trace && threadIdx.x == 0)
+    p.trace[(size_t)blockIdx.x * HR__MOE_TRACE_WORDS + HR__MOE_MARK_SM] =
+        (unsigned long long)sm_id() + 1;
+}
+
 #endif /* HR_MOE_TRACE_CUH */

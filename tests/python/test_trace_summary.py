@@ -21,7 +21,7 @@ def cta_words(c):
     g1_end = 10 + 3 * (30 + c)
     g2_end = 112 + 2 * (10 + c)
     w[:8] = [0.0, 5.0, 10.0, g1_end, 112.0, g2_end, 140.0, 150.0]
-    w[8:11] = [6.0, g1_end + 1, g2_end + 1]
+    w[8:12] = [6.0, g1_end + 1, g2_end + 1, 100 + c]    # SM 100 + c
     for j in range(3):
         w[MARKS + j] = 10 + (30 + c) * (j + 1)
     for j in range(2):
@@ -57,6 +57,9 @@ class TraceSummary(unittest.TestCase):
         # barrier 1: arrivals at 101 + 3c, release at 112: waits 11, 8, 5, 2
         self.assertIn("barrier 1: mean wait 6.5 us, longest 11.0", out)
         self.assertIn("barrier 0: mean wait 4.0 us, longest 4.0", out)
+        # the pace of CTA c is 30 + c us a unit, on SM 100 + c
+        self.assertIn("fastest 30.0 (CTA 0, SM 100), 31.0 (CTA 1, SM 101)\n", out)
+        self.assertIn("slowest 33.0 (CTA 3, SM 103), 32.0 (CTA 2, SM 102)\n", out)
 
     def test_stage_without_unit_ends(self):
         lines = [cta_words(c) for c in range(2)]
