@@ -128,6 +128,8 @@ static const gemm_variant gemm_variants[] = {
   { "before: the combine a chunk a thread", HR__MOE_VAR_COMBINE_CHUNKS, 1, 1 << 30 },
   /* what the cp.async tiles' parts cost: y is wrong with each */
   { "diagnostic: results not stored", HR__MOE_VAR_DIAG_NO_STORE, 256, 4096 },
+  { "diagnostic, barrier: CTA b starts each GEMM stage b x 64 ns late",
+    HR__MOE_VAR_DIAG_STAGGER, 256, 2048 },
   { "diagnostic: no MMAs", HR__MOE_VAR_DIAG_NO_MMA, 256, 4096 },
   { "diagnostic: token rows not loaded", HR__MOE_VAR_DIAG_NO_TOKENS, 256, 4096 },
   { "diagnostic: no MMAs, token rows not loaded",
@@ -165,7 +167,8 @@ static const gemm_variant gemm_variants[] = {
 /* Variants of what only the barrier kernel has: not timed for the other. */
 #define BARRIER_ONLY                                                                  \
   (HR__MOE_VAR_NO_CLUSTER | HR__MOE_VAR_TALL | HR__MOE_VAR_WIDE96_SHORT |             \
-   HR__MOE_VAR_DEALT | HR__MOE_VAR_ROUTE_SPLIT | HR__MOE_VAR_CLAIM)
+   HR__MOE_VAR_DEALT | HR__MOE_VAR_ROUTE_SPLIT | HR__MOE_VAR_CLAIM |                  \
+   HR__MOE_VAR_DIAG_STAGGER)
 /* And of what only the agnostic kernel has. */
 #define AGNOSTIC_ONLY HR__MOE_VAR_AGN_SHORT
 

@@ -129,6 +129,14 @@ static __device__ __forceinline__ int moe_gemm(const hr__moe_params &p, const mo
   return 1;
 }
 
+/* The benchmark's diagnostic HR__MOE_VAR_DIAG_STAGGER (moe_kernel.h):
+ * CTA b starts a GEMM stage b x 64 ns late. */
+static __device__ __forceinline__ void moe_stagger(const hr__moe_params &p)
+{
+  if(p.variant & HR__MOE_VAR_DIAG_STAGGER)
+    __nanosleep(64u * blockIdx.x);
+}
+
 /* Past the grid barrier that ends GEMM stage STAGE, where no CTA claims
  * its units any more: its claim counter back to 0 for the next launch. */
 static __device__ __forceinline__ void moe_claims_reset(const hr__moe_params &p, int stage)
@@ -234,6 +242,7 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
   if((!whole || moe_tile_tma(tile, p.variant)) && !grid_barrier(p, 0, &s_ok))
     return;
   moe_trace(p, HR__MOE_MARK_G1_START);
+  moe_stagger(p);
 
   /* 2. GEMM1 + SwiGLU (each CTA's units come twice, or never, in the
    * benchmark's variants: moe_gemm_stage) */
@@ -245,6 +254,7 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
     return;
   moe_trace(p, HR__MOE_MARK_G2_START);
   moe_claims_reset(p, 1);
+  moe_stagger(p);
 
   /* 3. GEMM2 */
   if(!moe_gemm<2>(p, rt, smem, tile))

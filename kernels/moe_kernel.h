@@ -219,6 +219,15 @@ enum {
   HR__MOE_VAR_DIAG_NO_TOKENS = 1073741824
 };
 
+/* A diagnostic, outside the enum (whose values are ints; the last free
+ * bit): the barrier kernel's CTA b starts each GEMM stage b x 64 ns
+ * after its barrier (moe_stagger, moe_kernel.cu); y unchanged. Every
+ * stage's first unit waits ~10 us for one event that releases all CTAs
+ * at once (bench/results/moe-timeline-h200-2026-12-01.md); if the stall
+ * shrinks when the CTAs start apart, it is a queue they all join at the
+ * same moment. Added 2026-12-01, not yet run. */
+#define HR__MOE_VAR_DIAG_STAGGER 0x80000000u
+
 /* From this H (GEMM1's K) the barrier kernel's cp.async tiles claim their
  * units rather than take them dealt round robin (moe_gemm_claim.cuh), and
  * it runs the agnostic kernel's tiles (moe_pick_tile).
