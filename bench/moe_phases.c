@@ -374,9 +374,11 @@ static void y_of(bench *b, const hr__moe_variant *v, uint16_t *out)
 }
 
 /* The barrier kernel's timeline (moe_kernel.h, HR__MOE_TRACE_*) of one
- * launch of v on each input set in turn, the last one's kept: a line per
- * CTA, "cta" then its words in microseconds from the earliest start mark
- * of any CTA (-1: not written), into PREFIX-SHAPE-T.txt. */
+ * launch of v on each input set in turn, the last one's kept (with
+ * `warm`, of one more launch right behind that one): a line per CTA,
+ * "cta" then its words in microseconds from the earliest start mark of
+ * any CTA (-1: not written; the SM word as a number), into
+ * PREFIX-SHAPE-T.txt (PREFIX-SHAPE-T-again.txt with `warm`). */
 static void trace_to(bench *b, const hr__moe_variant *v, const char *prefix, const char *shape,
                      int warm)
 {
