@@ -33,7 +33,8 @@
  * --trace PREFIX writes the barrier kernel's timeline of a launch (with
  * those bits) per shape and T: each CTA's stage boundaries and unit ends,
  * after other launches (PREFIX-SHAPE-T.txt) and right behind the same
- * launch (PREFIX-SHAPE-T-again.txt).
+ * launch (PREFIX-SHAPE-T-again.txt), and each SM's clock at the same
+ * marks (PREFIX-SHAPE-T[-again]-clocks.txt).
  *
  * First, for each shape and T, the floor measured rather than computed:
  * a kernel that only reads the touched experts' weights once on every SM
@@ -378,13 +379,15 @@ static void y_of(bench *b, const hr__moe_variant *v, uint16_t *out)
  * `warm`, of one more launch right behind that one): a line per CTA,
  * "cta" then its words in microseconds from the earliest start mark of
  * any CTA (-1: not written; the SM word as a number), into
- * PREFIX-SHAPE-T.txt (PREFIX-SHAPE-T-again.txt with `warm`). */
+ * PREFIX-SHAPE-T.txt (PREFIX-SHAPE-T-again.txt with `warm`); and the same
+ * lines of SM clock cycles, in thousands from the CTA's own start mark,
+ * into PREFIX-SHAPE-T[-again]-clocks.txt. */
 static void trace_to(bench *b, const hr__moe_variant *v, const char *prefix, const char *shape,
                      int warm)
 {
   const int grid = hr_moe_sms(b->g.m), words = HR__MOE_TRACE_WORDS;
-  const size_t n = (size_t)grid * words;
-  unsigned long long *d = NULL, *h = malloc(n * sizeof(*h)), t0 = ~0ULL;
+  const size_t n = (size_t)grid * words;   /* the times; the clocks after them */
+  unsigned long long *d = NULL, *h = malloc(2 * n * sizeof(*h)), t0 = ~0ULL;
   hr__moe_variant tv = *v;
   char path[512];
   FILE *f;
@@ -393,19 +396,38 @@ static void trace_to(bench *b, const hr__moe_variant *v, const char *prefix, con
     fprintf(stderr, "FAIL: out of memory\n");
     exit(1);
   }
-  GT_CUDA(cudaMalloc((void **)&d, n * sizeof(*d)));
+  GT_CUDA(cudaMalloc((void **)&d, 2 * n * sizeof(*d)));
   tv.trace = d;
   for(i = 0; i < b->nsets; i++) {
-    GT_CUDA(cudaMemsetAsync(d, 0, n * sizeof(*d), b->g.stream));
+    GT_CUDA(cudaMemsetAsync(d, 0, 2 * n * sizeof(*d), b->g.stream));
     launch(b, &tv, i);
   }
   if(warm)                 /* the same launch again, right behind it */
     launch(b, &tv, b->nsets - 1);
   sync_ok(b);
-  GT_CUDA(cudaMemcpy(h, d, n * sizeof(*d), cudaMemcpyDeviceToHost));
+  GT_CUDA(cudaMemcpy(h, d, 2 * n * sizeof(*d), cudaMemcpyDeviceToHost));
   for(c = 0; c < grid; c++)
     if(h[(size_t)c * words] && h[(size_t)c * words] < t0)
       t0 = h[(size_t)c * words];
+  snprintf(path, sizeof(path), "%s-%s-%d%s-clocks.txt", prefix, shape, b->T,
+           warm ? "-again" : "");
+  f = fopen(path, "w");
+  if(!f) {
+    fprintf(stderr, "FAIL: %s: cannot write\n", path);
+    exit(1);
+  }
+  fprintf(f, "# barrier kernel timeline's SM clocks, thousands of cycles from the CTA's "
+             "start mark, the words of %s-%s-%d%s.txt (the SM word: -1)\n",
+          prefix, shape, b->T, warm ? "-again" : "");
+  for(c = 0; c < grid; c++) {
+    const unsigned long long *tc = h + (size_t)c * words, *cc = h + n + (size_t)c * words;
+    fprintf(f, "%d", c);
+    for(w = 0; w < words; w++)
+      fprintf(f, " %.3f", tc[w] && tc[0] && w != HR__MOE_MARK_SM
+                              ? (double)(long long)(cc[w] - cc[0]) / 1e3 : -1.0);
+    fprintf(f, "\n");
+  }
+  fclose(f);
   snprintf(path, sizeof(path), "%s-%s-%d%s.txt", prefix, shape, b->T, warm ? "-again" : "");
   f = fopen(path, "w");
   if(!f) {

@@ -8,6 +8,7 @@ instructions executed. Build with `make NVCC_EXTRA=-lineinfo` so the
 samples map to lines.
 
     python3 bench/ncu_lines.py bar-src.csv.gz agn-src.csv.gz
+    python3 bench/ncu_lines.py --reason stall_no_inst bar-src.csv.gz
 """
 import argparse
 import collections
@@ -42,6 +43,17 @@ def num(x):
         return 0.0
 
 
+def by_one_reason(name, rows, reason, top):
+    """The lines with the most samples of one stall reason."""
+    total = sum(num(d.get(reason)) for *_, d in rows)
+    print("%s: %.0f samples of %s" % (name, total, reason))
+    for f, line, src, d in sorted(rows, key=lambda x: -num(x[3].get(reason)))[:top]:
+        v = num(d.get(reason))
+        if v <= 0:
+            break
+        print("  %5.1f%% %6.0f %-18s %5d %s" % (100 * v / (total or 1.0), v, f, line, src[:70]))
+
+
 def report(name, header, rows, top):
     stalls = [h for h in header if h.startswith("stall_")]
     samples = "Warp Stall Sampling (All Samples)"
@@ -69,10 +81,20 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("csv", nargs="+", help="ncu source-page CSV (.csv or .csv.gz)")
     ap.add_argument("--top", type=int, default=22, help="lines to list (22)")
+    ap.add_argument("--reason", metavar="COLUMN",
+                    help="list only the lines with the most samples of this stall "
+                         "reason (a column such as stall_no_inst)")
     args = ap.parse_args()
     for path in args.csv:
         header, rows = load(path)
-        report(path, header, rows, args.top)
+        if args.reason:
+            if args.reason not in header:
+                raise SystemExit("%s: no column %s (stall columns: %s)" % (
+                    path, args.reason,
+                    ", ".join(h for h in header if h.startswith("stall_"))))
+            by_one_reason(path, rows, args.reason, args.top)
+        else:
+            report(path, header, rows, args.top)
 
 
 if __name__ == "__main__":

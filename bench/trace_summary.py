@@ -15,8 +15,21 @@ CTAs; per GEMM stage, the median duration of each CTA's i-th unit (its
 first from the stage's start mark) and how far apart the CTAs finished
 their first unit; how long the CTAs waited at each barrier on average
 (release seen minus own arrival); and which SMs ran the slowest and the
-fastest CTAs (mean GEMM1 unit past the first). Standard library only.
+fastest CTAs (mean GEMM1 unit past the first), and every SM's pace in
+the order of the SMs' numbers. A claimed stage of more units than the
+words keeps each CTA's last units (unit u in word u % 24): for it, the
+median durations counted from the end, and the last units of the three
+CTAs that ended last.
+
+Beside FILE, moe_phases writes FILE's SM clocks (FILE less .txt, then
+-clocks.txt: the same words in thousands of SM cycles from the CTA's
+start mark). When that file is there, it also prints each stage's SM
+clock in GHz, median and lowest over the CTAs, over its first unit and
+over the rest: an SM that stalls keeps its clock, one that is halted
+does not. Clock files named as arguments are read as companions only.
+Standard library only.
 """
+import os
 import statistics
 import sys
 
@@ -42,6 +55,61 @@ def load(path):
     return rows
 
 
+def clock_rates(rows, clocks):
+    """Per GEMM stage, the CTAs' SM clocks in GHz (kilocycles per us)
+    over the first unit and over the units past it."""
+    for stage, start in ((1, 2), (2, 4)):
+        base = MARKS + (stage - 1) * UNITS
+        first, rest = [], []
+        if wrapped(rows, base):
+            continue
+        for r, k in zip(rows, clocks):
+            ends = [j for j in range(UNITS) if r[base + j] >= 0 and k[base + j] >= 0]
+            if not ends or r[start] < 0 or k[start] < 0:
+                continue
+            u0, last = base + ends[0], base + ends[-1]
+            if r[u0] > r[start]:
+                first.append((k[u0] - k[start]) / (r[u0] - r[start]))
+            if r[last] > r[u0]:
+                rest.append((k[last] - k[u0]) / (r[last] - r[u0]))
+        for name, v in (("first unit", first), ("the rest", rest)):
+            if v:
+                print(f"  GEMM{stage} SM clock, {name}: median {statistics.median(v):.3f}"
+                      f" GHz, lowest {min(v):.3f}")
+
+
+def wrapped(rows, base):
+    """Whether some CTA's unit ends are out of order: a claimed stage of
+    more units than words, whose last units wrapped around."""
+    for r in rows:
+        ends = [x for x in r[base:base + UNITS] if x >= 0]
+        if any(b < a for a, b in zip(ends, ends[1:])):
+            return True
+    return False
+
+
+def claimed_tail(rows, base, stage):
+    """A wrapped stage: each CTA's last units, counted from its end."""
+    tails = [sorted(x for x in r[base:base + UNITS] if x >= 0) for r in rows]
+    last = [t[-1] for t in tails if t]
+    print(f"  GEMM{stage}: the last {UNITS} units of each CTA (a claimed stage)")
+    durations = []
+    for k in range(1, UNITS):
+        d = [t[-k] - t[-k - 1] for t in tails if len(t) > k]
+        if not d:
+            break
+        durations.append(statistics.median(d))
+    print(f"  GEMM{stage} units from the last back, median us: "
+          + " ".join(f"{d:.1f}" for d in durations[:8]))
+    print(f"  GEMM{stage} last unit ends from {min(last):.1f} to {max(last):.1f} us,"
+          f" median {statistics.median(last):.1f}")
+    late = sorted(range(len(tails)), key=lambda c: tails[c][-1] if tails[c] else -1)[-3:]
+    for c in reversed(late):
+        t = tails[c]
+        print(f"  GEMM{stage} CTA {c} (SM {int(rows[c][MARKS - 1])}): its last units, us: "
+              + " ".join(f"{b - a:.1f}" for a, b in zip(t[-6:], t[-5:])))
+
+
 def summary(path):
     rows = load(path)
     print(f"{path}: {len(rows)} CTAs")
@@ -52,6 +120,9 @@ def summary(path):
                   f"  last {v[-1]:9.1f} us")
     for stage, start in ((1, 2), (2, 4)):
         base = MARKS + (stage - 1) * UNITS
+        if wrapped(rows, base):
+            claimed_tail(rows, base, stage)
+            continue
         durations = []
         for j in range(UNITS):
             d = [r[base + j] - (r[base + j - 1] if j else r[start]) for r in rows
@@ -72,7 +143,7 @@ def summary(path):
             print(f"  barrier {b}: mean wait {statistics.mean(w):.1f} us, "
                   f"longest {max(w):.1f}")
     pace = []
-    for c, r in enumerate(rows):
+    for c, r in enumerate(rows if not wrapped(rows, MARKS) else []):
         ends = [x for x in r[MARKS:MARKS + UNITS] if x >= 0]
         if len(ends) >= 3:
             pace.append(((ends[-1] - ends[0]) / (len(ends) - 1), c, int(r[MARKS - 1])))
@@ -82,6 +153,17 @@ def summary(path):
         n = min(4, len(pace) // 2)
         print(f"  GEMM1 pace, us a unit: fastest {show(pace[:n])}")
         print(f"  GEMM1 pace, us a unit: slowest {show(pace[-n:][::-1])}")
+        by_sm = sorted((sm, t) for t, c, sm in pace if sm >= 0)
+        for i in range(0, len(by_sm), 12):
+            part = by_sm[i:i + 12]
+            print(f"  GEMM1 pace by SM, {part[0][0]:3d}-{part[-1][0]:3d}: "
+                  + " ".join(f"{t:.1f}" for sm, t in part))
+    clock_path = path[:-4] + "-clocks.txt" if path.endswith(".txt") else None
+    if clock_path and os.path.exists(clock_path):
+        clocks = load(clock_path)
+        if len(clocks) != len(rows):
+            raise SystemExit(f"{clock_path}: {len(clocks)} CTA lines, {path} has {len(rows)}")
+        clock_rates(rows, clocks)
 
 
 def main():
@@ -89,7 +171,8 @@ def main():
         print(__doc__.strip().splitlines()[0], file=sys.stderr)
         return 2
     for path in sys.argv[1:]:
-        summary(path)
+        if not path.endswith("-clocks.txt"):
+            summary(path)
     return 0
 
 

@@ -129,8 +129,12 @@ __device__ void moe_gemm_stage_claimed(const hr__moe_params &p, const moe_route 
     place_when_due();
     /* the step's end as moe_gemm_stage's; one helper for both changed
      * that loop's register allocation, which is not to be taken untimed */
-    if(++kt == nk)
+    if(++kt == nk) {
       tile_unit_end<C, STAGE>(p, un, acc, pipe, slot, wm, wn, wk);
+      /* the timeline keeps a claimed run's last units (moe_kernel.h) */
+      moe_trace(p, HR__MOE_TRACE_MARKS + (STAGE - 1) * HR__MOE_TRACE_UNITS +
+                       u % HR__MOE_TRACE_UNITS);
+    }
     if(++slot == C::STAGES)
       slot = 0;
     if(kt == nk) {

@@ -296,13 +296,16 @@ typedef struct hr__moe_params {
   unsigned variant;           /* HR__MOE_VAR_* bits */
   /* The benchmark's timeline (NULL in production): the barrier kernel's
    * thread 0 of each CTA writes %globaltimer at its stage boundaries and
-   * unit ends, HR__MOE_TRACE_WORDS words a CTA (moe_trace, moe_kernel.cu) */
+   * unit ends, HR__MOE_TRACE_WORDS words a CTA (moe_trace, moe_kernel.cu),
+   * then its SM's %clock64 at the same marks in as many words again */
   unsigned long long *trace;
 } hr__moe_params;
 
 /* The timeline's words per CTA: HR__MOE_TRACE_MARKS marks (the last of
  * them the SM the CTA ran on), then the ends of up to HR__MOE_TRACE_UNITS
- * units of GEMM1, then of GEMM2. */
+ * units of GEMM1, then of GEMM2: a dealt stage's first units; a claimed
+ * stage's last (moe_gemm_claim.cuh: unit u of the CTA's run in word
+ * u % HR__MOE_TRACE_UNITS). */
 #define HR__MOE_TRACE_MARKS 12
 #define HR__MOE_TRACE_UNITS 24
 #define HR__MOE_TRACE_WORDS (HR__MOE_TRACE_MARKS + 2 * HR__MOE_TRACE_UNITS)

@@ -3,7 +3,8 @@
  * (bench/moe_phases.c --trace). p.trace is NULL in every production
  * launch, so each mark costs one uniform branch; with a buffer, thread 0
  * of each CTA writes %globaltimer into its CTA's words (moe_kernel.h,
- * HR__MOE_TRACE_*): stage boundaries, barrier arrivals, unit ends.
+ * HR__MOE_TRACE_*): stage boundaries, barrier arrivals, unit ends; and
+ * its SM's %clock64 into a second set of words past the grid's.
  */
 #ifndef HR_MOE_TRACE_CUH
 #define HR_MOE_TRACE_CUH
@@ -11,10 +12,17 @@
 #include "moe_kernel.h"
 #include "moe_ptx.cuh"
 
+/* Mark w: %globaltimer into the CTA's word w, and its SM's %clock64 into
+ * the same word of the buffer's second half (gridDim.x CTAs on): cycles
+ * against nanoseconds tell a stalled SM (its clock runs) from a halted
+ * one (it does not). */
 static __device__ __forceinline__ void moe_trace(const hr__moe_params &p, int w)
 {
-  if(p.trace && threadIdx.x == 0)
-    p.trace[(size_t)blockIdx.x * HR__MOE_TRACE_WORDS + w] = global_timer_ns();
+  if(p.trace && threadIdx.x == 0) {
+    unsigned long long *t = p.trace + (size_t)blockIdx.x * HR__MOE_TRACE_WORDS + w;
+    t[0] = global_timer_ns();
+    t[(size_t)gridDim.x * HR__MOE_TRACE_WORDS] = (unsigned long long)clock64();
+  }
 }
 
 /* The SM this CTA runs on, + 1 (0 is "not written"): the pace of a CTA

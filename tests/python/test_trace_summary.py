@@ -61,6 +61,74 @@ class TraceSummary(unittest.TestCase):
         self.assertIn("fastest 30.0 (CTA 0, SM 100), 31.0 (CTA 1, SM 101)\n", out)
         self.assertIn("slowest 33.0 (CTA 3, SM 103), 32.0 (CTA 2, SM 102)\n", out)
 
+    def test_sm_map_and_clocks(self):
+        """The paces listed by SM number; the clock file beside the trace:
+        CTA c's clock 2 GHz, but over GEMM1's first unit c us of its
+        30 + c halted (no cycles): 2 x 30 / (30 + c) GHz there."""
+        lines = [cta_words(c) for c in range(4)]
+        for c, w in enumerate(lines):
+            w[11] = 103 - c                          # SMs in reverse order
+        clocks = []
+        for c, w in enumerate(lines):
+            k = [-1.0 if x < 0 else 2.0 * x for x in w]
+            k[11] = -1.0
+            for j in range(UNITS):                   # c us halted in unit 0
+                if w[MARKS + j] >= 0:
+                    k[MARKS + j] -= 2.0 * c
+            clocks.append(k)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "tr.txt")
+            write_trace(path, lines)
+            write_trace(os.path.join(d, "tr-clocks.txt"), clocks)
+            r = self.run_script(path, os.path.join(d, "tr-clocks.txt"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = r.stdout
+        self.assertEqual(out.count("4 CTAs"), 1)        # the clock file is no trace
+        # SM 100 ran CTA 3 (33 us a unit), SM 103 CTA 0 (30)
+        self.assertIn("GEMM1 pace by SM, 100-103: 33.0 32.0 31.0 30.0\n", out)
+        # first unit: 2 x 30 / (30 + c) for c = 0..3: median of
+        # 2.000, 1.935, 1.875, 1.818 is 1.905, lowest 1.818
+        self.assertIn("GEMM1 SM clock, first unit: median 1.905 GHz, lowest 1.818", out)
+        self.assertIn("GEMM1 SM clock, the rest: median 2.000 GHz, lowest 2.000", out)
+        self.assertIn("GEMM2 SM clock, first unit: median 2.000 GHz", out)
+
+    def test_clock_file_of_other_length_refused(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "tr.txt")
+            write_trace(path, [cta_words(c) for c in range(4)])
+            write_trace(os.path.join(d, "tr-clocks.txt"), [cta_words(c) for c in range(3)])
+            r = self.run_script(path)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("tr-clocks.txt: 3 CTA lines", r.stderr)
+
+    def test_claimed_stage_wrapped(self):
+        """30 GEMM1 units of 10 us a CTA, unit u in word u % 24 (a claimed
+        stage keeps its last units); CTA c's last unit takes 10 + 20c."""
+        lines = []
+        for c in range(4):
+            w = cta_words(c)
+            w[MARKS:MARKS + UNITS] = [-1.0] * UNITS
+            t = 10.0
+            for u in range(30):
+                t += 10 + (20 * c if u == 29 else 0)
+                w[MARKS + u % UNITS] = t
+            w[11] = 50 + c
+            lines.append(w)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "tr.txt")
+            write_trace(path, lines)
+            r = self.run_script(path)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = r.stdout
+        self.assertIn("GEMM1: the last 24 units of each CTA (a claimed stage)", out)
+        # the last unit: 10, 30, 50, 70 us: median 40; the ones before 10
+        self.assertIn("GEMM1 units from the last back, median us: 40.0 10.0 10.0", out)
+        # last ends at 310 + 20c
+        self.assertIn("GEMM1 last unit ends from 310.0 to 370.0 us, median 340.0", out)
+        self.assertIn("GEMM1 CTA 3 (SM 53): its last units, us: 10.0 10.0 10.0 10.0 70.0", out)
+        self.assertNotIn("GEMM1 units, median us", out)
+        self.assertNotIn("GEMM1 pace", out)                # no pace from wrapped ends
+
     def test_stage_without_unit_ends(self):
         lines = [cta_words(c) for c in range(2)]
         for w in lines:
