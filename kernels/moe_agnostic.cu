@@ -165,7 +165,7 @@ static __device__ __noinline__ int agn_wait(const hr__moe_params &p, const unsig
       moe_fail_at(p, HR__MOE_FAIL_TIMEOUT, what, (int)v, (int)target);
       return 0;
     }
-    if((it & 127) == 0 && ld_relaxed_sys(&p.host->abort_seq) >= p.seq) {
+    if((it & HR__MOE_ABORT_POLL_MASK) == 0 && ld_relaxed_sys(&p.host->abort_seq) >= p.seq) {
       moe_fail_at(p, HR__MOE_FAIL_ABORT, what, (int)v, (int)target);
       return 0;
     }

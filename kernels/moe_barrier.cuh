@@ -10,7 +10,8 @@
  *
  * Waiting is bounded. A waiting CTA leaves (returns 0) when
  *   - the launch's timeout passes (%globaltimer): it records the failure;
- *   - the host set the abort word to this launch or a later one: likewise;
+ *   - the host set the abort word to this launch or a later one (asked by
+ *     the first CTA to arrive only): likewise;
  *   - another CTA already recorded a failure for this launch.
  * The first CTA to record wins (atomicMax on sync->fail); it fills the
  * host-mapped error words and writes their seq last. Nothing traps: the
@@ -22,6 +23,12 @@
 #include "moe_kernel.h"
 #include "moe_ptx.cuh"
 #include "moe_trace.cuh"
+
+/* Polls between two reads of the host's abort word, less one (a power
+ * of 2, less one). A build for a diagnostic may set it. */
+#ifndef HR__MOE_ABORT_POLL_MASK
+#define HR__MOE_ABORT_POLL_MASK 127u
+#endif
 
 /* Record a failure of this launch unless another CTA already did: where
  * (a barrier, or for the agnostic kernel the kind of wait), how far the
@@ -62,7 +69,7 @@ static __device__ __noinline__ int moe_barrier_wait(const hr__moe_params &p, int
 {
   hr__moe_sync *s = p.sync;
   const unsigned expected = gridDim.x;
-  unsigned gen, it;
+  unsigned gen, it, arrived;
   unsigned long long t0;
 
   /* Read the generation before arriving: this barrier cannot complete
@@ -71,7 +78,8 @@ static __device__ __noinline__ int moe_barrier_wait(const hr__moe_params &p, int
   if(moe_failed(p))
     return 0;
   __threadfence();                    /* the CTA's writes, before arrival */
-  if(atomicAdd(&s->count, 1u) == expected - 1) {
+  arrived = atomicAdd(&s->count, 1u);
+  if(arrived == expected - 1) {
     atomicExch(&s->count, 0u);        /* last in: reset, then release */
     __threadfence();
     atomicAdd(&s->gen, 1u);
@@ -95,9 +103,16 @@ static __device__ __noinline__ int moe_barrier_wait(const hr__moe_params &p, int
                (int)ld_relaxed_gpu(&s->count));
       return 0;
     }
-    /* The abort word lives in host memory: a read crosses PCIe, so ask
-     * only every 128th poll (tens of microseconds). */
-    if((it & 127) == 0 && ld_relaxed_sys(&p.host->abort_seq) >= p.seq) {
+    /* The abort word lives in host memory, and reads of it stall the
+     * CTAs still at work: with every waiting CTA asking every 128th poll,
+     * the last units of DeepSeek-V3 T = 1024's GEMM1 took 700-775 us
+     * instead of ~118, and the launch 6.4 ms instead of 5.6
+     * (bench/results/moe-abortpoll-h200-2026-12-01.md). So only the
+     * first CTA to arrive asks, every 128th poll (tens of microseconds);
+     * it is resident and waiting for as long as the barrier holds, and
+     * an abort it sees reaches the others through sync->fail. */
+    if(arrived == 0 && (it & HR__MOE_ABORT_POLL_MASK) == 0 &&
+       ld_relaxed_sys(&p.host->abort_seq) >= p.seq) {
       moe_fail(p, HR__MOE_FAIL_ABORT, barrier,
                (int)ld_relaxed_gpu(&s->count));
       return 0;
