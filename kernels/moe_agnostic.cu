@@ -87,6 +87,7 @@ struct agn_shared {
   int nonempty;            /* experts with pairs */
   int polls;               /* thread 0: stop checks */
   int aborted;             /* thread 0 saw the abort word, not yet recorded */
+  int asks_host;           /* thread 0 took ticket 0: it reads the abort word */
   int tma_failed;          /* a TMA run's wait timed out (its GEMM stage) */
   int all1;                /* thread 0 has seen every GEMM1 unit finished */
   int scatter_seen;        /* the CTA has seen every scatter finished */
@@ -138,7 +139,16 @@ static __device__ __forceinline__ int piece_lo(int pairs, int c, int P)
  * wait timed out or saw the abort word (it records which wait, the count
  * it saw and the target), or another CTA failed first. Polls as the
  * barrier does: the timer and the failure word every 8th poll, the host's
- * abort word every 128th. */
+ * abort word every 128th, in one CTA only (sh.asks_host).
+ *
+ * Why one: reads of host memory stall the loads of the CTAs at work (the
+ * barrier kernel's DeepSeek-V3 T = 1024 lost 10%, moe_barrier.cuh), and
+ * with every CTA asking, here in its waits and every 32nd task, Qwen3
+ * T = 2048 ran 0.72 ms against 0.67 with nobody asking
+ * (bench/results/moe-abortpoll-h200-2026-12-01.md). The CTA that took
+ * ticket 0 asks: it is running, and it takes tasks until the tickets run
+ * out, past which the launch is in its last tasks. An abort it sees
+ * reaches the others through sync->fail, which they all poll. */
 static __device__ __noinline__ int agn_wait(const hr__moe_params &p, const unsigned *ctr,
                                      unsigned target, int what)
 {
@@ -165,7 +175,8 @@ static __device__ __noinline__ int agn_wait(const hr__moe_params &p, const unsig
       moe_fail_at(p, HR__MOE_FAIL_TIMEOUT, what, (int)v, (int)target);
       return 0;
     }
-    if((it & HR__MOE_ABORT_POLL_MASK) == 0 && ld_relaxed_sys(&p.host->abort_seq) >= p.seq) {
+    if(sh.asks_host && (it & HR__MOE_ABORT_POLL_MASK) == 0 &&
+       ld_relaxed_sys(&p.host->abort_seq) >= p.seq) {
       moe_fail_at(p, HR__MOE_FAIL_ABORT, what, (int)v, (int)target);
       return 0;
     }
@@ -174,8 +185,9 @@ static __device__ __noinline__ int agn_wait(const hr__moe_params &p, const unsig
 
 /* Thread 0, between tasks: 1 when this CTA should leave because another
  * CTA failed or the host asked to abort. Asked every 8th task, the abort
- * word (in host memory: a read crosses PCIe) every 32nd; a task is
- * microseconds to a fraction of a millisecond. */
+ * word (in host memory: a read crosses PCIe) too, by the one CTA that
+ * reads it (agn_wait says why); a task is microseconds to a fraction of
+ * a millisecond. */
 static __device__ __forceinline__ int agn_stop_poll(const hr__moe_params &p)
 {
   const int n = ++sh.polls;
@@ -183,7 +195,7 @@ static __device__ __forceinline__ int agn_stop_poll(const hr__moe_params &p)
     return 0;
   if(moe_failed(p))
     return 1;
-  if((n & 31) == 0 && ld_relaxed_sys(&p.host->abort_seq) >= p.seq) {
+  if(sh.asks_host && ld_relaxed_sys(&p.host->abort_seq) >= p.seq) {
     sh.aborted = 1;
     return 1;
   }
@@ -231,6 +243,8 @@ static __device__ int agn_claim(const hr__moe_params &p)
   __syncthreads();
   if(threadIdx.x == 0) {
     const int t = (int)atomicAdd(&p.agn->ticket, 1u);
+    if(t == 0)
+      sh.asks_host = 1;
     sh.val = agn_stop(p) ? -1 : t;
   }
   __syncthreads();
@@ -751,6 +765,7 @@ static __device__ __noinline__ int agn_begin(const hr__moe_params &p)
       moe_fail(p, HR__MOE_FAIL_STALE, -1, 0);
     sh.polls = 0;
     sh.aborted = 0;
+    sh.asks_host = 0;
     sh.tma_failed = 0;
     sh.all1 = 0;
     sh.scatter_seen = 0;
