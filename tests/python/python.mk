@@ -2,7 +2,8 @@
 # headroomd and libheadroom, with the standard library's unittest; no torch
 # needed (its tests say they skip). tests/python/run.sh runs them, and
 # builds and runs examples/lease.c on the way so the example cannot rot;
-# test_trace_summary.py checks bench/trace_summary.py on a made-up timeline.
+# test_trace_summary.py and test_ncu_lines.py check bench/trace_summary.py
+# and bench/ncu_lines.py on a made-up timeline and profile.
 INTEG_TESTS += tests/python/run.sh
 
 tests/python/run.sh: $(BINDIR)/headroomd $(LIBDIR)/libheadroom.so
