@@ -41,13 +41,18 @@ class TraceSummary(unittest.TestCase):
         return subprocess.run([sys.executable, SCRIPT, *paths], capture_output=True,
                               text=True, timeout=30)
 
-    def test_known_timeline(self):
+    def summarize(self, lines):
+        """The script's run on a trace of these CTA lines, written to a
+        temporary directory; stdout when it succeeds."""
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "tr.txt")
-            write_trace(path, [cta_words(c) for c in range(4)])
+            write_trace(path, lines)
             r = self.run_script(path)
         self.assertEqual(r.returncode, 0, r.stderr)
-        out = r.stdout
+        return r.stdout
+
+    def test_known_timeline(self):
+        out = self.summarize([cta_words(c) for c in range(4)])
         self.assertIn("4 CTAs", out)
         # units of 30..33 us: median 31.5 for each of the three
         self.assertIn("GEMM1 units, median us: 31.5 31.5 31.5\n", out)
@@ -114,12 +119,7 @@ class TraceSummary(unittest.TestCase):
                 w[MARKS + u % UNITS] = t
             w[11] = 50 + c
             lines.append(w)
-        with tempfile.TemporaryDirectory() as d:
-            path = os.path.join(d, "tr.txt")
-            write_trace(path, lines)
-            r = self.run_script(path)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        out = r.stdout
+        out = self.summarize(lines)
         self.assertIn("GEMM1: the last 24 units of each CTA (a claimed stage)", out)
         # the last unit: 10, 30, 50, 70 us: median 40; the ones before 10
         self.assertIn("GEMM1 units from the last back, median us: 40.0 10.0 10.0", out)
@@ -133,13 +133,9 @@ class TraceSummary(unittest.TestCase):
         lines = [cta_words(c) for c in range(2)]
         for w in lines:
             w[MARKS:MARKS + UNITS] = [-1.0] * UNITS
-        with tempfile.TemporaryDirectory() as d:
-            path = os.path.join(d, "tr.txt")
-            write_trace(path, lines)
-            r = self.run_script(path)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("GEMM1: no unit ends", r.stdout)
-        self.assertIn("GEMM2 units, median us: 10.5 10.5", r.stdout)
+        out = self.summarize(lines)
+        self.assertIn("GEMM1: no unit ends", out)
+        self.assertIn("GEMM2 units, median us: 10.5 10.5", out)
 
     def test_short_line_refused(self):
         with tempfile.TemporaryDirectory() as d:
