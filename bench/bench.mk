@@ -41,10 +41,26 @@ $(MOE_PHASES): $(OBJDIR)/bench/moe_phases.o $(OBJDIR)/tests/gpu/gpu_util.o \
 	  -L$(LIBDIR) -lheadroom -Wl,-rpath,$(abspath $(LIBDIR)) \
 	  $(LDLIBS_CUDART) -lstdc++ -lm
 
+# `make bench-timeline` (an H200): the barrier kernel's timeline of one
+# launch per shape and T (moe_phases --trace: each CTA's stage ends,
+# barrier arrivals, unit ends, SM and SM clock), the files and what
+# bench/trace_summary.py makes of them (summary.txt) in BENCH_TIMELINE_DIR.
+BENCH_TIMELINE_DIR ?= $(BUILD)/timeline
+BENCH_TIMELINE_ARGS ?= --shapes qwen3-30b-a3b,deepseek-v3 --tokens 1024
+
+.PHONY: bench-timeline
+bench-timeline: $(MOE_PHASES)
+	@mkdir -p $(BENCH_TIMELINE_DIR)
+	$(MOE_PHASES) --reps 5 --no-phases --match NOTHING --trace $(BENCH_TIMELINE_DIR)/tr \
+	  --out $(BENCH_TIMELINE_DIR)/times.md $(BENCH_TIMELINE_ARGS)
+	python3 bench/trace_summary.py $(BENCH_TIMELINE_DIR)/tr-*.txt \
+	  > $(BENCH_TIMELINE_DIR)/summary.txt
+	@cat $(BENCH_TIMELINE_DIR)/summary.txt
+
 # `make gpu-report` (an H200 machine; two GPUs for the NCCL tests): the GPU
-# tests, the table against PyTorch and the GEMM variants at the goal cells
-# in one command, every output and a summary in GPU_REPORT_DIR
-# (bench/gpu_report.sh; GPU_REPORT_STEPS picks steps).
+# tests, the table against PyTorch, the GEMM variants at the goal cells
+# and the timeline in one command, every output and a summary in
+# GPU_REPORT_DIR (bench/gpu_report.sh; GPU_REPORT_STEPS picks steps).
 GPU_REPORT_DIR ?= $(BUILD)/gpu-report
 .PHONY: gpu-report
 gpu-report:

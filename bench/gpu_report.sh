@@ -7,12 +7,14 @@
 #   2. make bench-gpu (against PyTorch)   -> DIR/bench-moe.md, bench-gpu.log
 #   3. make bench-phases, GEMM variants   -> DIR/bench-phases.md, .log
 #      at the goal cells (T = 1, 1024, 8192 of both shapes)
+#   4. make bench-timeline, the barrier   -> DIR/timeline/ (summary.txt),
+#      kernel's timeline at T = 1024         DIR/timeline.log
 #
 # DIR/summary.txt gets the date, commit, GPUs, each step's exit status and
 # seconds, and the GPU tests' count line. Every step runs even when one
 # before it failed; the exit status is 0 only when all passed. Steps can
 # be left out: GPU_REPORT_STEPS="gpu-test bench-gpu" (the default is all
-# three). Needs a GPU: without one it says so and exits 2, running nothing.
+# four). Needs a GPU: without one it says so and exits 2, running nothing.
 set -u
 dir=${1:-}
 if [ -z "$dir" ]; then
@@ -27,7 +29,7 @@ ngpu=$(printf '%s\n' "$gpus" | grep -c '^GPU ')
 mkdir -p "$dir" || exit 2
 make=${MAKE:-make}
 jobs=$(nproc 2>/dev/null || echo 4)
-steps=${GPU_REPORT_STEPS:-gpu-test bench-gpu bench-phases}
+steps=${GPU_REPORT_STEPS:-gpu-test bench-gpu bench-phases timeline}
 sum="$dir/summary.txt"
 {
   echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -65,8 +67,10 @@ for step in $steps; do
       run_step bench-phases "$make" -j"$jobs" bench-phases \
         BENCH_PHASES_OUT="$dir/bench-phases.md" \
         BENCH_PHASES_ARGS="--reps 20 --no-phases --shapes qwen3-30b-a3b,deepseek-v3 --tokens 1,1024,8192" ;;
+    timeline)
+      run_step timeline "$make" -j"$jobs" bench-timeline BENCH_TIMELINE_DIR="$dir/timeline" ;;
     *)
-      echo "gpu_report.sh: unknown step '$step' (gpu-test, bench-gpu, bench-phases)" | tee -a "$sum" >&2
+      echo "gpu_report.sh: unknown step '$step' (gpu-test, bench-gpu, bench-phases, timeline)" | tee -a "$sum" >&2
       rc=1 ;;
   esac
 done

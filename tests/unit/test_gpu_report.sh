@@ -3,7 +3,9 @@
 # there is no GPU (no nvidia-smi, or one that finds no device) and without
 # its directory argument, each with a line that says why and exit 2; and
 # its test step is `make gpu-test` with 2 GPUs, `make gpu-test-one` with
-# one (a fake nvidia-smi and a fake make).
+# one, its timeline step `make bench-timeline` into DIR/timeline, and an
+# unknown step fails the report without stopping the others (a fake
+# nvidia-smi and a fake make).
 set -u
 top=$(pwd)
 unset LD_PRELOAD
@@ -75,6 +77,30 @@ targets() {   # GPUs, expected target, expected summary pattern
 }
 targets 1 gpu-test-one "one GPU here: make gpu-test-one"
 targets 2 gpu-test "gpu-test: exit 0"
+
+# The timeline step asks for `make bench-timeline` into DIR/timeline; an
+# unknown step is named in the summary and fails the report, and the
+# steps after it still run.
+steps() {     # steps, expected exit, expected end of make's args, summary pattern
+  rm -rf "$dir/report" "$dir/make-args"
+  env PATH="$dir/bin-gpus" MAKE=fake-make GPU_REPORT_STEPS="$1" \
+    sh "$top/bench/gpu_report.sh" "$dir/report" > "$dir/out" 2>&1
+  got=$?
+  asked=$(cat "$dir/make-args" 2>/dev/null)
+  case "$asked" in
+    *"$3") ok=1 ;;
+    *) ok=0 ;;
+  esac
+  if [ "$got" -eq "$2" ] && [ $ok -eq 1 ] && grep -q -- "$4" "$dir/report/summary.txt"; then
+    echo "ok: steps '$1'"
+  else
+    echo "FAIL: steps '$1': exit $got (want $2), make asked for '$asked', summary:"
+    sed 's/^/  | /' "$dir/report/summary.txt" 2>/dev/null
+    fail=1
+  fi
+}
+steps timeline 0 "bench-timeline BENCH_TIMELINE_DIR=$dir/report/timeline" "timeline: exit 0"
+steps "bogus gpu-test" 1 " gpu-test" "unknown step 'bogus'"
 
 if [ $fail -eq 0 ]; then
   echo "test_gpu_report: all checks passed"
