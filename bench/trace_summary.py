@@ -12,8 +12,9 @@ GEMM1 units, then of its first 24 GEMM2 units.
 
 Prints, per file: each mark's earliest, median and latest time over the
 CTAs; per GEMM stage, the median duration of each CTA's i-th unit (its
-first from the stage's start mark) and how far apart the CTAs finished
-their first unit; how long the CTAs waited at each barrier on average
+first from the stage's start mark), how far apart the CTAs finished
+their first unit, and how much longer the first took than the middle
+units (neither the first nor the last); how long the CTAs waited at each barrier on average
 (release seen minus own arrival); and which SMs ran the slowest and the
 fastest CTAs (mean GEMM1 unit past the first), and every SM's pace in
 the order of the SMs' numbers. A claimed stage of more units than the
@@ -136,6 +137,10 @@ def summary(path):
         first = sorted(r[base] for r in rows if r[base] >= 0)
         print(f"  GEMM{stage} units, median us: " + " ".join(f"{d:.1f}" for d in durations))
         print(f"  GEMM{stage} first unit ends from {first[0]:.1f} to {first[-1]:.1f} us")
+        if len(durations) >= 3:      # the last unit is often a part one
+            middle = statistics.median(durations[1:-1])
+            print(f"  GEMM{stage} first unit over the middle units' median: "
+                  f"{durations[0] - middle:+.1f} us")
     for b, release in ((0, 2), (1, 4), (2, 6)):
         w = [r[release] - r[MARKS - 4 + b] for r in rows
              if r[release] >= 0 and r[MARKS - 4 + b] >= 0]

@@ -59,6 +59,8 @@ class TraceSummary(unittest.TestCase):
         self.assertIn("GEMM2 units, median us: 11.5 11.5\n", out)
         # first units end at 40, 41, 42, 43
         self.assertIn("GEMM1 first unit ends from 40.0 to 43.0 us", out)
+        self.assertIn("GEMM1 first unit over the middle units' median: +0.0 us", out)
+        self.assertNotIn("GEMM2 first unit over", out)     # two units: no middle
         # barrier 1: arrivals at 101 + 3c, release at 112: waits 11, 8, 5, 2
         self.assertIn("barrier 1: mean wait 6.5 us, longest 11.0", out)
         self.assertIn("barrier 0: mean wait 4.0 us, longest 4.0", out)
@@ -105,6 +107,22 @@ class TraceSummary(unittest.TestCase):
             r = self.run_script(path)
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("tr-clocks.txt: 3 CTA lines", r.stderr)
+
+    def test_slow_first_unit(self):
+        """GEMM1 units of 45, 30, 31, 29, 20 us (the last a part one): the
+        first 15 us over the middle ones' median (30)."""
+        lines = []
+        for c in range(2):
+            w = cta_words(c)
+            w[MARKS:MARKS + UNITS] = [-1.0] * UNITS
+            t = w[2]
+            for j, d in enumerate((45, 30, 31, 29, 20)):
+                t += d
+                w[MARKS + j] = t
+            lines.append(w)
+        out = self.summarize(lines)
+        self.assertIn("GEMM1 units, median us: 45.0 30.0 31.0 29.0 20.0\n", out)
+        self.assertIn("GEMM1 first unit over the middle units' median: +15.0 us", out)
 
     def test_claimed_stage_wrapped(self):
         """30 GEMM1 units of 10 us a CTA, unit u in word u % 24 (a claimed
