@@ -34,7 +34,9 @@
  * those bits) per shape and T: each CTA's stage boundaries and unit ends,
  * after other launches (PREFIX-SHAPE-T.txt) and right behind the same
  * launch (PREFIX-SHAPE-T-again.txt), and each SM's clock at the same
- * marks (PREFIX-SHAPE-T[-again]-clocks.txt).
+ * marks (PREFIX-SHAPE-T[-again]-clocks.txt); from a build with
+ * NVCC_EXTRA=-DHR__MOE_TRACE_INNER=1, the steps inside the first unit's
+ * end of each stage too (PREFIX-SHAPE-T[-again]-inner.txt).
  *
  * First, for each shape and T, the floor measured rather than computed:
  * a kernel that only reads the touched experts' weights once on every SM
@@ -374,48 +376,64 @@ static void y_of(bench *b, const hr__moe_variant *v, uint16_t *out)
   GT_CUDA(cudaMemcpy(out, b->g.y, n, cudaMemcpyDeviceToHost));
 }
 
-/* The barrier kernel's timeline (moe_kernel.h, HR__MOE_TRACE_*) of one
- * launch of v on each input set in turn, the last one's kept (with
- * `warm`, of one more launch right behind that one): a line per CTA,
- * "cta" then its words in microseconds from the earliest start mark of
- * any CTA (-1: not written; the SM word as a number), into
- * PREFIX-SHAPE-T.txt (PREFIX-SHAPE-T-again.txt with `warm`); and the same
- * lines of SM clock cycles, in thousands from the CTA's own start mark,
- * into PREFIX-SHAPE-T[-again]-clocks.txt. */
-static void trace_to(bench *b, const hr__moe_variant *v, const char *prefix, const char *shape,
-                     int warm)
+/* PREFIX-SHAPE-T[-again]SUFFIX.txt, open for writing; exits when it
+ * cannot be. */
+static FILE *trace_file(const char *prefix, const char *shape, int T, int warm,
+                        const char *suffix)
 {
-  const int grid = hr_moe_sms(b->g.m), words = HR__MOE_TRACE_WORDS;
-  const size_t n = (size_t)grid * words;   /* the times; the clocks after them */
-  unsigned long long *d = NULL, *h = malloc(2 * n * sizeof(*h)), t0 = ~0ULL;
-  hr__moe_variant tv = *v;
   char path[512];
   FILE *f;
-  int i, c, w;
-  if(!h) {
-    fprintf(stderr, "FAIL: out of memory\n");
-    exit(1);
-  }
-  GT_CUDA(cudaMalloc((void **)&d, 2 * n * sizeof(*d)));
-  tv.trace = d;
-  for(i = 0; i < b->nsets; i++) {
-    GT_CUDA(cudaMemsetAsync(d, 0, 2 * n * sizeof(*d), b->g.stream));
-    launch(b, &tv, i);
-  }
-  if(warm)                 /* the same launch again, right behind it */
-    launch(b, &tv, b->nsets - 1);
-  sync_ok(b);
-  GT_CUDA(cudaMemcpy(h, d, 2 * n * sizeof(*d), cudaMemcpyDeviceToHost));
-  for(c = 0; c < grid; c++)
-    if(h[(size_t)c * words] && h[(size_t)c * words] < t0)
-      t0 = h[(size_t)c * words];
-  snprintf(path, sizeof(path), "%s-%s-%d%s-clocks.txt", prefix, shape, b->T,
-           warm ? "-again" : "");
+  snprintf(path, sizeof(path), "%s-%s-%d%s%s.txt", prefix, shape, T, warm ? "-again" : "",
+           suffix);
   f = fopen(path, "w");
   if(!f) {
     fprintf(stderr, "FAIL: %s: cannot write\n", path);
     exit(1);
   }
+  return f;
+}
+
+/* The barrier kernel's timeline (moe_kernel.h, HR__MOE_TRACE_*) of one
+ * launch of v on each input set in turn, the last one's kept (with
+ * `warm`, of one more launch right behind that one): a line per CTA,
+ * "cta" then its words in microseconds from the earliest start mark of
+ * any CTA (-1: not written; the SM word as a number), into
+ * PREFIX-SHAPE-T.txt (PREFIX-SHAPE-T-again.txt with `warm`); the same
+ * lines of SM clock cycles, in thousands from the CTA's own start mark,
+ * into PREFIX-SHAPE-T[-again]-clocks.txt; and, from a build that writes
+ * them (HR__MOE_TRACE_INNER), the inner marks of the first units' ends
+ * in microseconds like the times, into PREFIX-SHAPE-T[-again]-inner.txt. */
+static void trace_to(bench *b, const hr__moe_variant *v, const char *prefix, const char *shape,
+                     int warm)
+{
+  const int grid = hr_moe_sms(b->g.m), words = HR__MOE_TRACE_WORDS;
+  const int iw = HR__MOE_TRACE_INNER_WORDS;
+  /* the times, the clocks after them, then the inner marks */
+  const size_t n = (size_t)grid * words, all = 2 * n + (size_t)grid * iw;
+  unsigned long long *d = NULL, *h = malloc(all * sizeof(*h)), t0 = ~0ULL;
+  const unsigned long long *inner = h + 2 * n;
+  hr__moe_variant tv = *v;
+  FILE *f;
+  int i, c, w, any_inner = 0;
+  if(!h) {
+    fprintf(stderr, "FAIL: out of memory\n");
+    exit(1);
+  }
+  GT_CUDA(cudaMalloc((void **)&d, all * sizeof(*d)));
+  tv.trace = d;
+  for(i = 0; i < b->nsets; i++) {
+    GT_CUDA(cudaMemsetAsync(d, 0, all * sizeof(*d), b->g.stream));
+    launch(b, &tv, i);
+  }
+  if(warm)                 /* the same launch again, right behind it */
+    launch(b, &tv, b->nsets - 1);
+  sync_ok(b);
+  GT_CUDA(cudaMemcpy(h, d, all * sizeof(*d), cudaMemcpyDeviceToHost));
+  for(c = 0; c < grid; c++)
+    if(h[(size_t)c * words] && h[(size_t)c * words] < t0)
+      t0 = h[(size_t)c * words];
+
+  f = trace_file(prefix, shape, b->T, warm, "-clocks");
   fprintf(f, "# barrier kernel timeline's SM clocks, thousands of cycles from the CTA's "
              "start mark, the words of %s-%s-%d%s.txt (the SM word: -1)\n",
           prefix, shape, b->T, warm ? "-again" : "");
@@ -428,12 +446,8 @@ static void trace_to(bench *b, const hr__moe_variant *v, const char *prefix, con
     fprintf(f, "\n");
   }
   fclose(f);
-  snprintf(path, sizeof(path), "%s-%s-%d%s.txt", prefix, shape, b->T, warm ? "-again" : "");
-  f = fopen(path, "w");
-  if(!f) {
-    fprintf(stderr, "FAIL: %s: cannot write\n", path);
-    exit(1);
-  }
+
+  f = trace_file(prefix, shape, b->T, warm, "");
   fprintf(f, "# barrier kernel timeline, us from the first CTA's start; words: "
              "%d marks (the last the CTA's SM), then %d GEMM1 unit ends, %d GEMM2 unit "
              "ends; variant 0x%x%s\n",
@@ -451,6 +465,26 @@ static void trace_to(bench *b, const hr__moe_variant *v, const char *prefix, con
     fprintf(f, "\n");
   }
   fclose(f);
+
+  for(i = 0; i < grid * iw; i++)
+    any_inner |= inner[i] != 0;
+  if(any_inner) {
+    f = trace_file(prefix, shape, b->T, warm, "-inner");
+    fprintf(f, "# barrier kernel timeline's inner marks of each dealt stage's first "
+               "unit's end, us like %s-%s-%d%s.txt; words: GEMM1's %d, GEMM2's from "
+               "word %d (moe_kernel.h, HR__MOE_INNER_*)\n",
+            prefix, shape, b->T, warm ? "-again" : "", HR__MOE_INNER_MARKS,
+            HR__MOE_INNER_STAGE);
+    for(c = 0; c < grid; c++) {
+      fprintf(f, "%d", c);
+      for(w = 0; w < iw; w++) {
+        const unsigned long long x = inner[(size_t)c * iw + w];
+        fprintf(f, " %.3f", x ? (double)(x - t0) / 1e3 : -1.0);
+      }
+      fprintf(f, "\n");
+    }
+    fclose(f);
+  }
   cudaFree(d);
   free(h);
 }

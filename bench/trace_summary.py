@@ -27,7 +27,11 @@ Beside FILE, moe_phases writes FILE's SM clocks (FILE less .txt, then
 start mark). When that file is there, it also prints each stage's SM
 clock in GHz, median and lowest over the CTAs, over its first unit and
 over the rest: an SM that stalls keeps its clock, one that is halted
-does not. Clock files named as arguments are read as companions only.
+does not. A build for a diagnostic (HR__MOE_TRACE_INNER) also writes
+FILE's inner marks (-inner.txt): then it prints, per stage, when each
+step of the first unit's end finished after its last K step (drained,
+staged, stored, end, next unit decoded). Clock and inner files named as
+arguments are read as companions only.
 Standard library only.
 """
 import os
@@ -36,20 +40,23 @@ import sys
 
 MARKS = 12
 UNITS = 24
+# the diagnostic build's inner marks (moe_kernel.h, HR__MOE_INNER_*)
+INNER_WORDS, INNER_STAGE = 16, 8
+INNER_NAMES = ["last step", "drained", "staged", "stored", "end", "decoded"]
 NAMES = ["start", "routed", "GEMM1 start", "GEMM1 end", "GEMM2 start", "GEMM2 end",
          "combine start", "end", "arrived 0", "arrived 1", "arrived 2"]
 
 
-def load(path):
+def load(path, expected=MARKS + 2 * UNITS):
     rows = []
     with open(path) as f:
         for line in f:
             if line.startswith("#") or not line.strip():
                 continue
             words = [float(w) for w in line.split()[1:]]
-            if len(words) < MARKS + 2 * UNITS:
+            if len(words) < expected:
                 raise SystemExit(f"{path}: a line with {len(words)} words, "
-                                 f"expected {MARKS + 2 * UNITS}")
+                                 f"expected {expected}")
             rows.append(words)
     if not rows:
         raise SystemExit(f"{path}: no CTA lines")
@@ -77,6 +84,21 @@ def clock_rates(rows, clocks):
             if v:
                 print(f"  GEMM{stage} SM clock, {name}: median {statistics.median(v):.3f}"
                       f" GHz, lowest {min(v):.3f}")
+
+
+def inner_marks(inner):
+    """The inner marks of each stage's first unit's end (a diagnostic
+    build's -inner.txt): each step's time after the unit's last K step."""
+    for stage in (1, 2):
+        base = (stage - 1) * INNER_STAGE
+        parts = []
+        for k, name in enumerate(INNER_NAMES[1:], 1):
+            d = [r[base + k] - r[base] for r in inner if r[base] >= 0 and r[base + k] >= 0]
+            if d:
+                parts.append(f"{name} {statistics.median(d):.1f} (max {max(d):.1f})")
+        if parts:
+            print(f"  GEMM{stage} first unit's end, us after its last step, median: "
+                  + ", ".join(parts))
 
 
 def wrapped(rows, base):
@@ -169,6 +191,9 @@ def summary(path):
         if len(clocks) != len(rows):
             raise SystemExit(f"{clock_path}: {len(clocks)} CTA lines, {path} has {len(rows)}")
         clock_rates(rows, clocks)
+    inner_path = path[:-4] + "-inner.txt" if path.endswith(".txt") else None
+    if inner_path and os.path.exists(inner_path):
+        inner_marks(load(inner_path, INNER_WORDS))
 
 
 def main():
@@ -176,7 +201,7 @@ def main():
         print(__doc__.strip().splitlines()[0], file=sys.stderr)
         return 2
     for path in sys.argv[1:]:
-        if not path.endswith("-clocks.txt"):
+        if not path.endswith(("-clocks.txt", "-inner.txt")):
             summary(path)
     return 0
 

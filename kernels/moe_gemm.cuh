@@ -840,7 +840,7 @@ static __device__ __forceinline__ uint8_t *moe_pipe(uint8_t *smem)
 template <class C, int STAGE>
 __device__ void tile_store(const hr__moe_params &p, const moe_unit &un,
                            float (&acc)[C::MT][C::NT][4], uint8_t *pipe, uint8_t *slot,
-                           int wm, int wn, int wk)
+                           int wm, int wn, int wk, int inner = 0)
 {
   const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
   const int warp = tid >> 5;
@@ -921,6 +921,7 @@ __device__ void tile_store(const hr__moe_params &p, const moe_unit &un,
       }
     }
     __syncthreads();
+    moe_trace_inner(p, inner, HR__MOE_INNER_STAGED);
     {
       const int chunks = pass_cols / 8;
       uint16_t *dst = STAGE == 1 ? p.h : p.ypair;
@@ -935,20 +936,24 @@ __device__ void tile_store(const hr__moe_params &p, const moe_unit &un,
       }
     }
   }
+  moe_trace_inner(p, inner, HR__MOE_INNER_STORED);
 }
 
 /* Every thread, after a unit's last step on the cp.async pipeline: its
  * MMAs complete, its results out (staged in `slot`, the slot that step
- * used), the accumulators zeroed for the next unit. */
+ * used), the accumulators zeroed for the next unit. `inner`: the stage
+ * whose inner marks this unit's end writes (moe_trace_inner), or 0. */
 template <class C, int STAGE>
 static __device__ __forceinline__ void tile_unit_end(const hr__moe_params &p, const moe_unit &un,
                                                      float (&acc)[C::MT][C::NT][4],
                                                      uint8_t *pipe, int slot, int wm, int wn,
-                                                     int wk)
+                                                     int wk, int inner = 0)
 {
   tile_drain<C>(acc);
-  tile_store<C, STAGE>(p, un, acc, pipe, pipe + slot * C::STAGE_BYTES, wm, wn, wk);
+  moe_trace_inner(p, inner, HR__MOE_INNER_DRAINED);
+  tile_store<C, STAGE>(p, un, acc, pipe, pipe + slot * C::STAGE_BYTES, wm, wn, wk, inner);
   tile_zero<C>(acc);
+  moe_trace_inner(p, inner, HR__MOE_INNER_END);
 }
 
 /* The body of a cp.async pipeline step, every thread, after the step's
@@ -1084,7 +1089,8 @@ __device__ void moe_gemm_stage(const hr__moe_params &p, const moe_route &rt,
                             s + moe_lookahead<C>() < steps,
                             [&] { return s + moe_lookahead<C>() < steps; });
     if(++kt == nk) {
-      tile_unit_end<C, STAGE>(p, un, acc, pipe, slot, wm, wn, wk);
+      moe_trace_inner(p, u == 0 ? STAGE : 0, HR__MOE_INNER_LAST_STEP);
+      tile_unit_end<C, STAGE>(p, un, acc, pipe, slot, wm, wn, wk, u == 0 ? STAGE : 0);
       if(u < HR__MOE_TRACE_UNITS)
         moe_trace(p, HR__MOE_TRACE_MARKS + (STAGE - 1) * HR__MOE_TRACE_UNITS + u);
     }
@@ -1095,6 +1101,7 @@ __device__ void moe_gemm_stage(const hr__moe_params &p, const moe_route &rt,
       if(++u < mine)
         un = unit_decode(moe_unit_wrap(blockIdx.x + u * gridDim.x, units1), rt, p,
                          nf, C::BN, moe_tt_major<C>(p));
+      moe_trace_inner(p, u == 1 ? STAGE : 0, HR__MOE_INNER_DECODED);
     }
   }
   /* The last step ended a unit and drained; the compiler cannot know it,

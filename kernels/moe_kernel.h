@@ -297,7 +297,8 @@ typedef struct hr__moe_params {
   /* The benchmark's timeline (NULL in production): the barrier kernel's
    * thread 0 of each CTA writes %globaltimer at its stage boundaries and
    * unit ends, HR__MOE_TRACE_WORDS words a CTA (moe_trace, moe_kernel.cu),
-   * then its SM's %clock64 at the same marks in as many words again */
+   * then its SM's %clock64 at the same marks in as many words again, then
+   * HR__MOE_TRACE_INNER_WORDS a CTA that only a diagnostic build writes */
   unsigned long long *trace;
 } hr__moe_params;
 
@@ -320,6 +321,24 @@ enum {
   HR__MOE_MARK_END,         /* the combine done */
   HR__MOE_MARK_ARRIVED,     /* + barrier: thread 0's arrival counted */
   HR__MOE_MARK_SM = HR__MOE_MARK_ARRIVED + 3   /* not a time: the SM, + 1 */
+};
+
+/* The timeline's third set of words, HR__MOE_TRACE_INNER_WORDS a CTA:
+ * written only by a build for a diagnostic (NVCC_EXTRA=
+ * -DHR__MOE_TRACE_INNER=1; moe_trace_inner), the steps inside the end of
+ * a dealt GEMM stage's first unit, GEMM1's at word k, GEMM2's at
+ * HR__MOE_INNER_STAGE + k: where the first unit's ~10 us go. */
+#define HR__MOE_TRACE_INNER_WORDS 16
+#define HR__MOE_INNER_STAGE 8
+enum {
+  HR__MOE_INNER_LAST_STEP = 0,  /* the unit's last K step issued */
+  HR__MOE_INNER_DRAINED,        /* its MMAs complete (tile_drain) */
+  HR__MOE_INNER_STAGED,         /* its results staged in shared memory, past
+                                   the __syncthreads after the staging */
+  HR__MOE_INNER_STORED,         /* thread 0's part of the stores issued */
+  HR__MOE_INNER_END,            /* the unit's end (accumulators zeroed) */
+  HR__MOE_INNER_DECODED,        /* the next unit decoded */
+  HR__MOE_INNER_MARKS
 };
 
 #ifdef __CUDACC__

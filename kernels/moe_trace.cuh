@@ -25,6 +25,23 @@ static __device__ __forceinline__ void moe_trace(const hr__moe_params &p, int w)
   }
 }
 
+/* Set by a build for a diagnostic only (moe_kernel.h, HR__MOE_INNER_*). */
+#ifndef HR__MOE_TRACE_INNER
+#define HR__MOE_TRACE_INNER 0
+#endif
+
+/* Inner mark k of GEMM stage `stage` (0: none, the unit is not the
+ * first of a dealt stage) into the third set of words. In any other
+ * build it is nothing at all: `stage` and its computation go. */
+static __device__ __forceinline__ void moe_trace_inner(const hr__moe_params &p, int stage,
+                                                       int k)
+{
+  if(HR__MOE_TRACE_INNER && stage && p.trace && threadIdx.x == 0)
+    p.trace[2 * (size_t)gridDim.x * HR__MOE_TRACE_WORDS +
+            (size_t)blockIdx.x * HR__MOE_TRACE_INNER_WORDS + (stage - 1) * HR__MOE_INNER_STAGE +
+            k] = global_timer_ns();
+}
+
 /* The SM this CTA runs on, + 1 (0 is "not written"): the pace of a CTA
  * follows its SM's place. */
 static __device__ __forceinline__ void moe_trace_sm(const hr__moe_params &p)

@@ -99,6 +99,30 @@ class TraceSummary(unittest.TestCase):
         self.assertIn("GEMM1 SM clock, the rest: median 2.000 GHz, lowest 2.000", out)
         self.assertIn("GEMM2 SM clock, first unit: median 2.000 GHz", out)
 
+    def test_inner_marks(self):
+        """The diagnostic build's inner marks beside the trace: GEMM1's
+        first unit's last step at 40 + c, then drained +1, staged +2 + c,
+        stored +3 + c, end +9 + c, decoded +10 + c; GEMM2's not written."""
+        inner = []
+        for c in range(4):
+            w = [-1.0] * 16
+            last = 40.0 + c
+            w[0:6] = [last, last + 1, last + 2 + c, last + 3 + c, last + 9 + c, last + 10 + c]
+            inner.append(w)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "tr.txt")
+            write_trace(path, [cta_words(c) for c in range(4)])
+            write_trace(os.path.join(d, "tr-inner.txt"), inner)
+            r = self.run_script(path, os.path.join(d, "tr-inner.txt"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = r.stdout
+        self.assertEqual(out.count("4 CTAs"), 1)        # the inner file is no trace
+        # medians over c = 0..3: staged 2 + 1.5, stored 3 + 1.5, end 9 + 1.5
+        self.assertIn("GEMM1 first unit's end, us after its last step, median: drained 1.0 "
+                      "(max 1.0), staged 3.5 (max 5.0), stored 4.5 (max 6.0), end 10.5 "
+                      "(max 12.0), decoded 11.5 (max 13.0)", out)
+        self.assertNotIn("GEMM2 first unit's end", out)
+
     def test_clock_file_of_other_length_refused(self):
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "tr.txt")
