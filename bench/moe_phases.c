@@ -411,7 +411,7 @@ static void trace_to(bench *b, const hr__moe_variant *v, const char *prefix, con
   /* the times, the clocks after them, then the inner marks */
   const size_t n = (size_t)grid * words, all = 2 * n + (size_t)grid * iw;
   unsigned long long *d = NULL, *h = malloc(all * sizeof(*h)), t0 = ~0ULL;
-  const unsigned long long *inner = h + 2 * n;
+  const unsigned long long *inner;
   hr__moe_variant tv = *v;
   FILE *f;
   int i, c, w, any_inner = 0;
@@ -419,6 +419,7 @@ static void trace_to(bench *b, const hr__moe_variant *v, const char *prefix, con
     fprintf(stderr, "FAIL: out of memory\n");
     exit(1);
   }
+  inner = h + 2 * n;
   GT_CUDA(cudaMalloc((void **)&d, all * sizeof(*d)));
   tv.trace = d;
   for(i = 0; i < b->nsets; i++) {
