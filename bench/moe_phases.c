@@ -409,7 +409,7 @@ static void trace_to(bench *b, const hr__moe_variant *v, const char *prefix, con
   const int grid = hr_moe_sms(b->g.m), words = HR__MOE_TRACE_WORDS;
   const int iw = HR__MOE_TRACE_INNER_WORDS;
   /* the times, the clocks after them, then the inner marks */
-  const size_t n = (size_t)grid * words, all = 2 * n + (size_t)grid * iw;
+  const size_t n = HR__MOE_TRACE_CLOCKS_AT(grid), all = HR__MOE_TRACE_BUFFER_WORDS(grid);
   unsigned long long *d = NULL, *h = malloc(all * sizeof(*h)), t0 = ~0ULL;
   const unsigned long long *inner;
   hr__moe_variant tv = *v;
@@ -419,7 +419,7 @@ static void trace_to(bench *b, const hr__moe_variant *v, const char *prefix, con
     fprintf(stderr, "FAIL: out of memory\n");
     exit(1);
   }
-  inner = h + 2 * n;
+  inner = h + HR__MOE_TRACE_INNER_AT(grid);
   GT_CUDA(cudaMalloc((void **)&d, all * sizeof(*d)));
   tv.trace = d;
   for(i = 0; i < b->nsets; i++) {

@@ -63,13 +63,14 @@ def load(path, expected=MARKS + 2 * UNITS):
     return rows
 
 
-def clock_rates(rows, clocks):
-    """Per GEMM stage, the CTAs' SM clocks in GHz (kilocycles per us)
-    over the first unit and over the units past it."""
+def clock_rates(rows, clocks, claimed):
+    """Per GEMM stage that is not `claimed` (wrapped), the CTAs' SM clocks
+    in GHz (kilocycles per us) over the first unit and over the units past
+    it."""
     for stage, start in ((1, 2), (2, 4)):
         base = MARKS + (stage - 1) * UNITS
         first, rest = [], []
-        if wrapped(rows, base):
+        if claimed[stage]:
             continue
         for r, k in zip(rows, clocks):
             ends = [j for j in range(UNITS) if r[base + j] >= 0 and k[base + j] >= 0]
@@ -133,8 +134,15 @@ def claimed_tail(rows, base, stage):
               + " ".join(f"{b - a:.1f}" for a, b in zip(t[-6:], t[-5:])))
 
 
+def companion(path, suffix):
+    """FILE less .txt, then SUFFIX.txt, when that file is there."""
+    other = path[:-4] + suffix + ".txt" if path.endswith(".txt") else None
+    return other if other and os.path.exists(other) else None
+
+
 def summary(path):
     rows = load(path)
+    claimed = {stage: wrapped(rows, MARKS + (stage - 1) * UNITS) for stage in (1, 2)}
     print(f"{path}: {len(rows)} CTAs")
     for i, name in enumerate(NAMES):
         v = sorted(r[i] for r in rows if r[i] >= 0)
@@ -143,7 +151,7 @@ def summary(path):
                   f"  last {v[-1]:9.1f} us")
     for stage, start in ((1, 2), (2, 4)):
         base = MARKS + (stage - 1) * UNITS
-        if wrapped(rows, base):
+        if claimed[stage]:
             claimed_tail(rows, base, stage)
             continue
         durations = []
@@ -170,7 +178,7 @@ def summary(path):
             print(f"  barrier {b}: mean wait {statistics.mean(w):.1f} us, "
                   f"longest {max(w):.1f}")
     pace = []
-    for c, r in enumerate(rows if not wrapped(rows, MARKS) else []):
+    for c, r in enumerate(rows if not claimed[1] else []):
         ends = [x for x in r[MARKS:MARKS + UNITS] if x >= 0]
         if len(ends) >= 3:
             pace.append(((ends[-1] - ends[0]) / (len(ends) - 1), c, int(r[MARKS - 1])))
@@ -185,14 +193,14 @@ def summary(path):
             part = by_sm[i:i + 12]
             print(f"  GEMM1 pace by SM, {part[0][0]:3d}-{part[-1][0]:3d}: "
                   + " ".join(f"{t:.1f}" for sm, t in part))
-    clock_path = path[:-4] + "-clocks.txt" if path.endswith(".txt") else None
-    if clock_path and os.path.exists(clock_path):
+    clock_path = companion(path, "-clocks")
+    if clock_path:
         clocks = load(clock_path)
         if len(clocks) != len(rows):
             raise SystemExit(f"{clock_path}: {len(clocks)} CTA lines, {path} has {len(rows)}")
-        clock_rates(rows, clocks)
-    inner_path = path[:-4] + "-inner.txt" if path.endswith(".txt") else None
-    if inner_path and os.path.exists(inner_path):
+        clock_rates(rows, clocks, claimed)
+    inner_path = companion(path, "-inner")
+    if inner_path:
         inner_marks(load(inner_path, INNER_WORDS))
 
 

@@ -22,8 +22,9 @@ typedef struct hr__moe_variant {
   unsigned skip;       /* HR__MOE_PHASE_* bits: phases left out */
   unsigned repeat;     /* HR__MOE_PHASE_* bits: phases run twice */
   unsigned gemm;       /* HR__MOE_VAR_* bits: variants of the GEMMs */
-  /* NULL, or device memory for the barrier kernel's timeline: grid *
-   * HR__MOE_TRACE_WORDS words (moe_kernel.h), zeroed by the caller */
+  /* NULL, or device memory for the barrier kernel's timeline:
+   * HR__MOE_TRACE_BUFFER_WORDS(grid) words (moe_kernel.h), zeroed by the
+   * caller */
   unsigned long long *trace;
 } hr__moe_variant;
 

@@ -1089,8 +1089,9 @@ __device__ void moe_gemm_stage(const hr__moe_params &p, const moe_route &rt,
                             s + moe_lookahead<C>() < steps,
                             [&] { return s + moe_lookahead<C>() < steps; });
     if(++kt == nk) {
-      moe_trace_inner(p, u == 0 ? STAGE : 0, HR__MOE_INNER_LAST_STEP);
-      tile_unit_end<C, STAGE>(p, un, acc, pipe, slot, wm, wn, wk, u == 0 ? STAGE : 0);
+      const int inner = u == 0 ? STAGE : 0;     /* the diagnostic's marks: none elsewhere */
+      moe_trace_inner(p, inner, HR__MOE_INNER_LAST_STEP);
+      tile_unit_end<C, STAGE>(p, un, acc, pipe, slot, wm, wn, wk, inner);
       if(u < HR__MOE_TRACE_UNITS)
         moe_trace(p, HR__MOE_TRACE_MARKS + (STAGE - 1) * HR__MOE_TRACE_UNITS + u);
     }

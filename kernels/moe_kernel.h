@@ -330,6 +330,13 @@ enum {
  * HR__MOE_INNER_STAGE + k: where the first unit's ~10 us go. */
 #define HR__MOE_TRACE_INNER_WORDS 16
 #define HR__MOE_INNER_STAGE 8
+/* The buffer of a grid of `grid` CTAs, in words: the times from 0, the
+ * clocks from HR__MOE_TRACE_CLOCKS_AT, the inner marks from
+ * HR__MOE_TRACE_INNER_AT; the kernel and moe_phases both place them so. */
+#define HR__MOE_TRACE_CLOCKS_AT(grid) ((size_t)(grid) * HR__MOE_TRACE_WORDS)
+#define HR__MOE_TRACE_INNER_AT(grid) (2 * (size_t)(grid) * HR__MOE_TRACE_WORDS)
+#define HR__MOE_TRACE_BUFFER_WORDS(grid) \
+  (HR__MOE_TRACE_INNER_AT(grid) + (size_t)(grid) * HR__MOE_TRACE_INNER_WORDS)
 enum {
   HR__MOE_INNER_LAST_STEP = 0,  /* the unit's last K step issued */
   HR__MOE_INNER_DRAINED,        /* its MMAs complete (tile_drain) */

@@ -21,7 +21,7 @@ static __device__ __forceinline__ void moe_trace(const hr__moe_params &p, int w)
   if(p.trace && threadIdx.x == 0) {
     unsigned long long *t = p.trace + (size_t)blockIdx.x * HR__MOE_TRACE_WORDS + w;
     t[0] = global_timer_ns();
-    t[(size_t)gridDim.x * HR__MOE_TRACE_WORDS] = (unsigned long long)clock64();
+    t[HR__MOE_TRACE_CLOCKS_AT(gridDim.x)] = (unsigned long long)clock64();
   }
 }
 
@@ -37,9 +37,8 @@ static __device__ __forceinline__ void moe_trace_inner(const hr__moe_params &p, 
                                                        int k)
 {
   if(HR__MOE_TRACE_INNER && stage && p.trace && threadIdx.x == 0)
-    p.trace[2 * (size_t)gridDim.x * HR__MOE_TRACE_WORDS +
-            (size_t)blockIdx.x * HR__MOE_TRACE_INNER_WORDS + (stage - 1) * HR__MOE_INNER_STAGE +
-            k] = global_timer_ns();
+    p.trace[HR__MOE_TRACE_INNER_AT(gridDim.x) + (size_t)blockIdx.x * HR__MOE_TRACE_INNER_WORDS +
+            (stage - 1) * HR__MOE_INNER_STAGE + k] = global_timer_ns();
 }
 
 /* The SM this CTA runs on, + 1 (0 is "not written"): the pace of a CTA
