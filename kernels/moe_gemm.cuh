@@ -428,11 +428,22 @@ static __device__ __forceinline__ int moe_unit_rows(int tile, unsigned v, int ag
   return moe_tile_tall(tile, v, agnostic) ? 256 : moe_tile_bm(tile);
 }
 
-/* silu(gate) * up, as moe_ref.c computes it (IEEE division, accurate
- * expf: no fast-math anywhere in the kernel). */
+/* silu(gate) * up: moe_ref.c's formula, but the division is the fast
+ * one (__fdividef, within 2 ulp; expf stays the accurate one). The IEEE
+ * division's code (its check and slow path, inlined at each of a unit
+ * end's 40 SwiGLUs a thread) made GEMM1's unit end the kernel's largest
+ * code: the .text of the barrier kernel 1.76 MB instead of 1.94, and the
+ * first unit of a stage runs that code cold. Measured side by side, two
+ * runs (bench/results/moe-swiglu-h200-2026-12-01.md): Qwen3-30B-A3B
+ * T = 768 0.358 ms against 0.379, T = 1024 0.366 against 0.382-0.398,
+ * T = 8192 1.70 against 1.78 (barrier kernel), agnostic 3-5% faster at
+ * T = 512-8192; DeepSeek-V3 and Qwen3 T <= 128 level. y is no longer
+ * bitwise the IEEE formula's (within the tests' bound; the kernels still
+ * agree with each other bitwise). Fast expf as well spilled registers in
+ * the agnostic kernel. */
 static __device__ __forceinline__ float hr__swiglu(float gate, float up)
 {
-  const float silu = gate / (1.0f + expf(-gate));
+  const float silu = __fdividef(gate, 1.0f + expf(-gate));
   return silu * up;
 }
 

@@ -31,6 +31,8 @@ uint16_t hr_moe_float_to_bf16(float f)
   return (uint16_t)(u >> 16);
 }
 
+/* IEEE division here; the kernels divide with __fdividef (within 2 ulp:
+ * moe_gemm.cuh, hr__swiglu), a difference the tests' bound absorbs. */
 float hr_moe_swiglu(float gate, float up)
 {
   float silu = gate / (1.0f + expf(-gate));
