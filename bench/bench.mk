@@ -57,6 +57,19 @@ bench-timeline: $(MOE_PHASES)
 	  > $(BENCH_TIMELINE_DIR)/summary.txt
 	@cat $(BENCH_TIMELINE_DIR)/summary.txt
 
+# `make bench-ab AB_BUILDS="build build-x"` (an H200): builds of the
+# kernels side by side, the first the baseline (each made beforehand, e.g.
+# `make BUILD=build-x NVCC_EXTRA=-DSOMETHING=1 build-x/tests/moe_phases`):
+# their moe_phases in turn, AB_RUNS times, with AB_ARGS (shapes, tokens),
+# and the table of each build's median over the baseline's in
+# AB_DIR/table.md (bench/ab_builds.sh, bench/ab_table.py).
+AB_BUILDS ?= $(BUILD)
+AB_DIR ?= $(BUILD)/ab
+
+.PHONY: bench-ab
+bench-ab:
+	sh bench/ab_builds.sh $(AB_DIR) $(AB_BUILDS)
+
 # `make gpu-report` (an H200 machine; two GPUs for the NCCL tests): the GPU
 # tests, the table against PyTorch, the GEMM variants at the goal cells
 # and the timeline in one command, every output and a summary in

@@ -2,8 +2,9 @@
 # headroomd and libheadroom, with the standard library's unittest; no torch
 # needed (its tests say they skip). tests/python/run.sh runs them, and
 # builds and runs examples/lease.c on the way so the example cannot rot;
-# test_trace_summary.py and test_ncu_lines.py check bench/trace_summary.py
-# and bench/ncu_lines.py on a made-up timeline and profile.
+# test_trace_summary.py, test_ncu_lines.py and test_ab_table.py check
+# bench/trace_summary.py, bench/ncu_lines.py and bench/ab_table.py (with
+# bench/ab_builds.sh) on a made-up timeline, profile and timings.
 INTEG_TESTS += tests/python/run.sh
 
 tests/python/run.sh: $(BINDIR)/headroomd $(LIBDIR)/libheadroom.so

@@ -1,0 +1,168 @@
+"""bench/ab_table.py and bench/ab_builds.sh: builds side by side. The table
+is checked on made-up moe_phases outputs whose medians are known; bad
+arguments and files are refused by name; ab_builds.sh runs each build in
+turn (fake moe_phases programs, a fake nvidia-smi) and refuses, running
+nothing, without a GPU or with a build that has no moe_phases."""
+import os
+import stat
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import hrtest
+
+TABLE = os.path.join(hrtest.ROOT, "bench", "ab_table.py")
+BUILDS = os.path.join(hrtest.ROOT, "bench", "ab_builds.sh")
+
+HEAD = ("| shape | T | kernel | variant | ms | TFLOP/s | check |\n"
+        "|---|---|---|---|---|---|---|\n")
+
+
+def phases_file(path, rows):
+    """rows: (shape, T, kernel, variant, ms); the floor table's kind of row
+    too, which must not count."""
+    with open(path, "w") as f:
+        f.write("# Mega-MoE phase timings (made up)\n\n" + HEAD)
+        for shape, t, kernel, variant, ms in rows:
+            f.write(f"| {shape} | {t} | {kernel} | {variant} | {ms:.3f} | 1.0 | ok |\n")
+        f.write("\n| shape | T | experts | pairs | MB read |\n|---|---|---|---|---|\n")
+        f.write("| qwen3-30b-a3b | 1024 | 128.0 | 81, 2 | 1208 |\n")
+
+
+def executable(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+
+
+class AbTable(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def run_table(self, *args):
+        return subprocess.run([sys.executable, TABLE, *args], capture_output=True,
+                              text=True, timeout=60)
+
+    def test_medians_and_ratios(self):
+        q = "qwen3-30b-a3b"
+        phases_file(self.path("a1.md"), [(q, 1024, "barrier", "default", 0.400),
+                                         (q, 1024, "agnostic", "default", 0.500),
+                                         (q, 1024, "barrier", "wide96", 9.0),
+                                         (q, 512, "barrier", "default", 0.300)])
+        phases_file(self.path("a2.md"), [(q, 1024, "barrier", "default", 0.420),
+                                         (q, 1024, "agnostic", "default", 0.500),
+                                         (q, 512, "barrier", "default", 0.300)])
+        phases_file(self.path("b1.md"), [(q, 1024, "barrier", "default", 0.360),
+                                         (q, 1024, "agnostic", "default", 0.550)])
+        phases_file(self.path("b2.md"), [(q, 1024, "barrier", "default", 0.380),
+                                         (q, 1024, "agnostic", "default", 0.550)])
+        r = self.run_table("old=" + self.path("a1.md") + "," + self.path("a2.md"),
+                           "new=" + self.path("b1.md") + "," + self.path("b2.md"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rows = [line for line in r.stdout.splitlines() if line.startswith(f"| {q} ")]
+        # T = 512 first, the barrier kernel before the agnostic one
+        self.assertEqual(rows[0], f"| {q} | 512 | barrier | 0.300 / 0.300 | - | - |")
+        self.assertEqual(rows[1], f"| {q} | 1024 | barrier | 0.400 / 0.420 | 0.360 / 0.380 | 0.902 |")
+        self.assertEqual(rows[2], f"| {q} | 1024 | agnostic | 0.500 / 0.500 | 0.550 / 0.550 | 1.100 |")
+        self.assertEqual(len(rows), 3)       # not the floor table's row, not wide96
+        self.assertIn("| shape | T | kernel | old ms | new ms | new / old |", r.stdout)
+        # another variant on request
+        r = self.run_table("--variant", "wide96", "old=" + self.path("a1.md"),
+                           "new=" + self.path("a1.md"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(f"| {q} | 1024 | barrier | 9.000 | 9.000 | 1.000 |", r.stdout)
+
+    def test_refusals(self):
+        phases_file(self.path("a.md"), [("s", 1, "barrier", "default", 1.0)])
+        with open(self.path("empty.md"), "w") as f:
+            f.write("# nothing here\n")
+        cases = [
+            (["a=" + self.path("a.md")], "two builds or more"),
+            (["a=" + self.path("a.md"), "b=" + self.path("nope.md")], "nope.md"),
+            (["a=" + self.path("a.md"), "b=" + self.path("empty.md")], "empty.md: no row"),
+            (["a=" + self.path("a.md"), self.path("a.md")], "not LABEL=FILE"),
+            (["a=" + self.path("a.md"), "b="], "no FILE"),
+            (["--variant"], "needs a NAME"),
+        ]
+        for args, words in cases:
+            r = self.run_table(*args)
+            self.assertEqual(r.returncode, 2, args)
+            self.assertIn(words, r.stderr, args)
+            self.assertEqual(r.stdout, "", args)
+
+
+class AbBuilds(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = self.tmp.name
+        self.bin = os.path.join(self.dir, "bin")
+        os.mkdir(self.bin)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def fake_build(self, name, ms):
+        """A build directory whose moe_phases logs its arguments and writes
+        a made-up output (ms at every cell) to its --out FILE."""
+        tests = os.path.join(self.dir, name, "tests")
+        os.makedirs(tests)
+        executable(os.path.join(tests, "moe_phases"), f"""#!/bin/sh
+echo "$*" >> "{self.dir}/calls"
+while [ $# -gt 0 ]; do [ "$1" = --out ] && out=$2; shift; done
+printf '{HEAD.replace(chr(10), chr(92) + "n")}' > "$out"
+printf '| s | 8 | barrier | default | {ms} | 1 | ok |\\n' >> "$out"
+""")
+        return os.path.join(self.dir, name)
+
+    def run_builds(self, out, *builds, gpu=True, env=None):
+        executable(os.path.join(self.bin, "nvidia-smi"),
+                   "#!/bin/sh\necho 'GPU 0: fake'\n" if gpu else "#!/bin/sh\nexit 6\n")
+        e = dict(os.environ, PATH=self.bin + os.pathsep + os.environ["PATH"])
+        e.update(env or {})
+        return subprocess.run(["sh", BUILDS, out, *builds], capture_output=True,
+                              text=True, timeout=60, env=e)
+
+    def test_runs_in_turn_and_tables(self):
+        a, b = self.fake_build("base", "0.400"), self.fake_build("new", "0.300")
+        out = os.path.join(self.dir, "ab")
+        r = self.run_builds(out, a, b, env={"AB_RUNS": "3", "AB_ARGS": "--tokens 8"})
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(os.path.join(self.dir, "calls")) as f:
+            calls = f.read().splitlines()
+        self.assertEqual(len(calls), 6)
+        # in turn: base, new, base, new, ...; each with the fixed options and AB_ARGS
+        for i, call in enumerate(calls):
+            who = "base" if i % 2 == 0 else "new"
+            self.assertIn("--reps 20 --no-phases --match NOTHING --tokens 8", call)
+            self.assertIn(f"-{who}-r{i // 2 + 1}.md", call)
+        with open(os.path.join(out, "table.md")) as f:
+            table = f.read()
+        self.assertIn("| s | 8 | barrier | 0.400 / 0.400 / 0.400 | 0.300 / 0.300 / 0.300 | 0.750 |",
+                      table)
+
+    def test_refuses_without_gpu_or_build(self):
+        a = self.fake_build("base", "0.4")
+        out = os.path.join(self.dir, "ab")
+        r = self.run_builds(out, a, a, gpu=False)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("no NVIDIA GPU", r.stderr)
+        r = self.run_builds(out, a, os.path.join(self.dir, "missing"))
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("missing/tests/moe_phases: not there", r.stderr)
+        r = self.run_builds(out, a)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("usage", r.stderr)
+        self.assertFalse(os.path.exists(out))
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "calls")))
+
+
+if __name__ == "__main__":
+    unittest.main()
