@@ -85,7 +85,7 @@ run: deps
 # ---- tests --------------------------------------------------------------
 test: deps-test
 	@$(MAKE) --no-print-directory all $(UNIT_TESTS) $(INTEG_TESTS) $(GPU_TESTS)
-	@sh tests/run_tests.sh $(UNIT_TESTS) $(INTEG_TESTS) $(GPU_TESTS)
+	@HR_OBJDIR=$(OBJDIR) HR_LIBDIR=$(LIBDIR) sh tests/run_tests.sh $(UNIT_TESTS) $(INTEG_TESTS) $(GPU_TESTS)
 
 gpu-test: deps
 	@$(MAKE) --no-print-directory all $(GPU_TESTS)

@@ -274,13 +274,13 @@ static __device__ void agn_route(const hr__moe_params &p, const moe_route &rt)
       atomicAdd(&sh.nonempty, 1);
   __syncthreads();
   if(tid == 0)
-    sh.pl.tile = moe_pick_tile(rt.off[E], sh.nonempty, p.I, p.variant, 1);
+    sh.pl.tile = moe_pick_tile(rt.off[E], sh.nonempty, p.I, HR__MOE_VARIANT(p), 1);
   __syncthreads();
   moe_route_tiles(p, rt, moe_tile_bn(sh.pl.tile), sh.warp_sums);
   if(tid == 0) {
     agn_plan &pl = sh.pl;
     const int tiles = rt.tile_off[E];
-    const int bm = moe_unit_rows(pl.tile, p.variant, 1);
+    const int bm = moe_unit_rows(pl.tile, HR__MOE_VARIANT(p), 1);
     const int r1 = moe_phase_runs(p, HR__MOE_PHASE_GEMM1);
     const int r2 = moe_phase_runs(p, HR__MOE_PHASE_GEMM2);
     pl.bn = moe_tile_bn(pl.tile);
@@ -310,7 +310,7 @@ static __device__ void agn_scatter(const hr__moe_params &p, const moe_route &rt,
   moe_route_pairs(p, rt, sh.warp_sums, lo, hi);
   /* The TMA tiles read the x rows in expert order: the piece's, copied,
    * before the count that publishes the piece. */
-  if(moe_tile_tma(sh.pl.tile, p.variant)) {
+  if(moe_tile_tma(sh.pl.tile, HR__MOE_VARIANT(p))) {
     moe_copy_xs(p, lo, hi);
     __syncthreads();
   }
@@ -658,7 +658,7 @@ static __device__ __noinline__ int agn_combine(const hr__moe_params &p, const mo
   }
   if(!__syncthreads_and(ok))
     return 0;
-  if(!(p.variant & HR__MOE_VAR_COMBINE_CHUNKS) &&
+  if(!(HR__MOE_VARIANT(p) & HR__MOE_VAR_COMBINE_CHUNKS) &&
      moe_combine_by_token(nt, p.H, p.k, HR__MOE_THREADS / 32)) {
     for(i = tid >> 5; i < nt; i += HR__MOE_THREADS / 32)   /* a token a warp */
       moe_combine_token(a, t0 + i, tid & 31);
@@ -823,7 +823,7 @@ hr__moe_agnostic_kernel(const __grid_constant__ hr__moe_params p)
   if(ticket < 0)
     return;
   /* The tile shape follows the routing: the same in every CTA. */
-  const unsigned v = p.variant;
+  const unsigned v = HR__MOE_VARIANT(p);
   const int tile = sh.pl.tile;
   if(moe_tile_tma(tile, v) && (v & HR__MOE_VAR_DESC_FULL))
     ticket = agn_tasks<moe_tile_big_tma_desc_full>(p, ticket);

@@ -500,7 +500,7 @@ static __device__ __forceinline__ moe_unit unit_decode(int u, const moe_route &r
  * step, so that no register holds it through the loop). */
 static __device__ __forceinline__ int moe_mma_n(const hr__moe_params &p, const moe_unit &un)
 {
-  return (p.variant & HR__MOE_VAR_DIAG_NO_MMA) ? 0 : un.nvalid;
+  return (HR__MOE_VARIANT(p) & HR__MOE_VAR_DIAG_NO_MMA) ? 0 : un.nvalid;
 }
 
 /* The unit order of tile C in this launch: C's own, or row tile major in
@@ -508,7 +508,7 @@ static __device__ __forceinline__ int moe_mma_n(const hr__moe_params &p, const m
 template <class C>
 static __device__ __forceinline__ int moe_tt_major(const hr__moe_params &p)
 {
-  return C::TT_MAJOR && !(p.variant & HR__MOE_VAR_FT_MAJOR);
+  return C::TT_MAJOR && !(HR__MOE_VARIANT(p) & HR__MOE_VAR_FT_MAJOR);
 }
 
 /* Unit u of a stage that the benchmark may run twice over (units1 units
@@ -588,7 +588,7 @@ struct moe_loader {
     mine = units_mine;
     ring = units_ring;
     a_policy = !C::A_STREAM                           ? 0
-               : (p.variant & HR__MOE_VAR_A_EVICT_FIRST) ? l2_policy_evict_first()
+               : (HR__MOE_VARIANT(p) & HR__MOE_VAR_A_EVICT_FIRST) ? l2_policy_evict_first()
                                                          : l2_policy_evict_normal();
     look_ahead(p, rt, nf, 0);
   }
@@ -607,7 +607,7 @@ struct moe_loader {
 #pragma unroll
     for(i = 0; i < C::B_PASSES; i++) {
       const int r = r0 + C::RPP * i;
-      b_row[i] = r >= un.nvalid || (p.variant & HR__MOE_VAR_DIAG_NO_TOKENS) ? -1
+      b_row[i] = r >= un.nvalid || (HR__MOE_VARIANT(p) & HR__MOE_VAR_DIAG_NO_TOKENS) ? -1
                  : STAGE == 1                                 ? next_tok[i]
                                                               : un.pos0 + r;
     }
@@ -869,7 +869,7 @@ __device__ void tile_store(const hr__moe_params &p, const moe_unit &un,
    * benchmark's variant HR__MOE_VAR_STORE_TWO_PASS). */
   constexpr int cols = STAGE == 1 ? C::BM / 2 : C::BM;
   constexpr bool fits_one = C::WG && C::BN * (cols + 8) * 2 <= C::STAGE_BYTES;
-  const bool one = fits_one && !(p.variant & HR__MOE_VAR_STORE_TWO_PASS);
+  const bool one = fits_one && !(HR__MOE_VARIANT(p) & HR__MOE_VAR_STORE_TWO_PASS);
   const int stride = one ? cols + 8 : C::OUT_STRIDE;
   const int passes = C::WG && !one ? 2 : 1;
   const int pass_cols = passes == 2 ? cols / 2 : cols;
@@ -939,7 +939,7 @@ __device__ void tile_store(const hr__moe_params &p, const moe_unit &un,
       const int ld = STAGE == 1 ? p.I : p.H;
       const int col0 = un.ft * cols + f0;
       /* none: the diagnostic HR__MOE_VAR_DIAG_NO_STORE (staged, not stored) */
-      const int rows = (p.variant & HR__MOE_VAR_DIAG_NO_STORE) ? 0 : un.nvalid;
+      const int rows = (HR__MOE_VARIANT(p) & HR__MOE_VAR_DIAG_NO_STORE) ? 0 : un.nvalid;
       for(i = tid; i < rows * chunks; i += HR__MOE_THREADS) {
         const int n = i / chunks, c = i - n * chunks;
         *(uint4 *)(dst + (size_t)(un.pos0 + n) * ld + col0 + c * 8) =
@@ -1031,7 +1031,7 @@ static __device__ __forceinline__ void moe_prefetch_unit(const hr__moe_params &p
   const moe_unit un = unit_decode(u, rt, p, nf, C::BN, moe_tt_major<C>(p));
   const int bytes = min(2 * K, cap / C::BM) & ~255;
   const uint16_t *src;
-  if(C::TT_MAJOR || !(p.variant & HR__MOE_VAR_PREFETCH) || r >= C::BM || bytes == 0)
+  if(C::TT_MAJOR || !(HR__MOE_VARIANT(p) & HR__MOE_VAR_PREFETCH) || r >= C::BM || bytes == 0)
     return;
   if(STAGE == 1) {
     const int f = un.ft * (C::BM / 2) + (r >> 4) * 8 + (r & 7);

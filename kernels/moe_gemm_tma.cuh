@@ -143,7 +143,7 @@ static __device__ __forceinline__ void tma_step_load(const hr__moe_params &p, ui
   const int boxes = (un.nvalid + HR__MOE_TMA_TOK_BOX - 1) / HR__MOE_TMA_TOK_BOX;
   /* the weights are read once per unit; the benchmark may mark them
    * evict-first so that the token rows many units share stay in L2 */
-  const uint64_t pol = (p.variant & HR__MOE_VAR_A_EVICT_FIRST) ? l2_policy_evict_first()
+  const uint64_t pol = (HR__MOE_VARIANT(p) & HR__MOE_VAR_A_EVICT_FIRST) ? l2_policy_evict_first()
                                                                : l2_policy_evict_normal();
   int r;
   mbar_arrive_expect_tx(full + slot, (unsigned)(C::A_BYTES + boxes * tok_box_bytes));
@@ -234,7 +234,7 @@ static __device__ __forceinline__ void tma_tile_store(const hr__moe_params &p,
   const int ld = STAGE == 1 ? p.I : p.H;
   uint16_t *const buf = tma_out_buf<C>(pipe);
   int mt, jb, j, i;
-  if(p.variant & HR__MOE_VAR_TMA_DIRECT_STORE) {
+  if(HR__MOE_VARIANT(p) & HR__MOE_VAR_TMA_DIRECT_STORE) {
     tma_tile_store_direct<C, STAGE>(p, un, acc);
     return;
   }
@@ -283,9 +283,9 @@ static __device__ __forceinline__ void tma_tile_store(const hr__moe_params &p,
  * (HR__MOE_RING = 8), so none ahead is a stale -1 that would end it. */
 static __device__ __forceinline__ int tma_drop(const hr__moe_params &p, int s, int nk)
 {
-  if(p.variant & HR__MOE_VAR_TMA_DROP)
+  if(HR__MOE_VARIANT(p) & HR__MOE_VAR_TMA_DROP)
     return s == 1;
-  return (p.variant & HR__MOE_VAR_TMA_DROP_LATE) && s == 9 * nk + 1;
+  return (HR__MOE_VARIANT(p) & HR__MOE_VAR_TMA_DROP_LATE) && s == 9 * nk + 1;
 }
 
 /* Thread 0, before the first load of a run: the slots' barriers, fresh

@@ -40,7 +40,7 @@ static __device__ void moe_combine(const hr__moe_params &p)
   const long long total = (long long)p.T * chunks;
   long long i;
   const int warps = (int)gridDim.x * (HR__MOE_THREADS / 32);
-  if(!(p.variant & HR__MOE_VAR_COMBINE_CHUNKS) && moe_combine_by_token(p.T, p.H, p.k, warps)) {
+  if(!(HR__MOE_VARIANT(p) & HR__MOE_VAR_COMBINE_CHUNKS) && moe_combine_by_token(p.T, p.H, p.k, warps)) {
     int t;                                     /* a token a warp */
     for(t = (int)blockIdx.x * (HR__MOE_THREADS / 32) + (int)(threadIdx.x >> 5); t < p.T;
         t += warps)
@@ -75,7 +75,7 @@ static __device__ __forceinline__ void moe_gemm_cpasync(const hr__moe_params &p,
                                                         const moe_route &rt, uint8_t *smem,
                                                         int tile)
 {
-  const unsigned v = p.variant;
+  const unsigned v = HR__MOE_VARIANT(p);
   if(tile == MOE_TILE_TINY)
     moe_gemm_run<moe_tile_tiny, STAGE, CLAIM>(p, rt, smem);
   else if(tile == MOE_TILE_NARROW)
@@ -112,7 +112,7 @@ template <int STAGE>
 static __device__ __forceinline__ int moe_gemm(const hr__moe_params &p, const moe_route &rt,
                                                uint8_t *smem, int tile)
 {
-  const unsigned v = p.variant;
+  const unsigned v = HR__MOE_VARIANT(p);
   if(moe_tile_tma(tile, v)) {
     if((v & HR__MOE_VAR_DESC_FULL)
            ? moe_gemm_stage_tma<moe_tile_big_tma_desc_full, STAGE>(p, rt, smem)
@@ -133,7 +133,7 @@ static __device__ __forceinline__ int moe_gemm(const hr__moe_params &p, const mo
  * CTA b starts a GEMM stage b x 64 ns late. */
 static __device__ __forceinline__ void moe_stagger(const hr__moe_params &p)
 {
-  if(p.variant & HR__MOE_VAR_DIAG_STAGGER)
+  if(HR__MOE_VARIANT(p) & HR__MOE_VAR_DIAG_STAGGER)
     __nanosleep(64u * blockIdx.x);
 }
 
@@ -151,13 +151,13 @@ static __device__ __forceinline__ void moe_claims_reset(const hr__moe_params &p,
 template <int STAGE>
 static __device__ void moe_prefetch(const hr__moe_params &p, const moe_route &rt, int tile)
 {
-  const int nf = (STAGE == 1 ? 2 * p.I : p.H) / moe_unit_rows(tile, p.variant, 0);
+  const int nf = (STAGE == 1 ? 2 * p.I : p.H) / moe_unit_rows(tile, HR__MOE_VARIANT(p), 0);
   const int u = (int)blockIdx.x;
   if(tile == MOE_TILE_BIG ||
      moe_phase_runs(p, STAGE == 1 ? HR__MOE_PHASE_GEMM1 : HR__MOE_PHASE_GEMM2) == 0 ||
      u >= rt.tile_off[p.E] * nf)
     return;
-  if(moe_tile_tall(tile, p.variant, 0)) {       /* 256-row units */
+  if(moe_tile_tall(tile, HR__MOE_VARIANT(p), 0)) {       /* 256-row units */
     if(tile == MOE_TILE_WIDE80)
       moe_prefetch_unit<moe_tile_wide80_tall, STAGE>(p, rt, nf, u);
     else if(tile == MOE_TILE_WIDE96)
@@ -219,7 +219,7 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
   const int pairs = p.T * p.k, runs = moe_phase_runs(p, HR__MOE_PHASE_ROUTE);
   const int slo = (int)((long long)pairs * blockIdx.x / gridDim.x);
   const int shi = runs ? (int)((long long)pairs * (blockIdx.x + 1) / gridDim.x) : slo;
-  const int whole = !(p.variant & HR__MOE_VAR_ROUTE_SPLIT) && pairs <= HR__MOE_ROUTE_ALL_MAX_PAIRS;
+  const int whole = !(HR__MOE_VARIANT(p) & HR__MOE_VAR_ROUTE_SPLIT) && pairs <= HR__MOE_ROUTE_ALL_MAX_PAIRS;
   const int lo = whole ? 0 : slo, hi = whole ? (runs ? pairs : 0) : shi;
   moe_route_pairs(p, rt, s_warp_sums, lo, hi);
   if(runs == 2)
@@ -230,16 +230,16 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
     if(rt.cnt[i] > 0)
       atomicAdd(&s_nonempty, 1);
   __syncthreads();
-  tile = moe_pick_tile(rt.off[p.E], s_nonempty, p.I, p.variant, 0);
+  tile = moe_pick_tile(rt.off[p.E], s_nonempty, p.I, HR__MOE_VARIANT(p), 0);
   moe_route_tiles(p, rt, moe_tile_bn(tile), s_warp_sums);
   /* The TMA tiles read the x rows in expert order: the slice's, copied
    * (pos_of is this CTA's own, from moe_route_pairs). */
-  if(moe_tile_tma(tile, p.variant))
+  if(moe_tile_tma(tile, HR__MOE_VARIANT(p)))
     moe_copy_xs(p, slo, shi);
   /* The weights need no routing: fetch them while the barrier waits. */
   moe_prefetch<1>(p, rt, tile);
   moe_trace(p, HR__MOE_MARK_ROUTED);
-  if((!whole || moe_tile_tma(tile, p.variant)) && !grid_barrier(p, 0, &s_ok))
+  if((!whole || moe_tile_tma(tile, HR__MOE_VARIANT(p))) && !grid_barrier(p, 0, &s_ok))
     return;
   moe_trace(p, HR__MOE_MARK_G1_START);
   moe_stagger(p);

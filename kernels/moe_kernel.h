@@ -219,6 +219,22 @@ enum {
   HR__MOE_VAR_DIAG_NO_TOKENS = 1073741824
 };
 
+/* The variant bits device code reads (every read goes through this). The
+ * production build, -DHR__MOE_NO_VARIANTS=1 (libheadroom_moe.so:
+ * kernels.mk), keeps only the bit that production launches set
+ * (HR__MOE_VAR_CLAIM), so that the compiler leaves every other variant's
+ * code out: half the SASS (barrier kernel 0.94 MB instead of 1.76), and
+ * Qwen3-30B-A3B T = 512 2% faster, T = 1024 3%, the agnostic kernel at
+ * T = 512 5% (bench/results/moe-novariants-h200-2026-12-01.md). The
+ * static library, the benchmark's and the variant tests', keeps them
+ * all; in the production build the benchmark's variants and the tests'
+ * faults do nothing. */
+#ifndef HR__MOE_NO_VARIANTS
+#define HR__MOE_NO_VARIANTS 0
+#endif
+#define HR__MOE_VARIANT(p) \
+  (HR__MOE_NO_VARIANTS ? (p).variant & (unsigned)HR__MOE_VAR_CLAIM : (p).variant)
+
 /* A diagnostic, outside the enum (whose values are ints; the last free
  * bit): the barrier kernel's CTA b starts each GEMM stage b x 64 ns
  * after its barrier (moe_stagger, moe_kernel.cu); y unchanged. Every

@@ -10,3 +10,7 @@ $(TESTBIN)/test_moe_ref: $(OBJDIR)/tests/unit/test_moe_ref.o $(OBJDIR)/kernels/m
 # it refuses ptxas's performance-loss notes, and the strict flags refuse
 # spills (a real nvcc where there is one).
 UNIT_TESTS += tests/unit/test_nvcc_strict.sh
+
+# The two builds of the kernels (kernels/kernels.mk): the shared library's
+# without the benchmark's variants, the static one's with them.
+UNIT_TESTS += tests/unit/test_moe_builds.sh
