@@ -17,7 +17,7 @@ ifeq ($(HAVE_NVCC),1)
 # Two builds of the same sources. The shared library is production's: its
 # kernels compiled with HR__MOE_NO_VARIANTS=1, so that none of the
 # benchmark's variant code is in them (moe_kernel.h, HR__MOE_VARIANT: half
-# the SASS, and 1-5% faster at Qwen3-30B-A3B T = 1-1024,
+# the SASS, and 2-10% faster at Qwen3-30B-A3B T = 1-1024,
 # bench/results/moe-novariants-h200-2026-12-01.md). The static library
 # keeps every variant: the benchmark's entry point (kernels/moe_bench.h)
 # and the tests that launch variants and faults link it.
