@@ -12,5 +12,9 @@ $(TESTBIN)/test_moe_ref: $(OBJDIR)/tests/unit/test_moe_ref.o $(OBJDIR)/kernels/m
 UNIT_TESTS += tests/unit/test_nvcc_strict.sh
 
 # The two builds of the kernels (kernels/kernels.mk): the shared library's
-# without the benchmark's variants, the static one's with them.
+# without the benchmark's variants, the static one's with them. Only where
+# this build compiles the kernels (not in the sanitizer builds, which set
+# HAVE_NVCC empty).
+ifeq ($(HAVE_NVCC),1)
 UNIT_TESTS += tests/unit/test_moe_builds.sh
+endif
