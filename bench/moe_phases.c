@@ -393,6 +393,12 @@ static FILE *trace_file(const char *prefix, const char *shape, int T, int warm,
   return f;
 }
 
+/* A timeline word in microseconds from t0, or -1 where it was not written. */
+static double trace_us(unsigned long long x, unsigned long long t0)
+{
+  return x ? (double)(x - t0) / 1e3 : -1.0;
+}
+
 /* The barrier kernel's timeline (moe_kernel.h, HR__MOE_TRACE_*) of one
  * launch of v on each input set in turn, the last one's kept (with
  * `warm`, of one more launch right behind that one): a line per CTA,
@@ -461,7 +467,7 @@ static void trace_to(bench *b, const hr__moe_variant *v, const char *prefix, con
       if(w == HR__MOE_MARK_SM)                  /* the SM, not a time */
         fprintf(f, " %d", x ? (int)(x - 1) : -1);
       else
-        fprintf(f, " %.3f", x ? (double)(x - t0) / 1e3 : -1.0);
+        fprintf(f, " %.3f", trace_us(x, t0));
     }
     fprintf(f, "\n");
   }
@@ -480,7 +486,7 @@ static void trace_to(bench *b, const hr__moe_variant *v, const char *prefix, con
       fprintf(f, "%d", c);
       for(w = 0; w < iw; w++) {
         const unsigned long long x = inner[(size_t)c * iw + w];
-        fprintf(f, " %.3f", x ? (double)(x - t0) / 1e3 : -1.0);
+        fprintf(f, " %.3f", trace_us(x, t0));
       }
       fprintf(f, "\n");
     }

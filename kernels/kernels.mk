@@ -53,16 +53,16 @@ BINS += $(MOE_LIB_SO) $(MOE_LIB_A)
 # point may spill.
 NVCC_PTXAS_STRICT := -Xptxas -Werror
 
-$(OBJDIR)/kernels/%.cu.o: kernels/%.cu kernels/*.h kernels/*.cuh client/headroom.h \
-                          kernels/nvcc_strict.sh
-	@mkdir -p $(dir $@)
-	sh kernels/nvcc_strict.sh $@ $(NVCC) $(NVCCFLAGS) $(NVCC_PTXAS_STRICT) \
-	  -DHR__MOE_NO_VARIANTS=1 -c -o $@ $<
+MOE_CU_DEPS := kernels/*.h kernels/*.cuh client/headroom.h kernels/nvcc_strict.sh
+MOE_NVCC_STRICT = sh kernels/nvcc_strict.sh $@ $(NVCC) $(NVCCFLAGS) $(NVCC_PTXAS_STRICT)
 
-$(OBJDIR)/kernels/bench/%.cu.o: kernels/%.cu kernels/*.h kernels/*.cuh client/headroom.h \
-                                kernels/nvcc_strict.sh
+$(OBJDIR)/kernels/%.cu.o: kernels/%.cu $(MOE_CU_DEPS)
 	@mkdir -p $(dir $@)
-	sh kernels/nvcc_strict.sh $@ $(NVCC) $(NVCCFLAGS) $(NVCC_PTXAS_STRICT) -c -o $@ $<
+	$(MOE_NVCC_STRICT) -DHR__MOE_NO_VARIANTS=1 -c -o $@ $<
+
+$(OBJDIR)/kernels/bench/%.cu.o: kernels/%.cu $(MOE_CU_DEPS)
+	@mkdir -p $(dir $@)
+	$(MOE_NVCC_STRICT) -c -o $@ $<
 
 # Only the hr_moe_* API leaves the library (kernels/libheadroom_moe.map):
 # the static CUDA runtime inside stays private, so a program with its own

@@ -219,7 +219,8 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
   const int pairs = p.T * p.k, runs = moe_phase_runs(p, HR__MOE_PHASE_ROUTE);
   const int slo = (int)((long long)pairs * blockIdx.x / gridDim.x);
   const int shi = runs ? (int)((long long)pairs * (blockIdx.x + 1) / gridDim.x) : slo;
-  const int whole = !(HR__MOE_VARIANT(p) & HR__MOE_VAR_ROUTE_SPLIT) && pairs <= HR__MOE_ROUTE_ALL_MAX_PAIRS;
+  const unsigned v = HR__MOE_VARIANT(p);
+  const int whole = !(v & HR__MOE_VAR_ROUTE_SPLIT) && pairs <= HR__MOE_ROUTE_ALL_MAX_PAIRS;
   const int lo = whole ? 0 : slo, hi = whole ? (runs ? pairs : 0) : shi;
   moe_route_pairs(p, rt, s_warp_sums, lo, hi);
   if(runs == 2)
@@ -230,16 +231,17 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
     if(rt.cnt[i] > 0)
       atomicAdd(&s_nonempty, 1);
   __syncthreads();
-  tile = moe_pick_tile(rt.off[p.E], s_nonempty, p.I, HR__MOE_VARIANT(p), 0);
+  tile = moe_pick_tile(rt.off[p.E], s_nonempty, p.I, v, 0);
   moe_route_tiles(p, rt, moe_tile_bn(tile), s_warp_sums);
   /* The TMA tiles read the x rows in expert order: the slice's, copied
    * (pos_of is this CTA's own, from moe_route_pairs). */
-  if(moe_tile_tma(tile, HR__MOE_VARIANT(p)))
+  const int tma = moe_tile_tma(tile, v);
+  if(tma)
     moe_copy_xs(p, slo, shi);
   /* The weights need no routing: fetch them while the barrier waits. */
   moe_prefetch<1>(p, rt, tile);
   moe_trace(p, HR__MOE_MARK_ROUTED);
-  if((!whole || moe_tile_tma(tile, HR__MOE_VARIANT(p))) && !grid_barrier(p, 0, &s_ok))
+  if((!whole || tma) && !grid_barrier(p, 0, &s_ok))
     return;
   moe_trace(p, HR__MOE_MARK_G1_START);
   moe_stagger(p);
