@@ -232,8 +232,16 @@ enum {
 #ifndef HR__MOE_NO_VARIANTS
 #define HR__MOE_NO_VARIANTS 0
 #endif
-#define HR__MOE_VARIANT(p) \
-  (HR__MOE_NO_VARIANTS ? (p).variant & (unsigned)HR__MOE_VAR_CLAIM : (p).variant)
+/* A diagnostic with it, -DHR__MOE_DIAG_NO_CLAIM=1: the barrier kernel
+ * never claims, so its claimed stages are compiled out too; a build to
+ * measure what their code costs the launches that do not run it. */
+#ifndef HR__MOE_DIAG_NO_CLAIM
+#define HR__MOE_DIAG_NO_CLAIM 0
+#endif
+#define HR__MOE_VARIANT(p)                                                                 \
+  (HR__MOE_NO_VARIANTS                                                                     \
+       ? (p).variant & (HR__MOE_DIAG_NO_CLAIM ? 0u : (unsigned)HR__MOE_VAR_CLAIM)          \
+       : (p).variant)
 
 /* A diagnostic, outside the enum (whose values are ints; the last free
  * bit): the barrier kernel's CTA b starts each GEMM stage b x 64 ns
