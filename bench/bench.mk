@@ -43,7 +43,8 @@ $(MOE_PHASES): $(OBJDIR)/bench/moe_phases.o $(OBJDIR)/tests/gpu/gpu_util.o \
 
 # `make bench-timeline` (an H200): the barrier kernel's timeline of one
 # launch per shape and T (moe_phases --trace: each CTA's stage ends,
-# barrier arrivals, unit ends, SM and SM clock), the files and what
+# barrier arrivals, unit ends, SM and SM clock; the agnostic kernel's
+# too from a build with NVCC_EXTRA=-DHR__MOE_TRACE_AGN=1), the files and what
 # bench/trace_summary.py makes of them (summary.txt) in BENCH_TIMELINE_DIR.
 BENCH_TIMELINE_DIR ?= $(BUILD)/timeline
 BENCH_TIMELINE_ARGS ?= --shapes qwen3-30b-a3b,deepseek-v3 --tokens 1024

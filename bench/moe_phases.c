@@ -36,7 +36,10 @@
  * launch (PREFIX-SHAPE-T-again.txt), and each SM's clock at the same
  * marks (PREFIX-SHAPE-T[-again]-clocks.txt); from a build with
  * NVCC_EXTRA=-DHR__MOE_TRACE_INNER=1, the steps inside the first unit's
- * end of each stage too (PREFIX-SHAPE-T[-again]-inner.txt).
+ * end of each stage too (PREFIX-SHAPE-T[-again]-inner.txt); from a build
+ * with NVCC_EXTRA=-DHR__MOE_TRACE_AGN=1, the agnostic kernel's timeline
+ * too, the same words with no barrier arrivals
+ * (PREFIX-agnostic-SHAPE-T[-again][-clocks].txt).
  *
  * First, for each shape and T, the floor measured rather than computed:
  * a kernel that only reads the touched experts' weights once on every SM
@@ -399,7 +402,7 @@ static double trace_us(unsigned long long x, unsigned long long t0)
   return x ? (double)(x - t0) / 1e3 : -1.0;
 }
 
-/* The barrier kernel's timeline (moe_kernel.h, HR__MOE_TRACE_*) of one
+/* The timeline (moe_kernel.h, HR__MOE_TRACE_*) of v's kernel, one
  * launch of v on each input set in turn, the last one's kept (with
  * `warm`, of one more launch right behind that one): a line per CTA,
  * "cta" then its words in microseconds from the earliest start mark of
@@ -408,10 +411,15 @@ static double trace_us(unsigned long long x, unsigned long long t0)
  * lines of SM clock cycles, in thousands from the CTA's own start mark,
  * into PREFIX-SHAPE-T[-again]-clocks.txt; and, from a build that writes
  * them (HR__MOE_TRACE_INNER), the inner marks of the first units' ends
- * in microseconds like the times, into PREFIX-SHAPE-T[-again]-inner.txt. */
-static void trace_to(bench *b, const hr__moe_variant *v, const char *prefix, const char *shape,
-                     int warm)
+ * in microseconds like the times, into PREFIX-SHAPE-T[-again]-inner.txt.
+ * The agnostic kernel's (v->agnostic 1) into PREFIX-agnostic-SHAPE-T...,
+ * from a build that writes it (HR__MOE_TRACE_AGN): from any other, no
+ * word is written, and this says so and writes no file. */
+static void trace_to(bench *b, const hr__moe_variant *v, const char *prefix_in,
+                     const char *shape, int warm)
 {
+  const char *kname = v->agnostic ? "agnostic" : "barrier";
+  char prefix[448];
   const int grid = hr_moe_sms(b->g.m), words = HR__MOE_TRACE_WORDS;
   const int iw = HR__MOE_TRACE_INNER_WORDS;
   /* the times, the clocks after them, then the inner marks */
@@ -425,6 +433,7 @@ static void trace_to(bench *b, const hr__moe_variant *v, const char *prefix, con
     fprintf(stderr, "FAIL: out of memory\n");
     exit(1);
   }
+  snprintf(prefix, sizeof(prefix), "%s%s", prefix_in, v->agnostic ? "-agnostic" : "");
   inner = h + HR__MOE_TRACE_INNER_AT(grid);
   GT_CUDA(cudaMalloc((void **)&d, all * sizeof(*d)));
   tv.trace = d;
@@ -432,18 +441,30 @@ static void trace_to(bench *b, const hr__moe_variant *v, const char *prefix, con
     GT_CUDA(cudaMemsetAsync(d, 0, all * sizeof(*d), b->g.stream));
     launch(b, &tv, i);
   }
-  if(warm)                 /* the same launch again, right behind it */
+  if(warm) {               /* the same launch again, right behind it */
+    /* zeroed: the agnostic kernel writes its stage starts only where
+     * the word is still 0 (moe_trace_agn) */
+    GT_CUDA(cudaMemsetAsync(d, 0, all * sizeof(*d), b->g.stream));
     launch(b, &tv, b->nsets - 1);
+  }
   sync_ok(b);
   GT_CUDA(cudaMemcpy(h, d, all * sizeof(*d), cudaMemcpyDeviceToHost));
   for(c = 0; c < grid; c++)
     if(h[(size_t)c * words] && h[(size_t)c * words] < t0)
       t0 = h[(size_t)c * words];
+  if(t0 == ~0ULL) {
+    fprintf(stderr, "%s kernel timeline of %s T=%d: not written (a build with "
+                    "NVCC_EXTRA=-DHR__MOE_TRACE_AGN=1 writes the agnostic kernel's)\n",
+            kname, shape, b->T);
+    cudaFree(d);
+    free(h);
+    return;
+  }
 
   f = trace_file(prefix, shape, b->T, warm, "-clocks");
-  fprintf(f, "# barrier kernel timeline's SM clocks, thousands of cycles from the CTA's "
+  fprintf(f, "# %s kernel timeline's SM clocks, thousands of cycles from the CTA's "
              "start mark, the words of %s-%s-%d%s.txt (the SM word: -1)\n",
-          prefix, shape, b->T, warm ? "-again" : "");
+          kname, prefix, shape, b->T, warm ? "-again" : "");
   for(c = 0; c < grid; c++) {
     const unsigned long long *tc = h + (size_t)c * words, *cc = h + n + (size_t)c * words;
     fprintf(f, "%d", c);
@@ -455,10 +476,10 @@ static void trace_to(bench *b, const hr__moe_variant *v, const char *prefix, con
   fclose(f);
 
   f = trace_file(prefix, shape, b->T, warm, "");
-  fprintf(f, "# barrier kernel timeline, us from the first CTA's start; words: "
+  fprintf(f, "# %s kernel timeline, us from the first CTA's start; words: "
              "%d marks (the last the CTA's SM), then %d GEMM1 unit ends, %d GEMM2 unit "
              "ends; variant 0x%x%s\n",
-          HR__MOE_TRACE_MARKS, HR__MOE_TRACE_UNITS, HR__MOE_TRACE_UNITS, v->gemm,
+          kname, HR__MOE_TRACE_MARKS, HR__MOE_TRACE_UNITS, HR__MOE_TRACE_UNITS, v->gemm,
           warm ? "; a launch right behind the same one" : "");
   for(c = 0; c < grid; c++) {
     fprintf(f, "%d", c);
@@ -778,7 +799,7 @@ int main(int argc, char **argv)
         int same = 1;
         t0 = time_variant(&b, &v);
         y_of(&b, &v, y0);
-        if(kk == 0 && trace_prefix) {
+        if(trace_prefix) {
           trace_to(&b, &v, trace_prefix, s->name, 0);
           trace_to(&b, &v, trace_prefix, s->name, 1);
         }

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""trace_summary.py FILE...: what a barrier-kernel timeline says.
+"""trace_summary.py FILE...: what a kernel's timeline says.
 
 FILE is what `build/tests/moe_phases --trace PREFIX` wrote
 (PREFIX-SHAPE-T.txt): a line per CTA, its number, then its words in
@@ -8,14 +8,23 @@ microseconds from the first CTA's start (-1: not written). The words
 start, GEMM1 end, GEMM2 start, GEMM2 end, combine start, end, then thread
 0's arrival at barriers 0, 1, 2, then the SM the CTA ran on: a number,
 -1 in files written before it was), then the ends of each CTA's first 24
-GEMM1 units, then of its first 24 GEMM2 units.
+GEMM1 units, then of its first 24 GEMM2 units. The agnostic kernel's
+timeline (PREFIX-agnostic-SHAPE-T.txt, from a build with
+HR__MOE_TRACE_AGN) has the same words but no barrier arrivals: GEMM1
+start is the CTA's first GEMM1 run's start, GEMM1 end its last run's
+end, the same for GEMM2, and its unit ends are its first units in the
+order it ran them.
 
 Prints, per file: each mark's earliest, median and latest time over the
 CTAs; per GEMM stage, the median duration of each CTA's i-th unit (its
 first from the stage's start mark), how far apart the CTAs finished
 their first unit, and how much longer the first took than the middle
 units (neither the first nor the last); how long the CTAs waited at each barrier on average
-(release seen minus own arrival); and which SMs ran the slowest and the
+(release seen minus own arrival), or, in a timeline without barrier
+arrivals (the agnostic kernel's), the gaps between a CTA's stages
+(routed to GEMM1 start, GEMM1 end to GEMM2 start, GEMM2 end to combine
+start: its waits for other CTAs' tasks, and the time it held no task of
+the stage); and which SMs ran the slowest and the
 fastest CTAs (mean GEMM1 unit past the first), and every SM's pace in
 the order of the SMs' numbers. A claimed stage of more units than the
 words keeps each CTA's last units (unit u in word u % 24): for it, the
@@ -177,6 +186,13 @@ def summary(path):
         if w:
             print(f"  barrier {b}: mean wait {statistics.mean(w):.1f} us, "
                   f"longest {max(w):.1f}")
+    if not any(r[MARKS - 4 + b] >= 0 for r in rows for b in range(3)):
+        for a, b, name in ((1, 2, "routed to GEMM1 start"), (3, 4, "GEMM1 end to GEMM2 start"),
+                           (5, 6, "GEMM2 end to combine start")):
+            w = [r[b] - r[a] for r in rows if r[a] >= 0 and r[b] >= 0]
+            if w:
+                print(f"  {name}: mean {statistics.mean(w):.1f} us, longest {max(w):.1f}"
+                      f" ({len(w)} CTAs)")
     pace = []
     for c, r in enumerate(rows if not claimed[1] else []):
         ends = [x for x in r[MARKS:MARKS + UNITS] if x >= 0]

@@ -53,6 +53,7 @@
 #include "moe_gemm_tma.cuh"
 #include "moe_ptx.cuh"
 #include "moe_route.cuh"
+#include "moe_trace.cuh"
 
 #include "headroom_moe.h"
 
@@ -97,6 +98,9 @@ struct agn_shared {
   int open, claim_pos, finished;
   int warp_sums[HR__MOE_THREADS / 32];
   agn_plan pl;
+#if HR__MOE_TRACE_AGN
+  int traced[2];           /* thread 0: GEMM1, GEMM2 unit ends marked */
+#endif
 };
 
 /* The CTA's shared state, at file scope so that no function holds a
@@ -384,6 +388,20 @@ static __device__ __forceinline__ void agn_publish_finished(const hr__moe_params
   }
 }
 
+/* The timeline's end of the CTA's n-th unit of STAGE, for its first
+ * HR__MOE_TRACE_UNITS (thread 0; a diagnostic build's only). */
+template <int STAGE>
+static __device__ __forceinline__ void agn_trace_unit(const hr__moe_params &p)
+{
+#if HR__MOE_TRACE_AGN
+  if(p.trace && threadIdx.x == 0 && sh.traced[STAGE - 1] < HR__MOE_TRACE_UNITS)
+    moe_trace(p, HR__MOE_TRACE_MARKS + (STAGE - 1) * HR__MOE_TRACE_UNITS +
+                     sh.traced[STAGE - 1]++);
+#else
+  (void)p;
+#endif
+}
+
 /* Units of one GEMM stage, starting with `first` (its inputs ready), for
  * as long as the tickets claimed ahead continue the run. The loop is
  * moe_gemm_stage's, with the units from the ring; each finished unit is
@@ -470,6 +488,7 @@ static __device__ int agn_gemm_run(const hr__moe_params &p, const moe_route &rt,
     }
     if(++kt == nk) {
       tile_unit_end<C, STAGE>(p, un, acc, pipe, slot, wm, wn, wk);
+      agn_trace_unit<STAGE>(p);
       if(tid == 0)
         sh.finished = agn_tile_of(rt, un, C::BN);
     }
@@ -586,6 +605,7 @@ static __device__ int agn_gemm_run_tma(const hr__moe_params &p, const moe_route 
        * garbage, is not counted */
       if(__syncthreads_or(dead))
         break;
+      agn_trace_unit<STAGE>(p);
       if(tid == 0)
         agn_finished<STAGE>(p, agn_tile_of(rt, un, C::BN));
       kt = 0;
@@ -709,7 +729,9 @@ static __device__ __forceinline__ int agn_tasks(const hr__moe_params &p, int tic
         return -1;
       if(threadIdx.x == 0)
         sh.scatter_seen = 1;
+      moe_trace_agn(p, HR__MOE_MARK_G1_START, 1);
       ticket = agn_gemm_run_any<C, 1>(p, rt, pipe, u);
+      moe_trace_agn(p, HR__MOE_MARK_G1_END, 0);
     } else if(ticket < sh.pl.cb) {
       const int u = agn_wrap(ticket - sh.pl.g2, sh.pl.u2);
       const moe_unit un = unit_decode(u, rt, p, sh.pl.nf2, C::BN, moe_tt_major<C>(p));
@@ -718,7 +740,9 @@ static __device__ __forceinline__ int agn_tasks(const hr__moe_params &p, int tic
       if(!sh.all1 && !agn_wait_cta(p, p.g1_done + agn_tile_of(rt, un, C::BN),
                                    sh.pl.need1, HR__MOE_WAIT_GEMM1))
         return -1;
+      moe_trace_agn(p, HR__MOE_MARK_G2_START, 1);
       ticket = agn_gemm_run_any<C, 2>(p, rt, pipe, u);
+      moe_trace_agn(p, HR__MOE_MARK_G2_END, 0);
     } else {
       return ticket;
     }
@@ -732,6 +756,8 @@ static __device__ __forceinline__ int agn_tasks(const hr__moe_params &p, int tic
 static __device__ __noinline__ int agn_combines(const hr__moe_params &p, int ticket)
 {
   const moe_route rt = agn_rt();
+  if(ticket >= 0 && ticket < sh.pl.end)
+    moe_trace_agn(p, HR__MOE_MARK_C_START, 0);
   while(ticket >= 0 && ticket < sh.pl.end) {
     if(!agn_combine(p, rt, agn_wrap(ticket - sh.pl.cb, sh.pl.nc)))
       return 0;
@@ -769,6 +795,9 @@ static __device__ __noinline__ int agn_begin(const hr__moe_params &p)
     sh.tma_failed = 0;
     sh.all1 = 0;
     sh.scatter_seen = 0;
+#if HR__MOE_TRACE_AGN
+    sh.traced[0] = sh.traced[1] = 0;
+#endif
     sh.nonempty = 0;
     sh.pl.P = min((pairs + HR__MOE_AGN_PIECE - 1) / HR__MOE_AGN_PIECE,
                   HR__MOE_AGN_MAX_PIECES);
@@ -779,7 +808,11 @@ static __device__ __noinline__ int agn_begin(const hr__moe_params &p)
   __syncthreads();
   if(!sh.val)
     return -1;
+  moe_trace_agn(p, HR__MOE_MARK_START, 0);
+  if(HR__MOE_TRACE_AGN)
+    moe_trace_sm(p);
   agn_route(p, rt);
+  moe_trace_agn(p, HR__MOE_MARK_ROUTED, 0);
   ticket = agn_claim(p);
   while(ticket >= 0 && ticket < sh.pl.g1) {
     agn_scatter(p, rt, agn_wrap(ticket, sh.pl.P));
@@ -861,8 +894,10 @@ hr__moe_agnostic_kernel(const __grid_constant__ hr__moe_params p)
     ticket = agn_tasks<moe_tile_big_sync>(p, ticket);
   else
     ticket = agn_tasks<moe_tile_big>(p, ticket);
-  if(ticket >= 0 && agn_combines(p, ticket))
+  if(ticket >= 0 && agn_combines(p, ticket)) {
+    moe_trace_agn(p, HR__MOE_MARK_END, 0);
     agn_leave(p);
+  }
 }
 
 extern "C" cudaError_t hr__moe_agnostic_prepare(void)

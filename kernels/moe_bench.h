@@ -22,7 +22,8 @@ typedef struct hr__moe_variant {
   unsigned skip;       /* HR__MOE_PHASE_* bits: phases left out */
   unsigned repeat;     /* HR__MOE_PHASE_* bits: phases run twice */
   unsigned gemm;       /* HR__MOE_VAR_* bits: variants of the GEMMs */
-  /* NULL, or device memory for the barrier kernel's timeline:
+  /* NULL, or device memory for the kernel's timeline (the agnostic
+   * kernel writes it in a build with HR__MOE_TRACE_AGN only):
    * HR__MOE_TRACE_BUFFER_WORDS(grid) words (moe_kernel.h), zeroed by the
    * caller */
   unsigned long long *trace;

@@ -50,4 +50,24 @@ static __device__ __forceinline__ void moe_trace_sm(const hr__moe_params &p)
         (unsigned long long)sm_id() + 1;
 }
 
+/* Set by a build for a diagnostic only: the agnostic kernel's timeline
+ * (HR__MOE_TRACE_AGN=1). In any other build its marks are nothing at
+ * all, so that the agnostic kernel's registers, which are short inside
+ * its GEMM runs, stay as production has them. */
+#ifndef HR__MOE_TRACE_AGN
+#define HR__MOE_TRACE_AGN 0
+#endif
+
+/* Mark w of the agnostic kernel's timeline, in the barrier kernel's
+ * words (moe_kernel.h, HR__MOE_MARK_*: no barrier arrivals); with
+ * `first`, only where the CTA has not written it yet (moe_phases zeroes
+ * the buffer before each launch): a stage's start is the CTA's first
+ * run's, its end the last run's. */
+static __device__ __forceinline__ void moe_trace_agn(const hr__moe_params &p, int w, int first)
+{
+  if(HR__MOE_TRACE_AGN && p.trace && threadIdx.x == 0 &&
+     (!first || p.trace[(size_t)blockIdx.x * HR__MOE_TRACE_WORDS + w] == 0))
+    moe_trace(p, w);
+}
+
 #endif /* HR_MOE_TRACE_CUH */

@@ -64,6 +64,7 @@ class TraceSummary(unittest.TestCase):
         # barrier 1: arrivals at 101 + 3c, release at 112: waits 11, 8, 5, 2
         self.assertIn("barrier 1: mean wait 6.5 us, longest 11.0", out)
         self.assertIn("barrier 0: mean wait 4.0 us, longest 4.0", out)
+        self.assertNotIn("GEMM1 end to GEMM2 start", out)   # barriers, not gaps
         # the pace of CTA c is 30 + c us a unit, on SM 100 + c
         self.assertIn("fastest 30.0 (CTA 0, SM 100), 31.0 (CTA 1, SM 101)\n", out)
         self.assertIn("slowest 33.0 (CTA 3, SM 103), 32.0 (CTA 2, SM 102)\n", out)
@@ -178,6 +179,29 @@ class TraceSummary(unittest.TestCase):
         out = self.summarize(lines)
         self.assertIn("GEMM1: no unit ends", out)
         self.assertIn("GEMM2 units, median us: 10.5 10.5", out)
+
+    def test_agnostic_gaps(self):
+        """No barrier arrivals (the agnostic kernel's timeline): the gaps
+        between each CTA's stages instead of barrier waits. CTA c: routed
+        at 5, GEMM1 from 10 + c; GEMM2 starts 2c us after its GEMM1 ends;
+        CTA 3 runs no GEMM2 (its words -1); combine 1 us after GEMM2."""
+        lines = []
+        for c in range(4):
+            w = cta_words(c)
+            w[8:11] = [-1.0, -1.0, -1.0]
+            w[2] = 10.0 + c
+            w[4] = w[3] + 2 * c
+            w[5] = w[4] + 20
+            w[6] = w[5] + 1
+            if c == 3:
+                w[4] = w[5] = -1.0
+            lines.append(w)
+        out = self.summarize(lines)
+        self.assertNotIn("barrier", out)
+        # routed 5 to 10 + c: 5, 6, 7, 8
+        self.assertIn("routed to GEMM1 start: mean 6.5 us, longest 8.0 (4 CTAs)", out)
+        self.assertIn("GEMM1 end to GEMM2 start: mean 2.0 us, longest 4.0 (3 CTAs)", out)
+        self.assertIn("GEMM2 end to combine start: mean 1.0 us, longest 1.0 (3 CTAs)", out)
 
     def test_short_line_refused(self):
         with tempfile.TemporaryDirectory() as d:
