@@ -68,39 +68,54 @@ static __device__ void block_exclusive_scan(const int *in, int n, int *out, int 
   __syncthreads();
 }
 
+/* Expert ids each thread has in flight at once, in the count and in the
+ * placing: read one at a time, every id was a dependent round trip to
+ * memory, and the count of the whole table was a chain of T * k / 256 of
+ * them in every CTA (Qwen3-30B-A3B T = 1024: 32, ~15 us before the
+ * agnostic kernel's first task). */
+#define HR__MOE_ROUTE_BATCH 8
+
 /* Place pairs [lo, hi) in the stable expert order: cursor[e] is where the
  * slice's first pair of expert e goes (off[e] plus the pairs of e before
  * the slice), and moves on as pairs are placed. One warp walks the slice
- * in order, 32 pairs at a time; lanes with the same expert rank themselves
- * by lane, and the highest of them moves the expert's cursor on. Both
- * kernels use it; the slices differ, the layout does not. Ends with
- * __syncthreads. */
+ * in order, 32 pairs at a time (their ids read HR__MOE_ROUTE_BATCH steps
+ * ahead); lanes with the same expert rank themselves by lane, and the
+ * highest of them moves the expert's cursor on. Both kernels use it; the
+ * slices differ, the layout does not. Ends with __syncthreads. */
 static __device__ void moe_route_place(const hr__moe_params &p, int *cursor,
                                        int lo, int hi)
 {
+  constexpr int B = HR__MOE_ROUTE_BATCH;
   const int tid = threadIdx.x, lane = tid & 31, E = p.E;
   if(tid < 32) {
-    int base;
-    for(base = lo; base < hi; base += 32) {
-      int pi = base + lane, e = -1;
-      unsigned peers;
-      if(pi < hi) {
-        e = __ldg(p.ids + pi);
-        if((unsigned)e >= (unsigned)E)
-          e = -1;
+    int base, j;
+    for(base = lo; base < hi; base += 32 * B) {
+      int ids[B];
+#pragma unroll
+      for(j = 0; j < B; j++) {
+        const int pi = base + 32 * j + lane;
+        ids[j] = pi < hi ? __ldg(p.ids + pi) : -1;
       }
-      peers = __match_any_sync(0xffffffffu, e);
-      if(e >= 0) {
-        int pos = cursor[e] + __popc(peers & ((1u << lane) - 1u));
-        p.sorted_tok[pos] = pi / p.k;
-        p.pos_of[pi] = pos;
-      } else if(pi < hi) {
-        p.pos_of[pi] = -1;                  /* a bad id: contributes nothing */
+#pragma unroll
+      for(j = 0; j < B; j++) {
+        const int pi = base + 32 * j + lane;
+        int e = (unsigned)ids[j] < (unsigned)E ? ids[j] : -1;
+        unsigned peers;
+        if(base + 32 * j >= hi)             /* the same in every lane */
+          break;
+        peers = __match_any_sync(0xffffffffu, e);
+        if(e >= 0) {
+          int pos = cursor[e] + __popc(peers & ((1u << lane) - 1u));
+          p.sorted_tok[pos] = pi / p.k;
+          p.pos_of[pi] = pos;
+        } else if(pi < hi) {
+          p.pos_of[pi] = -1;                /* a bad id: contributes nothing */
+        }
+        __syncwarp();
+        if(e >= 0 && lane == 31 - __clz(peers))
+          cursor[e] += __popc(peers);
+        __syncwarp();
       }
-      __syncwarp();
-      if(e >= 0 && lane == 31 - __clz(peers))
-        cursor[e] += __popc(peers);
-      __syncwarp();
     }
   }
   __syncthreads();
@@ -113,21 +128,28 @@ static __device__ void moe_route_place(const hr__moe_params &p, int *cursor,
 static __device__ void moe_route_pairs(const hr__moe_params &p, const moe_route &rt,
                                 int *warp_sums, int lo, int hi)
 {
+  constexpr int B = HR__MOE_ROUTE_BATCH;
   const int tid = threadIdx.x;
   const int E = p.E, pairs = p.T * p.k;
-  int i;
+  int i, j;
 
   for(i = tid; i < E; i += HR__MOE_THREADS) {
     rt.cnt[i] = 0;
     rt.pre[i] = 0;
   }
   __syncthreads();
-  for(i = tid; i < pairs; i += HR__MOE_THREADS) {
-    int e = __ldg(p.ids + i);
-    if((unsigned)e < (unsigned)E) {
-      atomicAdd(&rt.cnt[e], 1);
-      if(i < lo)
-        atomicAdd(&rt.pre[e], 1);
+  for(i = tid; i < pairs; i += B * HR__MOE_THREADS) {
+    int ids[B];
+#pragma unroll
+    for(j = 0; j < B; j++)
+      ids[j] = i + j * HR__MOE_THREADS < pairs ? __ldg(p.ids + i + j * HR__MOE_THREADS) : -1;
+#pragma unroll
+    for(j = 0; j < B; j++) {
+      if((unsigned)ids[j] < (unsigned)E) {
+        atomicAdd(&rt.cnt[ids[j]], 1);
+        if(i + j * HR__MOE_THREADS < lo)
+          atomicAdd(&rt.pre[ids[j]], 1);
+      }
     }
   }
   __syncthreads();
