@@ -249,7 +249,8 @@ enum {
  * stage's first unit waits ~10 us for one event that releases all CTAs
  * at once (bench/results/moe-timeline-h200-2026-12-01.md); if the stall
  * shrinks when the CTAs start apart, it is a queue they all join at the
- * same moment. Added 2026-12-01, not yet run. */
+ * same moment. Measured: level, the stall is not such a queue
+ * (bench/results/moe-coldstart-h200-2026-12-01.md). */
 #define HR__MOE_VAR_DIAG_STAGGER 0x80000000u
 
 /* From this H (GEMM1's K) the barrier kernel's cp.async tiles claim their
