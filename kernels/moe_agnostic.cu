@@ -131,12 +131,6 @@ static __device__ __forceinline__ int agn_wrap(int t, int n)
   return t >= n ? t - n : t;
 }
 
-/* Pairs [lo, hi) of piece c of P. */
-static __device__ __forceinline__ int piece_lo(int pairs, int c, int P)
-{
-  return (int)((long long)pairs * c / P);
-}
-
 /* ---- waiting and stopping (one thread) ----------------------------------- */
 
 /* Wait until *ctr >= target. 1 when it is; 0 when the launch failed: this
@@ -264,15 +258,27 @@ static __device__ __forceinline__ int agn_tile_of(const moe_route &rt, const moe
 
 /* ---- routing ----------------------------------------------------------- */
 
+/* Each scatter piece's cursors (moe_route_count_pieces), in the GEMM
+ * pipeline's shared memory: a CTA takes its scatter tickets before any
+ * GEMM unit (tickets come in order), so no GEMM run has used it yet. */
+static_assert(HR__MOE_AGN_MAX_PIECES * HR_MOE_MAX_EXPERTS * 4 <= HR__MOE_GEMM_SMEM,
+              "every piece's cursors fit the GEMM pipeline's shared memory");
+
+static __device__ __forceinline__ int *agn_piece_cursors(void)
+{
+  return (int *)agn_smem();
+}
+
 /* The routing tables in this CTA's shared memory, as the barrier kernel
  * makes them (every CTA reads the whole routing table: cheap beside the
- * GEMMs, and nothing has to wait for it), and the ticket ranges. */
+ * GEMMs, and nothing has to wait for it), each scatter piece's cursors,
+ * and the ticket ranges. */
 static __device__ void agn_route(const hr__moe_params &p, const moe_route &rt)
 {
   const int tid = threadIdx.x, E = p.E;
   int i;
 
-  moe_route_pairs(p, rt, sh.warp_sums, 0, 0);
+  moe_route_count_pieces(p, rt, sh.warp_sums, agn_piece_cursors(), sh.pl.P);
   for(i = tid; i < E; i += HR__MOE_THREADS)
     if(rt.cnt[i] > 0)
       atomicAdd(&sh.nonempty, 1);
@@ -304,14 +310,20 @@ static __device__ void agn_route(const hr__moe_params &p, const moe_route &rt)
   __syncthreads();
 }
 
-/* Scatter task c: piece c of the pairs into expert order. moe_route_pairs
- * counts again (cnt and off come out the same; tile_off is untouched) to
- * find how many pairs of each expert precede the piece. */
+/* Scatter task c: piece c of the pairs into expert order, from the
+ * piece's cursors that the routing kept (copied, so that a piece the
+ * benchmark's variants run twice starts from them again). */
 static __device__ void agn_scatter(const hr__moe_params &p, const moe_route &rt, int c)
 {
   const int pairs = p.T * p.k, P = sh.pl.P;
-  const int lo = piece_lo(pairs, c, P), hi = piece_lo(pairs, c + 1, P);
-  moe_route_pairs(p, rt, sh.warp_sums, lo, hi);
+  const int lo = moe_piece_lo(pairs, c, P), hi = moe_piece_lo(pairs, c + 1, P);
+  const int *cur = agn_piece_cursors() + c * p.E;
+  int i;
+
+  for(i = threadIdx.x; i < p.E; i += HR__MOE_THREADS)
+    rt.pre[i] = cur[i];
+  __syncthreads();
+  moe_route_place(p, rt.pre, lo, hi);
   /* The TMA tiles read the x rows in expert order: the piece's, copied,
    * before the count that publishes the piece. */
   if(moe_tile_tma(sh.pl.tile, HR__MOE_VARIANT(p))) {

@@ -82,8 +82,12 @@ typedef struct hr__moe_agn {
 /* Pairs per scatter piece of the agnostic kernel (at least), and the most
  * pieces: a launch has min(ceil(pairs / PIECE), MAX_PIECES). One warp
  * places a piece, 32 pairs a step, so pieces stay small: up to 8 steps
- * below T*k = 16384, 32 at 65536. */
+ * below T*k = 16384, 32 at 65536. Pieces of 128 measured level with 256
+ * (bench/results/moe-piece-cursors-h200-2026-12-01.md); overridable,
+ * -DHR__MOE_AGN_PIECE=N, for the next such run. */
+#ifndef HR__MOE_AGN_PIECE
 #define HR__MOE_AGN_PIECE 256
+#endif
 #define HR__MOE_AGN_MAX_PIECES 64
 
 /* Where a wait of the agnostic kernel failed: the `barrier` field of the
