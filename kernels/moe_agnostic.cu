@@ -4,7 +4,9 @@
  * is the schedule. There is no whole-grid barrier: every CTA first makes
  * the routing tables itself (counts and offsets over the whole table, the
  * tile shape, token tiles: what the barrier kernel's stage 1 computes, with
- * no wait), then takes tasks in order from one atomic counter (the ticket):
+ * no wait), and takes tasks in order from one atomic counter (the ticket),
+ * its first at its start so that a scatter piece is placed in the
+ * routing's own pass:
  *
  *   tickets [0, P)          scatter place piece c of the pairs in expert
  *                                   order (sorted_tok, pos_of)
@@ -92,6 +94,8 @@ struct agn_shared {
   int tma_failed;          /* a TMA run's wait timed out (its GEMM stage) */
   int all1;                /* thread 0 has seen every GEMM1 unit finished */
   int scatter_seen;        /* the CTA has seen every scatter finished */
+  int first;               /* the ticket claimed at the start */
+  int scat_from;           /* the scatter cursor counts from this pair */
   /* thread 0's state in a GEMM run (in shared memory: registers are short
    * there): claims go on; the ring position of the claim in flight; the
    * token tile of the unit finished last step, to be counted */
@@ -258,30 +262,63 @@ static __device__ __forceinline__ int agn_tile_of(const moe_route &rt, const moe
 
 /* ---- routing ----------------------------------------------------------- */
 
-/* Each scatter piece's cursors (moe_route_count_pieces), in the GEMM
- * pipeline's shared memory: a CTA takes its scatter tickets before any
- * GEMM unit (tickets come in order), so no GEMM run has used it yet. */
-static_assert(HR__MOE_AGN_MAX_PIECES * HR_MOE_MAX_EXPERTS * 4 <= HR__MOE_GEMM_SMEM,
-              "every piece's cursors fit the GEMM pipeline's shared memory");
-
-static __device__ __forceinline__ int *agn_piece_cursors(void)
+/* The scatter cursor, in the GEMM pipeline's shared memory (a CTA takes
+ * its scatter tickets before any GEMM unit: tickets come in order, so no
+ * GEMM run has used it yet): cur[e] is where the next pair of expert e
+ * goes, counting from pair sh.scat_from on. */
+static __device__ __forceinline__ int *agn_scatter_cursor(void)
 {
   return (int *)agn_smem();
 }
 
+/* Pairs [lo, hi) of the scatter ticket t, or lo = hi = 0 when t is not
+ * one. */
+static __device__ __forceinline__ void agn_piece(const hr__moe_params &p, int t, int *lo,
+                                                 int *hi)
+{
+  const int pairs = p.T * p.k, P = sh.pl.P;
+  *lo = *hi = 0;
+  if(t >= 0 && t < (int)sh.pl.need_s) {
+    const int c = agn_wrap(t, P);
+    *lo = moe_piece_lo(pairs, c, P);
+    *hi = moe_piece_lo(pairs, c + 1, P);
+  }
+}
+
+/* A placed piece made visible: for the TMA tiles, which read the x rows
+ * in expert order, the piece's rows copied first; then the count that
+ * GEMM1 and the combine wait for. */
+static __device__ void agn_scatter_publish(const hr__moe_params &p, int lo, int hi)
+{
+  if(moe_tile_tma(sh.pl.tile, HR__MOE_VARIANT(p))) {
+    moe_copy_xs(p, lo, hi);
+    __syncthreads();
+  }
+  if(threadIdx.x == 0)
+    red_add_release_gpu(&p.agn->scatter_done, 1u);
+}
+
 /* The routing tables in this CTA's shared memory, as the barrier kernel
  * makes them (every CTA reads the whole routing table: cheap beside the
- * GEMMs, and nothing has to wait for it), each scatter piece's cursors,
- * and the ticket ranges. */
-static __device__ void agn_route(const hr__moe_params &p, const moe_route &rt)
+ * GEMMs, and nothing has to wait for it), and the ticket ranges. When the
+ * CTA's first ticket (claimed at its start) is a scatter piece, the same
+ * pass places it, as the barrier kernel's CTA places its slice: no second
+ * count, and no round trip for a ticket after the routing. */
+static __device__ void agn_route(const hr__moe_params &p, const moe_route &rt, int first)
 {
   const int tid = threadIdx.x, E = p.E;
-  int i;
+  int *cur = agn_scatter_cursor();
+  int i, lo, hi;
 
-  moe_route_count_pieces(p, rt, sh.warp_sums, agn_piece_cursors(), sh.pl.P);
-  for(i = tid; i < E; i += HR__MOE_THREADS)
+  agn_piece(p, first, &lo, &hi);
+  moe_route_pairs(p, rt, sh.warp_sums, lo, hi);
+  for(i = tid; i < E; i += HR__MOE_THREADS) {
+    cur[i] = rt.pre[i];                /* moved on past the placed piece */
     if(rt.cnt[i] > 0)
       atomicAdd(&sh.nonempty, 1);
+  }
+  if(tid == 0)
+    sh.scat_from = hi;
   __syncthreads();
   if(tid == 0)
     sh.pl.tile = moe_pick_tile(rt.off[E], sh.nonempty, p.I, HR__MOE_VARIANT(p), 1);
@@ -299,7 +336,6 @@ static __device__ void agn_route(const hr__moe_params &p, const moe_route &rt)
     pl.u1 = tiles * pl.nf1;
     pl.u2 = tiles * pl.nf2;
     pl.nc = (p.T + pl.tpc - 1) / pl.tpc;
-    pl.need_s = (unsigned)(pl.P * moe_phase_runs(p, HR__MOE_PHASE_ROUTE));
     pl.need1 = (unsigned)(pl.nf1 * r1);
     pl.need2 = (unsigned)(pl.nf2 * r2);
     pl.g1 = (int)pl.need_s;
@@ -308,30 +344,33 @@ static __device__ void agn_route(const hr__moe_params &p, const moe_route &rt)
     pl.end = pl.cb + pl.nc * moe_phase_runs(p, HR__MOE_PHASE_COMBINE);
   }
   __syncthreads();
+  if(hi > lo)
+    agn_scatter_publish(p, lo, hi);
 }
 
-/* Scatter task c: piece c of the pairs into expert order, from the
- * piece's cursors that the routing kept (copied, so that a piece the
- * benchmark's variants run twice starts from them again). */
-static __device__ void agn_scatter(const hr__moe_params &p, const moe_route &rt, int c)
+/* Scatter task c past the CTA's first: piece c of the pairs into expert
+ * order (fewer CTAs running than pieces, or the benchmark's variant that
+ * runs every piece twice). The cursor moves on over the pairs between the
+ * CTA's last piece and this one; a piece before it (the variant's second
+ * round) is counted again from the start. */
+static __device__ void agn_scatter(const hr__moe_params &p, const moe_route &rt, int ticket)
 {
-  const int pairs = p.T * p.k, P = sh.pl.P;
-  const int lo = moe_piece_lo(pairs, c, P), hi = moe_piece_lo(pairs, c + 1, P);
-  const int *cur = agn_piece_cursors() + c * p.E;
-  int i;
+  int *cur = agn_scatter_cursor();
+  int i, lo, hi;
 
-  for(i = threadIdx.x; i < p.E; i += HR__MOE_THREADS)
-    rt.pre[i] = cur[i];
-  __syncthreads();
-  moe_route_place(p, rt.pre, lo, hi);
-  /* The TMA tiles read the x rows in expert order: the piece's, copied,
-   * before the count that publishes the piece. */
-  if(moe_tile_tma(sh.pl.tile, HR__MOE_VARIANT(p))) {
-    moe_copy_xs(p, lo, hi);
-    __syncthreads();
+  agn_piece(p, ticket, &lo, &hi);
+  if(lo >= sh.scat_from) {
+    moe_route_advance(p, cur, sh.scat_from, lo);
+    moe_route_place(p, cur, lo, hi);
+  } else {
+    moe_route_pairs(p, rt, sh.warp_sums, lo, hi);  /* cnt, off: the same again */
+    for(i = threadIdx.x; i < p.E; i += HR__MOE_THREADS)
+      cur[i] = rt.pre[i];
   }
   if(threadIdx.x == 0)
-    red_add_release_gpu(&p.agn->scatter_done, 1u);
+    sh.scat_from = hi;
+  __syncthreads();
+  agn_scatter_publish(p, lo, hi);
 }
 
 /* ---- GEMM runs ------------------------------------------------------------ */
@@ -811,8 +850,17 @@ static __device__ __noinline__ int agn_begin(const hr__moe_params &p)
     sh.traced[0] = sh.traced[1] = 0;
 #endif
     sh.nonempty = 0;
-    sh.pl.P = min((pairs + HR__MOE_AGN_PIECE - 1) / HR__MOE_AGN_PIECE,
-                  HR__MOE_AGN_MAX_PIECES);
+    /* as many pieces as CTAs, each at least HR__MOE_AGN_PIECE pairs */
+    sh.pl.P = max(1, min((pairs + HR__MOE_AGN_PIECE - 1) / HR__MOE_AGN_PIECE,
+                         (int)gridDim.x));
+    sh.pl.need_s = (unsigned)(sh.pl.P * moe_phase_runs(p, HR__MOE_PHASE_ROUTE));
+    /* The first ticket now, its round trip beside the read above: a
+     * scatter piece is placed in the routing's own pass. A CTA of a
+     * launch that already failed leaves with it; the host clears the
+     * schedule after a failed launch. */
+    sh.first = (int)atomicAdd(&p.agn->ticket, 1u);
+    if(sh.first == 0)
+      sh.asks_host = 1;
     /* at small T one token a task, so the combine spreads over the
      * grid as the barrier kernel's does */
     sh.pl.tpc = max(1, min(COMBINE_ELEMS / p.H, p.T / 128));
@@ -823,11 +871,13 @@ static __device__ __noinline__ int agn_begin(const hr__moe_params &p)
   moe_trace_agn(p, HR__MOE_MARK_START, 0);
   if(HR__MOE_TRACE_AGN)
     moe_trace_sm(p);
-  agn_route(p, rt);
+  ticket = sh.first;
+  agn_route(p, rt, ticket);
   moe_trace_agn(p, HR__MOE_MARK_ROUTED, 0);
-  ticket = agn_claim(p);
+  if(ticket < sh.pl.g1)                /* placed by the routing */
+    ticket = agn_claim(p);
   while(ticket >= 0 && ticket < sh.pl.g1) {
-    agn_scatter(p, rt, agn_wrap(ticket, sh.pl.P));
+    agn_scatter(p, rt, ticket);
     ticket = agn_claim(p);
   }
   return ticket;

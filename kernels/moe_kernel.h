@@ -79,16 +79,15 @@ typedef struct hr__moe_agn {
   unsigned pad4[31];
 } hr__moe_agn;
 
-/* Pairs per scatter piece of the agnostic kernel (at least), and the most
- * pieces: a launch has min(ceil(pairs / PIECE), MAX_PIECES). One warp
- * places a piece, 32 pairs a step, so pieces stay small: up to 8 steps
- * below T*k = 16384, 32 at 65536. Pieces of 128 measured level with 256
- * (bench/results/moe-piece-cursors-h200-2026-12-01.md); overridable,
- * -DHR__MOE_AGN_PIECE=N, for the next such run. */
+/* Pairs per scatter piece of the agnostic kernel, at least: a launch has
+ * min(ceil(pairs / PIECE), grid) pieces, so that each running CTA places
+ * one piece in its routing pass (moe_agnostic.cu agn_route), as the
+ * barrier kernel's CTA places its slice. One warp places a piece, 32
+ * pairs a step: Qwen3-30B-A3B T = 1024 ~62 pairs a piece, T = 8192 ~500.
+ * Overridable, -DHR__MOE_AGN_PIECE=N, for a side-by-side run. */
 #ifndef HR__MOE_AGN_PIECE
-#define HR__MOE_AGN_PIECE 256
+#define HR__MOE_AGN_PIECE 32
 #endif
-#define HR__MOE_AGN_MAX_PIECES 64
 
 /* Where a wait of the agnostic kernel failed: the `barrier` field of the
  * failure record (0..2 are the barrier kernel's barriers). */

@@ -166,56 +166,23 @@ static __device__ __forceinline__ int moe_piece_lo(int pairs, int c, int P)
   return (int)((long long)pairs * c / P);
 }
 
-/* The whole table counted and scanned (cnt, off) as moe_route_pairs does,
- * but piece by piece (P pieces, moe_piece_lo), keeping in cur[c * E + e]
- * where piece c's first pair of expert e goes: off[e] plus the pairs of e
- * in the pieces before. A scatter task then places its piece with no
- * count of its own (it counted the whole table again before: ~8 us of
- * the agnostic kernel's start at Qwen3-30B-A3B T = 1024). cur: P * E
- * ints of scratch shared memory. Warp w counts pieces w, w + 8, ...,
- * its lanes 32 consecutive pairs, HR__MOE_ROUTE_BATCH steps in flight;
- * the same loads as moe_route_pairs's count. Ends with __syncthreads. */
-static __device__ void moe_route_count_pieces(const hr__moe_params &p, const moe_route &rt,
-                                              int *warp_sums, int *cur, int P)
+/* cursor[e] moved on past the pairs [from, to) (placed by others): plus
+ * the pairs of expert e among them. The agnostic kernel's CTA that takes
+ * a second scatter piece counts only the pairs between its pieces. Ends
+ * with __syncthreads. */
+static __device__ void moe_route_advance(const hr__moe_params &p, int *cursor, int from, int to)
 {
-  constexpr int B = HR__MOE_ROUTE_BATCH, W = HR__MOE_THREADS / 32;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int E = p.E, pairs = p.T * p.k;
-  int i, j, c;
-
-  for(i = tid; i < P * E; i += HR__MOE_THREADS)
-    cur[i] = 0;
-  __syncthreads();
-  for(c = warp; c < P; c += W) {
-    const int lo = moe_piece_lo(pairs, c, P), hi = moe_piece_lo(pairs, c + 1, P);
-    int *n = cur + c * E;
-    for(i = lo + lane; i < hi; i += 32 * B) {
-      int ids[B];
+  constexpr int B = HR__MOE_ROUTE_BATCH;
+  int i, j;
+  for(i = from + (int)threadIdx.x; i < to; i += B * HR__MOE_THREADS) {
+    int ids[B];
 #pragma unroll
-      for(j = 0; j < B; j++)
-        ids[j] = i + 32 * j < hi ? __ldg(p.ids + i + 32 * j) : -1;
+    for(j = 0; j < B; j++)
+      ids[j] = i + j * HR__MOE_THREADS < to ? __ldg(p.ids + i + j * HR__MOE_THREADS) : -1;
 #pragma unroll
-      for(j = 0; j < B; j++)
-        if((unsigned)ids[j] < (unsigned)E)
-          atomicAdd(&n[ids[j]], 1);
-    }
-  }
-  __syncthreads();
-  for(i = tid; i < E; i += HR__MOE_THREADS) {
-    int sum = 0;
-    for(c = 0; c < P; c++)
-      sum += cur[c * E + i];
-    rt.cnt[i] = sum;
-  }
-  __syncthreads();
-  block_exclusive_scan(rt.cnt, E, rt.off, warp_sums);
-  for(i = tid; i < E; i += HR__MOE_THREADS) {
-    int run = rt.off[i];
-    for(c = 0; c < P; c++) {
-      const int n = cur[c * E + i];
-      cur[c * E + i] = run;
-      run += n;
-    }
+    for(j = 0; j < B; j++)
+      if((unsigned)ids[j] < (unsigned)p.E)
+        atomicAdd(&cursor[ids[j]], 1);
   }
   __syncthreads();
 }
