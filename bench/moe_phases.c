@@ -500,11 +500,12 @@ static void trace_to(bench *b, const hr__moe_variant *v, const char *prefix_in,
     any_inner |= inner[i] != 0;
   if(any_inner) {
     f = trace_file(prefix, shape, b->T, warm, "-inner");
-    fprintf(f, "# barrier kernel timeline's inner marks of each dealt stage's first "
-               "unit's end, us like %s-%s-%d%s.txt; words: GEMM1's %d, GEMM2's from "
-               "word %d (moe_kernel.h, HR__MOE_INNER_*)\n",
-            prefix, shape, b->T, warm ? "-again" : "", HR__MOE_INNER_MARKS,
-            HR__MOE_INNER_STAGE);
+    fprintf(f, "# %s kernel timeline's inner marks, us like %s-%s-%d%s.txt: each dealt "
+               "stage's first unit's end, GEMM1's %d words, GEMM2's from word %d "
+               "(moe_kernel.h, HR__MOE_INNER_*), or in a HR__MOE_TRACE_ROUTE build "
+               "the routing's steps from word %d (HR__MOE_ROUTE_MARK_*)\n",
+            kname, prefix, shape, b->T, warm ? "-again" : "", HR__MOE_INNER_MARKS,
+            HR__MOE_INNER_STAGE, HR__MOE_INNER_STAGE);
     for(c = 0; c < grid; c++) {
       fprintf(f, "%d", c);
       for(w = 0; w < iw; w++) {

@@ -39,8 +39,12 @@ over the rest: an SM that stalls keeps its clock, one that is halted
 does not. A build for a diagnostic (HR__MOE_TRACE_INNER) also writes
 FILE's inner marks (-inner.txt): then it prints, per stage, when each
 step of the first unit's end finished after its last K step (drained,
-staged, stored, end, next unit decoded). Clock and inner files named as
-arguments are read as companions only.
+staged, stored, end, next unit decoded). A build with
+HR__MOE_TRACE_ROUTE writes the routing's steps there instead (from word
+8, no stage's marks before it): then it prints when the CTAs were past
+each (counted, placed, tiled, and the agnostic kernel's piece
+published), median and range. Clock and inner files named as arguments
+are read as companions only.
 Standard library only.
 """
 import os
@@ -52,6 +56,8 @@ UNITS = 24
 # the diagnostic build's inner marks (moe_kernel.h, HR__MOE_INNER_*)
 INNER_WORDS, INNER_STAGE = 16, 8
 INNER_NAMES = ["last step", "drained", "staged", "stored", "end", "decoded"]
+# a routing-marks build's, from word INNER_STAGE (HR__MOE_ROUTE_MARK_*)
+ROUTE_NAMES = ["counted", "placed", "tiled", "published"]
 NAMES = ["start", "routed", "GEMM1 start", "GEMM1 end", "GEMM2 start", "GEMM2 end",
          "combine start", "end", "arrived 0", "arrived 1", "arrived 2"]
 
@@ -109,6 +115,22 @@ def inner_marks(inner):
         if parts:
             print(f"  GEMM{stage} first unit's end, us after its last step, median: "
                   + ", ".join(parts))
+
+
+def route_marks(inner):
+    """The routing's steps (a HR__MOE_TRACE_ROUTE build's -inner.txt),
+    when no stage's inner marks are there: when the CTAs were past each,
+    us from the first start. 1 if printed."""
+    if any(x >= 0 for r in inner for x in r[:INNER_STAGE]):
+        return 0
+    parts = []
+    for k, name in enumerate(ROUTE_NAMES):
+        v = sorted(r[INNER_STAGE + k] for r in inner if r[INNER_STAGE + k] >= 0)
+        if v:
+            parts.append(f"{name} {statistics.median(v):.1f} ({v[0]:.1f}-{v[-1]:.1f})")
+    if parts:
+        print("  routing steps, us, median (first-last): " + ", ".join(parts))
+    return 1 if parts else 0
 
 
 def wrapped(rows, base):
@@ -217,7 +239,9 @@ def summary(path):
         clock_rates(rows, clocks, claimed)
     inner_path = companion(path, "-inner")
     if inner_path:
-        inner_marks(load(inner_path, INNER_WORDS))
+        inner = load(inner_path, INNER_WORDS)
+        if not route_marks(inner):
+            inner_marks(inner)
 
 
 def main():

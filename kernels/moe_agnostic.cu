@@ -344,8 +344,10 @@ static __device__ void agn_route(const hr__moe_params &p, const moe_route &rt, i
     pl.end = pl.cb + pl.nc * moe_phase_runs(p, HR__MOE_PHASE_COMBINE);
   }
   __syncthreads();
+  moe_trace_route(p, HR__MOE_ROUTE_MARK_TILED);
   if(hi > lo)
     agn_scatter_publish(p, lo, hi);
+  moe_trace_route(p, HR__MOE_ROUTE_MARK_PUBLISHED);
 }
 
 /* Scatter task c past the CTA's first: piece c of the pairs into expert

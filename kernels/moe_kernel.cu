@@ -233,6 +233,7 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
   __syncthreads();
   tile = moe_pick_tile(rt.off[p.E], s_nonempty, p.I, v, 0);
   moe_route_tiles(p, rt, moe_tile_bn(tile), s_warp_sums);
+  moe_trace_route(p, HR__MOE_ROUTE_MARK_TILED);
   /* The TMA tiles read the x rows in expert order: the slice's, copied
    * (pos_of is this CTA's own, from moe_route_pairs). */
   const int tma = moe_tile_tma(tile, v);

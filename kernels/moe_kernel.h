@@ -365,6 +365,15 @@ enum {
 #define HR__MOE_TRACE_INNER_AT(grid) (2 * (size_t)(grid) * HR__MOE_TRACE_WORDS)
 #define HR__MOE_TRACE_BUFFER_WORDS(grid) \
   (HR__MOE_TRACE_INNER_AT(grid) + (size_t)(grid) * HR__MOE_TRACE_INNER_WORDS)
+/* The routing's marks of a -DHR__MOE_TRACE_ROUTE=1 build (moe_trace_route),
+ * from inner word HR__MOE_INNER_STAGE on (in us from the first CTA's start
+ * mark, as the timeline's; bench/trace_summary.py prints them). */
+enum {
+  HR__MOE_ROUTE_MARK_COUNTED = 0, /* the table counted and scanned */
+  HR__MOE_ROUTE_MARK_PLACED,    /* the slice (piece) placed */
+  HR__MOE_ROUTE_MARK_TILED,     /* the tile shape and token tiles */
+  HR__MOE_ROUTE_MARK_PUBLISHED  /* agnostic: the piece's count released */
+};
 enum {
   HR__MOE_INNER_LAST_STEP = 0,  /* the unit's last K step issued */
   HR__MOE_INNER_DRAINED,        /* its MMAs complete (tile_drain) */

@@ -22,6 +22,7 @@
 #define HR_MOE_ROUTE_CUH
 
 #include "moe_kernel.h"
+#include "moe_trace.cuh"
 
 /* Per-CTA routing tables in shared memory (E + 1 entries each). */
 struct moe_route {
@@ -157,7 +158,9 @@ static __device__ void moe_route_pairs(const hr__moe_params &p, const moe_route 
   for(i = tid; i < E; i += HR__MOE_THREADS)
     rt.pre[i] += rt.off[i];                 /* the slice's cursor per expert */
   __syncthreads();
+  moe_trace_route(p, HR__MOE_ROUTE_MARK_COUNTED);
   moe_route_place(p, rt.pre, lo, hi);
+  moe_trace_route(p, HR__MOE_ROUTE_MARK_PLACED);
 }
 
 /* Pairs [lo, hi) of piece c of P: the agnostic kernel's scatter pieces. */

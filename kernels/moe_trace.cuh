@@ -50,6 +50,29 @@ static __device__ __forceinline__ void moe_trace_sm(const hr__moe_params &p)
         (unsigned long long)sm_id() + 1;
 }
 
+/* Set by a build for a diagnostic only (with -DHR__MOE_TRACE_AGN=1 for
+ * the agnostic kernel): the routing's steps, in the inner words of the
+ * timeline (moe_kernel.h, HR__MOE_ROUTE_MARK_*), each once the whole CTA
+ * is past it. Where the two kernels' routings, the same count, differ
+ * in time. */
+#ifndef HR__MOE_TRACE_ROUTE
+#define HR__MOE_TRACE_ROUTE 0
+#endif
+#if HR__MOE_TRACE_ROUTE && HR__MOE_TRACE_INNER
+#error "HR__MOE_TRACE_ROUTE and HR__MOE_TRACE_INNER write the same words: one at a time"
+#endif
+
+static __device__ __forceinline__ void moe_trace_route(const hr__moe_params &p, int k)
+{
+  if(HR__MOE_TRACE_ROUTE && p.trace) {
+    __syncthreads();
+    if(threadIdx.x == 0)
+      p.trace[HR__MOE_TRACE_INNER_AT(gridDim.x) +
+              (size_t)blockIdx.x * HR__MOE_TRACE_INNER_WORDS + HR__MOE_INNER_STAGE + k] =
+          global_timer_ns();
+  }
+}
+
 /* Set by a build for a diagnostic only: the agnostic kernel's timeline
  * (HR__MOE_TRACE_AGN=1). In any other build its marks are nothing at
  * all, so that the agnostic kernel's registers, which are short inside

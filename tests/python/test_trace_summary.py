@@ -124,6 +124,27 @@ class TraceSummary(unittest.TestCase):
                       "(max 12.0), decoded 11.5 (max 13.0)", out)
         self.assertNotIn("GEMM2 first unit's end", out)
 
+    def test_route_marks(self):
+        """A routing-marks build's inner file (words 8-11, none before):
+        CTA c counted at 4 + c, placed +1, tiled +2, published +3 (CTA 3
+        never published); printed as the routing's steps, not as GEMM2's
+        inner marks."""
+        inner = []
+        for c in range(4):
+            w = [-1.0] * 16
+            w[8:12] = [4.0 + c, 5.0 + c, 6.0 + c, 7.0 + c if c < 3 else -1.0]
+            inner.append(w)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "tr.txt")
+            write_trace(path, [cta_words(c) for c in range(4)])
+            write_trace(os.path.join(d, "tr-inner.txt"), inner)
+            r = self.run_script(path)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("routing steps, us, median (first-last): counted 5.5 (4.0-7.0), "
+                      "placed 6.5 (5.0-8.0), tiled 7.5 (6.0-9.0), published 8.0 (7.0-9.0)",
+                      r.stdout)
+        self.assertNotIn("first unit's end", r.stdout)
+
     def test_clock_file_of_other_length_refused(self):
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "tr.txt")
