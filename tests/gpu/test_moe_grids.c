@@ -15,7 +15,9 @@
  * launches it, and with the cp.async tiles claiming their units (which
  * they do by default only from H = 4096, HR__MOE_CLAIM_MIN_H: these
  * shapes are smaller), so the claimed stage is checked on every tile and
- * grid too.
+ * grid too. And the agnostic kernel with its routing run twice (every
+ * scatter piece placed again, by CTAs whose cursor is before or past it)
+ * must give the same bytes at each grid.
  */
 #include <stdio.h>
 #include <string.h>
@@ -31,6 +33,17 @@
 static int launch_claimed(gt_moe *g, const hr_moe_args *args, void *ctx)
 {
   const hr__moe_variant v = { 0, 0, 0, HR__MOE_VAR_CLAIM, NULL };
+  return hr__moe_forward_variant(g->m, *(const int *)ctx, &v, args, g->stream);
+}
+
+/* The agnostic kernel on a grid of *(int *)ctx CTAs with its routing run
+ * twice (the benchmark's phase variant): every scatter piece is placed a
+ * second time, by a CTA whose cursor is already past it (which counts
+ * the table again) or before it (which moves the cursor on over the
+ * pairs between): the same places, so the same y. */
+static int launch_agnostic_route_twice(gt_moe *g, const hr_moe_args *args, void *ctx)
+{
+  const hr__moe_variant v = { 1, 0, HR__MOE_PHASE_ROUTE, 0, NULL };
   return hr__moe_forward_variant(g->m, *(const int *)ctx, &v, args, g->stream);
 }
 
@@ -73,6 +86,13 @@ static void grids_case(gt_moe *g, int T, int with_grid_2)
               "%s T=%d: grid %d with claimed units differs from grid %d", g->s.name, T,
               grid, sms);
     printf("  %-14s T=%-5d grid %3d claimed:   %s\n", g->s.name, T, grid,
+           memcmp(first, g->y_h, bytes) == 0 ? "identical" : "DIFFERENT");
+    rc = gt_run_with(g, launch_agnostic_route_twice, (void *)&grid, TIMEOUT_MS);
+    GT_EXPECT(rc == HR_OK, "grid %d, agnostic, routing twice: %s", grid, hr_strerror(rc));
+    GT_EXPECT(memcmp(first, g->y_h, bytes) == 0,
+              "%s T=%d: grid %d agnostic with its routing twice differs from grid %d",
+              g->s.name, T, grid, sms);
+    printf("  %-14s T=%-5d grid %3d agnostic, routing twice: %s\n", g->s.name, T, grid,
            memcmp(first, g->y_h, bytes) == 0 ? "identical" : "DIFFERENT");
   }
   rc = gt_run(g, sms, HR_MODE_COOPERATIVE, 2, TIMEOUT_MS);
