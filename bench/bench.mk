@@ -60,7 +60,8 @@ bench-timeline: $(MOE_PHASES)
 
 # `make bench-ab AB_BUILDS="build build-x"` (an H200): builds of the
 # kernels side by side, the first the baseline (each made beforehand, e.g.
-# `make BUILD=build-x NVCC_EXTRA=-DSOMETHING=1 build-x/tests/moe_phases`):
+# `make BUILD=build-x NVCC_EXTRA=-DSOMETHING=1 build-x/tests/moe_phases`,
+# or a git revision's with `sh bench/build_rev.sh REV build-x`):
 # their moe_phases in turn, AB_RUNS times, with AB_ARGS (shapes, tokens),
 # and the table of each build's median over the baseline's in
 # AB_DIR/table.md (bench/ab_builds.sh, bench/ab_table.py).

@@ -1,0 +1,121 @@
+"""bench/build_rev.sh: the kernels of a git revision built into a build
+directory. Checked in a throwaway repository with a fake `make` on PATH
+that records what it was asked and copies a marker file of the tree it
+was given: the build must be of the named revision's files (not the
+working tree's), into the named directory, with the production flags by
+default; a revision that does not exist and a wrong call are refused
+with their reason, building nothing."""
+import os
+import stat
+import subprocess
+import tempfile
+import unittest
+
+import hrtest
+
+SCRIPT = os.path.join(hrtest.ROOT, "bench", "build_rev.sh")
+
+FAKE_MAKE = """#!/bin/sh
+# records its arguments; "builds" the target by copying the marker of the
+# tree it was run in (-C DIR)
+echo "$@" > "$FAKE_MAKE_LOG"
+src= target= build=
+while [ $# -gt 0 ]; do
+  case $1 in
+    -C) src=$2; shift ;;
+    BUILD=*) build=${1#BUILD=} ;;
+    NVCC_EXTRA=*) ;;
+    -*) ;;
+    *) target=$1 ;;
+  esac
+  shift
+done
+mkdir -p "$(dirname "$target")"
+cp "$src/marker" "$target"
+"""
+
+
+def git(repo, *args):
+    return subprocess.run(["git", "-C", repo, "-c", "user.name=t", "-c", "user.email=t@t",
+                           *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+class BuildRev(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        d = self.tmp.name
+        self.repo = os.path.join(d, "repo")
+        os.mkdir(self.repo)
+        git(self.repo, "init", "-q")
+        self.write("marker", "first\n")
+        git(self.repo, "add", "marker")
+        git(self.repo, "commit", "-q", "-m", "one")
+        self.first = git(self.repo, "rev-parse", "HEAD")
+        self.write("marker", "second\n")
+        git(self.repo, "commit", "-q", "-am", "two")
+        self.write("marker", "uncommitted\n")     # the working tree: never built
+        bindir = os.path.join(d, "bin")
+        os.mkdir(bindir)
+        make = os.path.join(bindir, "make")
+        with open(make, "w") as f:
+            f.write(FAKE_MAKE)
+        os.chmod(make, os.stat(make).st_mode | stat.S_IXUSR)
+        self.log = os.path.join(d, "make.log")
+        self.env = dict(os.environ, PATH=bindir + os.pathsep + os.environ["PATH"],
+                        FAKE_MAKE_LOG=self.log)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def write(self, name, text):
+        with open(os.path.join(self.repo, name), "w") as f:
+            f.write(text)
+
+    def run_script(self, *args):
+        return subprocess.run(["sh", SCRIPT, *args], cwd=self.repo, env=self.env,
+                              capture_output=True, text=True, timeout=60)
+
+    def read(self, *parts):
+        with open(os.path.join(self.repo, *parts)) as f:
+            return f.read()
+
+    def test_builds_the_named_revision(self):
+        r = self.run_script(self.first, "build-x")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(self.read("build-x", "tests", "moe_phases"), "first\n")
+        self.assertEqual(self.read("build-x", "REVISION").strip(), self.first)
+        with open(self.log) as f:
+            args = f.read()
+        build = os.path.join(self.repo, "build-x")
+        self.assertIn(f"BUILD={build} ", args)
+        self.assertIn("NVCC_EXTRA=-DHR__MOE_NO_VARIANTS=1 ", args)
+        self.assertTrue(args.rstrip().endswith(os.path.join(build, "tests", "moe_phases")))
+
+        r = self.run_script("HEAD", "build-y", "-DSOMETHING=1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(self.read("build-y", "tests", "moe_phases"), "second\n")
+        with open(self.log) as f:
+            self.assertIn("NVCC_EXTRA=-DSOMETHING=1 ", f.read())
+
+    def test_directory_emptied_first(self):
+        os.makedirs(os.path.join(self.repo, "build-x", "stale"))
+        r = self.run_script("HEAD", "build-x")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.repo, "build-x", "stale")))
+
+    def test_unknown_revision_refused(self):
+        r = self.run_script("no-such-branch", "build-x")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("no-such-branch: not a revision", r.stderr)
+        self.assertFalse(os.path.exists(self.log))
+        self.assertFalse(os.path.exists(os.path.join(self.repo, "build-x")))
+
+    def test_usage(self):
+        for args in ((), ("HEAD",), ("HEAD", "b", "x", "extra")):
+            r = self.run_script(*args)
+            self.assertEqual(r.returncode, 2, args)
+            self.assertIn("usage: build_rev.sh REV DIR [NVCC_EXTRA]", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
