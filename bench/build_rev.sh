@@ -10,10 +10,17 @@
 #
 # so that a change kept on a branch is timed without checking it out.
 # NVCC_EXTRA defaults to -DHR__MOE_NO_VARIANTS=1: the production
-# library's code (docs/kernels.md, "Two builds"). REV's files are
-# exported (git archive) to a temporary directory and built there, with
-# BUILD=DIR made absolute; DIR is emptied first. Run from the repository
-# root; needs nvcc.
+# library's code (docs/kernels.md, "Two builds"); pass "" for the
+# variants' build, which the GPU tests that inject faults need.
+# BUILD_REV_TARGETS (paths under DIR, default tests/moe_phases) builds
+# other programs too, e.g. the GPU tests of the branch:
+#
+#   BUILD_REV_TARGETS="tests/test_moe_correct tests/test_moe_grids" \
+#     sh bench/build_rev.sh exp/some-branch build-t ""
+#
+# REV's files are exported (git archive) to a temporary directory and
+# built there, with BUILD=DIR made absolute; DIR is emptied first. Run
+# from the repository root; needs nvcc.
 set -eu
 if [ $# -lt 2 ] || [ $# -gt 3 ]; then
   echo "usage: build_rev.sh REV DIR [NVCC_EXTRA]" >&2
@@ -35,6 +42,11 @@ trap 'rm -rf "$src"' EXIT
 git archive "$rev" | tar -x -C "$src"
 rm -rf "$abs"
 echo "build_rev.sh: $rev ($(git rev-parse --short "$rev")) into $dir, NVCC_EXTRA=$extra"
-make -s -C "$src" BUILD="$abs" NVCC_EXTRA="$extra" "$abs/tests/moe_phases"
+targets=
+for t in ${BUILD_REV_TARGETS:-tests/moe_phases}; do
+  targets="$targets $abs/$t"
+done
+# shellcheck disable=SC2086 # one word per target
+make -s -C "$src" BUILD="$abs" NVCC_EXTRA="$extra" $targets
 git rev-parse "$rev" > "$abs/REVISION"
-echo "build_rev.sh: $dir/tests/moe_phases"
+echo "build_rev.sh: built$targets"

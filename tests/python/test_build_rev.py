@@ -16,22 +16,20 @@ import hrtest
 SCRIPT = os.path.join(hrtest.ROOT, "bench", "build_rev.sh")
 
 FAKE_MAKE = """#!/bin/sh
-# records its arguments; "builds" the target by copying the marker of the
-# tree it was run in (-C DIR)
+# records its arguments; "builds" each target by copying the marker of
+# the tree it was run in (-C DIR)
 echo "$@" > "$FAKE_MAKE_LOG"
-src= target= build=
-while [ $# -gt 0 ]; do
-  case $1 in
-    -C) src=$2; shift ;;
-    BUILD=*) build=${1#BUILD=} ;;
-    NVCC_EXTRA=*) ;;
-    -*) ;;
-    *) target=$1 ;;
-  esac
-  shift
+src=
+for a in "$@"; do
+  [ -n "$prev_c" ] && src=$a
+  prev_c=
+  [ "$a" = -C ] && prev_c=1
 done
-mkdir -p "$(dirname "$target")"
-cp "$src/marker" "$target"
+for a in "$@"; do
+  case $a in
+    /*) mkdir -p "$(dirname "$a")"; cp "$src/marker" "$a" ;;
+  esac
+done
 """
 
 
@@ -96,6 +94,22 @@ class BuildRev(unittest.TestCase):
         self.assertEqual(self.read("build-y", "tests", "moe_phases"), "second\n")
         with open(self.log) as f:
             self.assertIn("NVCC_EXTRA=-DSOMETHING=1 ", f.read())
+
+    def test_more_targets(self):
+        """BUILD_REV_TARGETS: each named program under DIR, built from the
+        revision's files; an empty NVCC_EXTRA (the variants' build) is
+        passed as empty, not replaced by the default."""
+        env = dict(self.env, BUILD_REV_TARGETS="tests/test_a tests/test_b")
+        r = subprocess.run(["sh", SCRIPT, self.first, "build-t", ""], cwd=self.repo, env=env,
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for name in ("test_a", "test_b"):
+            self.assertEqual(self.read("build-t", "tests", name), "first\n")
+        self.assertFalse(os.path.exists(os.path.join(self.repo, "build-t", "tests",
+                                                     "moe_phases")))
+        with open(self.log) as f:
+            args = f.read()
+        self.assertIn("NVCC_EXTRA= ", args)
 
     def test_directory_emptied_first(self):
         os.makedirs(os.path.join(self.repo, "build-x", "stale"))
