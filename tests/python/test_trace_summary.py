@@ -41,6 +41,19 @@ class TraceSummary(unittest.TestCase):
         return subprocess.run([sys.executable, SCRIPT, *paths], capture_output=True,
                               text=True, timeout=30)
 
+    def summarize_with_inner(self, inner, name_inner):
+        """The script's run on the four CTAs of cta_words beside an inner
+        file of these lines (tr-inner.txt), also named as an argument
+        with name_inner; stdout when it succeeds."""
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "tr.txt")
+            inner_path = os.path.join(d, "tr-inner.txt")
+            write_trace(path, [cta_words(c) for c in range(4)])
+            write_trace(inner_path, inner)
+            r = self.run_script(path, *([inner_path] if name_inner else []))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r.stdout
+
     def summarize(self, lines):
         """The script's run on a trace of these CTA lines, written to a
         temporary directory; stdout when it succeeds."""
@@ -110,13 +123,7 @@ class TraceSummary(unittest.TestCase):
             last = 40.0 + c
             w[0:6] = [last, last + 1, last + 2 + c, last + 3 + c, last + 9 + c, last + 10 + c]
             inner.append(w)
-        with tempfile.TemporaryDirectory() as d:
-            path = os.path.join(d, "tr.txt")
-            write_trace(path, [cta_words(c) for c in range(4)])
-            write_trace(os.path.join(d, "tr-inner.txt"), inner)
-            r = self.run_script(path, os.path.join(d, "tr-inner.txt"))
-        self.assertEqual(r.returncode, 0, r.stderr)
-        out = r.stdout
+        out = self.summarize_with_inner(inner, name_inner=True)
         self.assertEqual(out.count("4 CTAs"), 1)        # the inner file is no trace
         # medians over c = 0..3: staged 2 + 1.5, stored 3 + 1.5, end 9 + 1.5
         self.assertIn("GEMM1 first unit's end, us after its last step, median: drained 1.0 "
@@ -134,16 +141,11 @@ class TraceSummary(unittest.TestCase):
             w = [-1.0] * 16
             w[8:12] = [4.0 + c, 5.0 + c, 6.0 + c, 7.0 + c if c < 3 else -1.0]
             inner.append(w)
-        with tempfile.TemporaryDirectory() as d:
-            path = os.path.join(d, "tr.txt")
-            write_trace(path, [cta_words(c) for c in range(4)])
-            write_trace(os.path.join(d, "tr-inner.txt"), inner)
-            r = self.run_script(path)
-        self.assertEqual(r.returncode, 0, r.stderr)
+        out = self.summarize_with_inner(inner, name_inner=False)
         self.assertIn("routing steps, us, median (first-last): counted 5.5 (4.0-7.0), "
                       "placed 6.5 (5.0-8.0), tiled 7.5 (6.0-9.0), published 8.0 (7.0-9.0)",
-                      r.stdout)
-        self.assertNotIn("first unit's end", r.stdout)
+                      out)
+        self.assertNotIn("first unit's end", out)
 
     def test_clock_file_of_other_length_refused(self):
         with tempfile.TemporaryDirectory() as d:
