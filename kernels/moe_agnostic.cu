@@ -828,8 +828,15 @@ static __device__ __noinline__ int agn_combines(const hr__moe_params &p, int tic
 
 /* The start of a launch: the checks, the routing tables, then scatter
  * tasks while the tickets are theirs. Returns the first ticket past them,
- * or -1: leave (this launch failed, or was aborted). */
-static __device__ __noinline__ int agn_begin(const hr__moe_params &p)
+ * or -1: leave (this launch failed, or was aborted). Inlined in the
+ * kernel: in a function of its own, it read the parameters through a
+ * generic pointer, p.ids reloaded before each id of the count and the
+ * plan's fields one dependent load after another (the file's PTX had 235
+ * generic loads, 195 of them here; 40 inlined, in the functions that stay
+ * apart). The agnostic kernel's count, placing and plan took 0.6-2.5 us
+ * longer each than the barrier kernel's same code at Qwen3-30B-A3B
+ * T = 1024 (bench/results/moe-route-steps-h200-2026-12-01.md). */
+static __device__ __forceinline__ int agn_begin(const hr__moe_params &p)
 {
   const moe_route rt = agn_rt();
   int ticket;
