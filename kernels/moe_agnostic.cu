@@ -700,12 +700,14 @@ static __device__ __forceinline__ int agn_gemm_run_any(const hr__moe_params &p,
 /* Combine task c: tokens [c * tpc, ...). Each thread waits for the token
  * tiles of some of the pairs (most are long finished), then the CTA makes
  * the outputs as the barrier kernel does. The task that finishes the last
- * of them tells the host y is complete. A function of its own, so that
- * the combine's four slots in flight get registers of their own: inlined
- * among the GEMM runs it spilled, and with one slot at a time each chunk
- * was 16 dependent L2 round trips (Qwen3 T = 1024: the combine cost
- * 0.036-0.052 ms against the barrier kernel's 0.011-0.022). */
-static __device__ __noinline__ int agn_combine(const hr__moe_params &p, const moe_route &rt,
+ * of them tells the host y is complete. Inlined in the kernel after the
+ * GEMM runs (agn_combines), where none of their registers is live: among
+ * the GEMM runs it spilled, and with one slot at a time each chunk was
+ * 16 dependent L2 round trips (Qwen3 T = 1024: the combine cost
+ * 0.036-0.052 ms against the barrier kernel's 0.011-0.022). As a function
+ * of its own it read the parameters through a generic pointer (p.k,
+ * p.ids, p.pos_of in each poll); inlined, from the constant bank. */
+static __device__ __forceinline__ int agn_combine(const hr__moe_params &p, const moe_route &rt,
                                                int c)
 {
   const moe_comb a = moe_comb_of(p);
@@ -803,10 +805,11 @@ static __device__ __forceinline__ int agn_tasks(const hr__moe_params &p, int tic
 }
 
 /* The combine tasks, from `ticket` (past the GEMM tickets) until the
- * tickets run out (1) or the launch failed (0). Called from the kernel
- * itself, where nothing of the GEMM runs is live any more: a call from
- * inside agn_tasks made the compiler spill around it. */
-static __device__ __noinline__ int agn_combines(const hr__moe_params &p, int ticket)
+ * tickets run out (1) or the launch failed (0). Inlined in the kernel
+ * itself, after every GEMM run, where nothing of them is live any more
+ * (255 registers, no spills, no stack): a call from inside agn_tasks
+ * made the compiler spill around it. */
+static __device__ __forceinline__ int agn_combines(const hr__moe_params &p, int ticket)
 {
   const moe_route rt = agn_rt();
   if(ticket >= 0 && ticket < sh.pl.end)
