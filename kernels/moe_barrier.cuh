@@ -64,10 +64,15 @@ static __device__ __forceinline__ int moe_failed(const hr__moe_params &p)
 }
 
 /* Thread 0's part of the barrier: arrive, then wait for the release.
- * Returns 1 when released, 0 when the launch failed. */
-static __device__ __noinline__ int moe_barrier_wait(const hr__moe_params &p, int barrier)
+ * Returns 1 when released, 0 when the launch failed. The words it needs
+ * on the way to its arrival come as arguments (s = p.sync, seq = p.seq),
+ * read by the kernel from the constant bank: a function of its own sees
+ * the parameters only through a generic pointer, and p.sync and p.seq,
+ * read that way, were dependent loads before every arrival (p.sync twice:
+ * once more after the acquire). */
+static __device__ __noinline__ int moe_barrier_wait(const hr__moe_params &p, hr__moe_sync *s,
+                                                    unsigned seq, int barrier)
 {
-  hr__moe_sync *s = p.sync;
   const unsigned expected = gridDim.x;
   unsigned gen, it, arrived;
   unsigned long long t0;
@@ -75,7 +80,7 @@ static __device__ __noinline__ int moe_barrier_wait(const hr__moe_params &p, int
   /* Read the generation before arriving: this barrier cannot complete
    * before we arrive, so this is the generation it will end. */
   gen = ld_acquire_gpu(&s->gen);
-  if(moe_failed(p))
+  if(ld_relaxed_gpu(&s->fail) == seq)
     return 0;
   __threadfence();                    /* the CTA's writes, before arrival */
   arrived = atomicAdd(&s->count, 1u);
@@ -96,7 +101,7 @@ static __device__ __noinline__ int moe_barrier_wait(const hr__moe_params &p, int
       continue;
     }
     /* Every 8th poll: has anyone failed, has time run out? */
-    if(moe_failed(p))
+    if(ld_relaxed_gpu(&s->fail) == seq)
       return 0;
     if(global_timer_ns() - t0 > p.timeout_ns) {
       moe_fail(p, HR__MOE_FAIL_TIMEOUT, barrier,
@@ -127,7 +132,7 @@ static __device__ __forceinline__ int grid_barrier(const hr__moe_params &p, int 
 {
   __syncthreads();
   if(threadIdx.x == 0)
-    *s_ok = moe_barrier_wait(p, barrier);
+    *s_ok = moe_barrier_wait(p, p.sync, p.seq, barrier);
   __syncthreads();
   return *s_ok;
 }
