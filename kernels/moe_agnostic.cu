@@ -290,7 +290,7 @@ static __device__ __forceinline__ void agn_piece(const hr__moe_params &p, int t,
  * GEMM1 and the combine wait for. */
 static __device__ void agn_scatter_publish(const hr__moe_params &p, int lo, int hi)
 {
-  if(moe_tile_tma(sh.pl.tile, HR__MOE_VARIANT(p))) {
+  if(moe_tile_copies_xs(p, sh.pl.tile, HR__MOE_VARIANT(p))) {
     moe_copy_xs(p, lo, hi);
     __syncthreads();
   }
@@ -589,22 +589,26 @@ static __device__ int agn_gemm_run_tma(const hr__moe_params &p, const moe_route 
   uint8_t *const pipe = moe_pipe<C>(smem);
   uint64_t *const full = (uint64_t *)(pipe + C::PIPE_BYTES);
   uint64_t *const empty = full + C::STAGES;
+  const tma_posts g = tma_posts_of<C>(pipe);   /* the gather's posts */
   float acc[C::MT][C::NT][4];
   moe_unit un, lun;                  /* the MMAs' unit; the producer's */
   int s, i, kt = 0, u = 0, slot = 0;
   int l_unit = 0, l_kt = 0, l_done = 0;  /* thread 0: the next step to load */
   int claim = -1, claim_pos = 0;     /* thread 0: a ticket in flight */
-  int dead = 0;
+  int tok_pos0 = -1, tok = 0;        /* the gather: this thread's token */
+  int dead = 0, loaded;
 
   __syncthreads();                   /* the last run's ring is read */
   if(tid == 0) {
     sh.ring[0] = first;
     sh.open = agn_place<C, STAGE>(p, rt, 1, (int)atomicAdd(&p.agn->ticket, 1u));
-    tma_barriers_init<C>(full, empty);
-    /* Fill the pipeline. A unit's first load claims the unit two ahead,
-     * placed at once here. The inputs were acquired by this thread (the
-     * scatter count, a GEMM1 tile count): fence before TMA reads them. */
-    for(i = 0; i < C::STAGES && !l_done; i++) {
+    tma_barriers_init<C, STAGE>(p, full, empty, g);
+    /* Fill the pipeline: thread 0 loads the weights (a unit's first load
+     * claims the unit two ahead, placed at once here; the inputs were
+     * acquired by this thread, the scatter count or a GEMM1 tile count:
+     * fence before TMA reads them); then every thread gathers the token
+     * rows of the steps it loaded. */
+    for(i = 0; i < C::STAGES; i++) {
       if(l_kt == 0) {
         if(!tma_next_unit<C>(p, rt, sh.ring, l_unit, nf, lun)) {
           l_done = 1;
@@ -614,7 +618,7 @@ static __device__ int agn_gemm_run_tma(const hr__moe_params &p, const moe_route 
         if(sh.open)
           sh.open = agn_place<C, STAGE>(p, rt, l_unit + 2, (int)atomicAdd(&p.agn->ticket, 1u));
       }
-      tma_step_load<C, STAGE>(p, pipe, full, i, lun, l_kt);
+      tma_step_load<C, STAGE>(p, pipe, full, i, lun, l_kt, tma_gather_req_at<C>(g, i, 0));
       if(++l_kt == nk) {
         l_kt = 0;
         l_unit++;
@@ -622,15 +626,19 @@ static __device__ int agn_gemm_run_tma(const hr__moe_params &p, const moe_route 
     }
   }
   __syncthreads();
+  if(tma_gathers<STAGE>(p))
+    for(i = 0; i < C::STAGES; i++)
+      tma_gather<C>(p, pipe, full, i, tma_gather_req_at<C>(g, i, 0), tok_pos0, tok);
   un = unit_decode(first, rt, p, nf, C::BN, moe_tt_major<C>(p));
   tile_zero<C>(acc);
   for(s = 0;; s++) {
     /* as in moe_gemm_stage_tma: a timed-out thread goes on, dead */
-    tma_step_mma<C>(p, pipe, full, empty, s, slot, acc, un.nvalid, dead);
+    tma_step_mma<C, STAGE>(p, pipe, full, empty, s, slot, acc, un.nvalid, dead);
     if(tid == 0 && claim >= 0) {
       sh.open = agn_place<C, STAGE>(p, rt, claim_pos, claim);
       claim = -1;
     }
+    loaded = 0;
     if(s > 0 && tid == 0 && !dead && !l_done && !tma_drop(p, s, nk)) {
       if(l_kt == 0) {
         if(!tma_next_unit<C>(p, rt, sh.ring, l_unit, nf, lun)) {
@@ -643,9 +651,14 @@ static __device__ int agn_gemm_run_tma(const hr__moe_params &p, const moe_route 
           }
         }
       }
-      if(!l_done && !tma_refill<C, STAGE>(p, pipe, full, empty, s, slot, lun, nk, l_kt, l_unit))
-        dead = 1;
+      if(!l_done) {
+        loaded = tma_refill<C, STAGE>(p, pipe, full, empty, s, slot, lun, nk, l_kt, l_unit, g);
+        dead = !loaded;
+      }
     }
+    if(s > 0 && tid == 0)              /* every thread gathers it at s + 1 */
+      tma_gather_post<C, STAGE>(p, g, s, loaded);
+    tma_gather_step<C, STAGE>(p, pipe, full, g, s, tok_pos0, tok, dead);
     if(++slot == C::STAGES)
       slot = 0;
     if(++kt == nk) {
@@ -676,7 +689,7 @@ static __device__ int agn_gemm_run_tma(const hr__moe_params &p, const moe_route 
       sh.tma_failed = STAGE;
       sh.pending = -1;
     } else {
-      tma_barriers_inval<C>(full, empty);
+      tma_barriers_inval<C, STAGE>(p, full, empty, g);
     }
   }
   __syncthreads();

@@ -8,9 +8,13 @@
  *
  *   - One thread (thread 0, the producer) loads a whole step with a few
  *     TMA instructions (64-row boxes of 64 K: weights from their tensor
- *     maps, tokens from the x rows copied in expert order or from h), the
- *     slot's `full` barrier counting the bytes in. The other 255 threads
- *     issue no loads at all.
+ *     maps, GEMM2's tokens from h), the slot's `full` barrier counting the
+ *     bytes in. GEMM1's token rows, which a tiled TMA load cannot gather,
+ *     every thread copies a share of with cp.async from x through
+ *     sorted_tok, a step after thread 0 posted the slot, each then
+ *     arriving on the same barrier (tma_gather); or, where x does not
+ *     fit L2, TMA reads them from rows the routing copied in expert
+ *     order.
  *   - The warps wait on the slot's `full` barrier, never on each other:
  *     there is no __syncthreads in the K loop. A warp that has seen the
  *     MMAs of the step before complete (wgmma.wait_group 1) arrives on
@@ -23,8 +27,10 @@
  * Why: the cp.async tile spent its time in the loads each thread issued
  * and in the barrier every step (DeepSeek-V3 T = 8192 at ~290 TFLOP/s,
  * the reference at ~313; bench/results). GEMM1 gathers token rows, which
- * a tiled TMA load cannot do on sm_90, so the route stage copies the x
- * rows into expert order first (moe_copy_xs), into ypair's memory.
+ * a tiled TMA load cannot do on sm_90: the threads gather them with
+ * cp.async into the layout the TMA boxes had (moe_gather_on, below), or
+ * the route stage copies the x rows into expert order first
+ * (moe_copy_xs), into ypair's memory, for TMA to read.
  *
  * Every wait is bounded by the launch's timeout: a load that never lands
  * ends the stage with an error the host reads, never a hang.
@@ -62,13 +68,24 @@ static_assert(moe_tile_big_tma::BM == moe_tile_big::BM &&
  * of this many tokens at a time (tma_tile_store). */
 #define HR__MOE_TMA_OUT_TOKENS 64
 #define HR__MOE_TMA_OUT_WARP_BYTES (16 * HR__MOE_TMA_OUT_TOKENS * 2)
+/* GEMM1's token rows: 1, gathered through sorted_tok by every thread with
+ * cp.async (tma_gather), straight from x, where moe_gather_on says so; 0,
+ * always read by TMA from the x rows that the routing copied into expert
+ * order (moe_copy_xs: at Qwen3 T = 8192 268 MB written and read back,
+ * ~135-147 us of 1.6-1.7 ms, bench/results/moe-route-steps-h200-2026-12-01.md). */
+#ifndef HR__MOE_TMA_GATHER
+#define HR__MOE_TMA_GATHER 1
+#endif
+
 /* After the pipeline: the slots' barriers, the ring, the warps' output
- * staging. */
+ * staging, then the gather's posts: a barrier a slot and two requests a
+ * slot (tma_gather_post). */
 #define HR__MOE_TMA_BARS_BYTES(C) (2 * 8 * C::STAGES + 4 * HR__MOE_RING)
+#define HR__MOE_TMA_POSTS_AT(C)                                                \
+  (C::PIPE_BYTES + HR__MOE_TMA_BARS_BYTES(C) + HR__MOE_TMA_WARPS * HR__MOE_TMA_OUT_WARP_BYTES)
+#define HR__MOE_TMA_POSTS_BYTES(C) (8 * C::STAGES + 2 * 16 * C::STAGES)
 #define HR__MOE_TMA_FITS(C)                                                    \
-  (C::PIPE_BYTES + 1024 + HR__MOE_TMA_BARS_BYTES(C) +                         \
-       HR__MOE_TMA_WARPS * HR__MOE_TMA_OUT_WARP_BYTES <=                       \
-   HR__MOE_GEMM_SMEM)
+  (1024 + HR__MOE_TMA_POSTS_AT(C) + HR__MOE_TMA_POSTS_BYTES(C) <= HR__MOE_GEMM_SMEM)
 static_assert(HR__MOE_TMA_FITS(moe_tile_big_tma),
               "pipeline, alignment, barriers, ring, output staging fit");
 static_assert(HR__MOE_TMA_BARS_BYTES(moe_tile_big_tma) % 16 == 0, "staging on 16 bytes");
@@ -83,6 +100,60 @@ static_assert(HR__MOE_TMA_BARS_BYTES(moe_tile_big_tma) % 16 == 0, "staging on 16
 static __device__ __forceinline__ int moe_tile_tma(int tile, unsigned variant)
 {
   return tile == MOE_TILE_BIG && !(variant & (HR__MOE_VAR_CPASYNC | HR__MOE_VAR_SYNC_BIG));
+}
+
+/* Does GEMM1 of the TMA tile gather its token rows in this launch? Only
+ * while x fits L2 with room to spare: side by side with the copy
+ * (bench/results/moe-inline-h200-2026-12-01.md) the gather was faster at
+ * Qwen3-30B-A3B T = 2048-8192 (x 8-34 MB; 0.96-0.98x) and slower at
+ * DeepSeek-V3 T = 4096 and 8192 (59 and 117 MB; 1.04x). (Those two shapes
+ * also differ in how much the copy costs against the GEMMs, I = 768
+ * against 2048; no shape between was measured.) */
+#ifndef HR__MOE_GATHER_MAX_X_BYTES
+#define HR__MOE_GATHER_MAX_X_BYTES (40u << 20)
+#endif
+static __device__ __forceinline__ int moe_gather_on(const hr__moe_params &p)
+{
+  return HR__MOE_TMA_GATHER && (size_t)p.T * p.H * 2 <= HR__MOE_GATHER_MAX_X_BYTES;
+}
+
+/* Does the routing copy the x rows into expert order for this launch's
+ * tile? Only for the TMA tile, and only when its GEMM1 does not gather. */
+static __device__ __forceinline__ int moe_tile_copies_xs(const hr__moe_params &p, int tile,
+                                                         unsigned variant)
+{
+  return !moe_gather_on(p) && moe_tile_tma(tile, variant);
+}
+
+/* Does stage STAGE's token side come by gather (tma_gather)? */
+template <int STAGE>
+static __device__ __forceinline__ int tma_gathers(const hr__moe_params &p)
+{
+  return STAGE == 1 && moe_gather_on(p);
+}
+
+/* What thread 0, having loaded a step's weights into a slot, leaves for
+ * the threads to gather into it (tma_gather): the unit's first position
+ * and tokens, the step's first K. nvalid 0: nothing this time. */
+struct tma_gather_req {
+  int pos0, nvalid, k0, pad;
+};
+
+/* The gather's shared words of one run: posted[STAGES] barriers, then
+ * req[2 * STAGES]: slot q's n-th post in req[2 q + (n & 1)], so that a
+ * thread still reading post n - 1 is never overwritten by post n. */
+struct tma_posts {
+  uint64_t *posted;
+  tma_gather_req *req;
+};
+
+template <class C>
+static __device__ __forceinline__ tma_posts tma_posts_of(uint8_t *pipe)
+{
+  tma_posts g;
+  g.posted = (uint64_t *)(pipe + HR__MOE_TMA_POSTS_AT(C));
+  g.req = (tma_gather_req *)(g.posted + C::STAGES);
+  return g;
 }
 
 /* Pairs [lo, hi) placed by this CTA (pos_of written, visible after the
@@ -134,13 +205,16 @@ static __device__ __forceinline__ int mbar_wait(const hr__moe_params &p, uint64_
 template <class C, int STAGE>
 static __device__ __forceinline__ void tma_step_load(const hr__moe_params &p, uint8_t *pipe,
                                                      uint64_t *full, int slot,
-                                                     const moe_unit &un, int kt)
+                                                     const moe_unit &un, int kt,
+                                                     tma_gather_req *req)
 {
   const uint32_t a = smem_addr(pipe + slot * C::STAGE_BYTES);
   const uint32_t b = a + C::A_BYTES;
   const int k0 = kt * C::BK, box_bytes = HR__MOE_TMA_BOX * C::ROW_BYTES;
   const int tok_box_bytes = HR__MOE_TMA_TOK_BOX * C::ROW_BYTES;
-  const int boxes = (un.nvalid + HR__MOE_TMA_TOK_BOX - 1) / HR__MOE_TMA_TOK_BOX;
+  /* gathered token rows arrive through the threads' cp.async, not as bytes */
+  const int boxes = tma_gathers<STAGE>(p)
+                        ? 0 : (un.nvalid + HR__MOE_TMA_TOK_BOX - 1) / HR__MOE_TMA_TOK_BOX;
   /* the weights are read once per unit; the benchmark may mark them
    * evict-first so that the token rows many units share stay in L2 */
   const uint64_t pol = (HR__MOE_VARIANT(p) & HR__MOE_VAR_A_EVICT_FIRST) ? l2_policy_evict_first()
@@ -161,6 +235,100 @@ static __device__ __forceinline__ void tma_step_load(const hr__moe_params &p, ui
     tma_load_2d(b + r * tok_box_bytes,
                 STAGE == 1 ? (const void *)&p.tm_xs : (const void *)&p.tm_h, full + slot, k0,
                 un.pos0 + r * HR__MOE_TMA_TOK_BOX);
+  if(tma_gathers<STAGE>(p)) {
+    req->pos0 = un.pos0;
+    req->nvalid = un.nvalid;
+    req->k0 = k0;
+  }
+}
+
+/* Every thread, for a slot thread 0 has loaded a step's weights into
+ * (req): its share of that step's token rows, x[sorted_tok[pos0 + n]] from
+ * K k0, 128 bytes a row in 8 pieces of 16, copied with cp.async into the
+ * slot's token tile as the TMA boxes laid them out (the 128-byte swizzle,
+ * swz): HR__MOE_THREADS / BN threads a row, the rest of the row's pieces
+ * each. Rows from nvalid on are left as they are: they feed only output
+ * columns that are never stored. Then the thread arrives on the slot's
+ * full barrier once its copies have landed (the barrier counts thread 0's
+ * arrival and every thread's: tma_barriers_init); the warps fence the
+ * async proxy after their wait, before wgmma reads the rows
+ * (tma_step_mma). A thread's token index is read once a token tile
+ * (*tok, for the tile at *tok_pos0): the units of one token tile share it.
+ * Why every thread, a few pieces each: with warp 0 alone copying a step's
+ * 128 rows, its warpgroup waited for it at every wgmma (1.09-1.35x slower
+ * at Qwen3 T = 2048-8192, bench/results/moe-inline-h200-2026-12-01.md). */
+template <class C>
+static __device__ __forceinline__ void tma_gather(const hr__moe_params &p, uint8_t *pipe,
+                                                  uint64_t *full, int slot,
+                                                  const tma_gather_req *req, int &tok_pos0,
+                                                  int &tok)
+{
+  constexpr int TPR = HR__MOE_THREADS / C::BN;       /* threads a row */
+  constexpr int PPT = C::ROW_BYTES / 16 / TPR;       /* pieces a thread */
+  static_assert(C::ROW_BYTES == 128 && HR__MOE_THREADS % C::BN == 0 && PPT * TPR * 16 == 128,
+                "a token's step is one 128-byte row of the swizzle, shared evenly");
+  const int r = threadIdx.x / TPR, c0 = threadIdx.x % TPR * PPT;
+  const int nvalid = req->nvalid, pos0 = req->pos0, k0 = req->k0;
+  if(nvalid <= 0)
+    return;
+  if(r < nvalid) {
+    if(pos0 != tok_pos0) {
+      tok = __ldcg(p.sorted_tok + pos0 + r);
+      tok_pos0 = pos0;
+    }
+    const uint32_t b = smem_addr(pipe + slot * C::STAGE_BYTES) + C::A_BYTES;
+    const uint16_t *src = p.x + (size_t)tok * p.H + k0 + c0 * 8;
+#pragma unroll
+    for(int c = 0; c < PPT; c++)
+      cp_async16(b + swz<C>(r, c0 + c), src + c * 8);
+  }
+  cp_async_mbar_arrive(full + slot);
+}
+
+/* Thread 0 at step s >= 1 of a gathering run, having loaded (loaded 1) or
+ * not the slot step s - 1 used: posts that slot's request for the threads
+ * to gather at step s + 1 (tma_gather_step), a step later than the
+ * weights' loads, so that no thread waits for thread 0 within a step. It
+ * posts at every step, loaded or not, so that every thread knows each
+ * post's phase. */
+template <class C, int STAGE>
+static __device__ __forceinline__ void tma_gather_post(const hr__moe_params &p,
+                                                       const tma_posts &g, int s, int loaded)
+{
+  const int q = (s - 1) % C::STAGES, n = (s - 1) / C::STAGES;
+  if(!tma_gathers<STAGE>(p))
+    return;
+  if(!loaded)
+    g.req[2 * q + (n & 1)].nvalid = 0;
+  mbar_arrive(g.posted + q);
+}
+
+/* The request thread 0 writes when it loads slot `slot` at step s (s 0:
+ * the pipeline's fill, before any post). */
+template <class C>
+static __device__ __forceinline__ tma_gather_req *tma_gather_req_at(const tma_posts &g, int slot,
+                                                                   int s)
+{
+  return g.req + 2 * slot + (s == 0 ? 0 : ((s - 1) / C::STAGES) & 1);
+}
+
+/* Every thread at step t >= 2 of a gathering run: the post thread 0 made
+ * at step t - 1, gathered. A wait that times out leaves the thread dead. */
+template <class C, int STAGE>
+static __device__ __forceinline__ void tma_gather_step(const hr__moe_params &p, uint8_t *pipe,
+                                                       uint64_t *full, const tma_posts &g, int t,
+                                                       int &tok_pos0, int &tok, int &dead)
+{
+  const int q = (t - 2) % C::STAGES, n = (t - 2) / C::STAGES;
+  /* the rows of the step posted at t - 1 are read at step t - 2 + STAGES */
+  static_assert(C::STAGES >= 3, "a post is gathered before its step's wait");
+  if(!tma_gathers<STAGE>(p) || t < 2 || dead)
+    return;
+  if(!mbar_wait(p, g.posted + q, (unsigned)n & 1u)) {
+    dead = 1;
+    return;
+  }
+  tma_gather<C>(p, pipe, full, q, g.req + 2 * q + (n & 1), tok_pos0, tok);
 }
 
 /* The benchmark's variant HR__MOE_VAR_TMA_DIRECT_STORE, the store before
@@ -291,24 +459,34 @@ static __device__ __forceinline__ int tma_drop(const hr__moe_params &p, int s, i
 /* Thread 0, before the first load of a run: the slots' barriers, fresh
  * (full: the producer's one arrival and the bytes; empty: one arrival a
  * warp). */
-template <class C>
-static __device__ __forceinline__ void tma_barriers_init(uint64_t *full, uint64_t *empty)
+template <class C, int STAGE>
+static __device__ __forceinline__ void tma_barriers_init(const hr__moe_params &p,
+                                                         uint64_t *full, uint64_t *empty,
+                                                         const tma_posts &g)
 {
   for(int i = 0; i < C::STAGES; i++) {
-    mbar_init(full + i, 1);
+    mbar_init(full + i, tma_gathers<STAGE>(p) ? 1 + HR__MOE_THREADS : 1);  /* + the gather's */
     mbar_init(empty + i, HR__MOE_TMA_WARPS);
+    if(tma_gathers<STAGE>(p)) {
+      mbar_init(g.posted + i, 1);
+      g.req[2 * i].nvalid = 0;         /* the fill's, for a slot it leaves empty */
+    }
   }
   fence_mbar_init();
 }
 
 /* Thread 0, after a run whose loads all landed: the barriers put away,
  * for whatever uses the memory next. */
-template <class C>
-static __device__ __forceinline__ void tma_barriers_inval(uint64_t *full, uint64_t *empty)
+template <class C, int STAGE>
+static __device__ __forceinline__ void tma_barriers_inval(const hr__moe_params &p,
+                                                          uint64_t *full, uint64_t *empty,
+                                                          const tma_posts &g)
 {
   for(int i = 0; i < C::STAGES; i++) {
     mbar_inval(full + i);
     mbar_inval(empty + i);
+    if(tma_gathers<STAGE>(p))
+      mbar_inval(g.posted + i);
   }
 }
 
@@ -319,7 +497,7 @@ static __device__ __forceinline__ void tma_barriers_inval(uint64_t *full, uint64
  * as its MMAs are complete, before waiting for the next step's loads, so
  * that every slot can be loading while the warps wait, was slower at
  * every shape: bench/results/moe-wide80-h200-2026-11-30.md.) */
-template <class C>
+template <class C, int STAGE>
 static __device__ __forceinline__ void tma_step_mma(const hr__moe_params &p, uint8_t *pipe,
                                                     uint64_t *full, uint64_t *empty, int s,
                                                     int slot, float (&acc)[C::MT][C::NT][4],
@@ -328,6 +506,8 @@ static __device__ __forceinline__ void tma_step_mma(const hr__moe_params &p, uin
   const uint32_t a = smem_addr(pipe + slot * C::STAGE_BYTES);
   if(!dead && !mbar_wait(p, full + slot, (unsigned)(s / C::STAGES) & 1u))
     dead = 1;
+  if(tma_gathers<STAGE>(p))
+    fence_proxy_async_shared();        /* the gathered rows: cp.async, generic proxy */
   tile_wgmma<C>(acc, a, a + C::A_BYTES, nvalid);
   if(s > 0) {
     __syncwarp();
@@ -358,12 +538,12 @@ template <class C, int STAGE>
 static __device__ __forceinline__ int tma_refill(const hr__moe_params &p, uint8_t *pipe,
                                                  uint64_t *full, uint64_t *empty, int s,
                                                  int slot, const moe_unit &lun, int nk,
-                                                 int &l_kt, int &l_unit)
+                                                 int &l_kt, int &l_unit, const tma_posts &g)
 {
   const int prev = slot == 0 ? C::STAGES - 1 : slot - 1;
   if(!mbar_wait(p, empty + prev, (unsigned)((s - 1) / C::STAGES) & 1u))
     return 0;
-  tma_step_load<C, STAGE>(p, pipe, full, prev, lun, l_kt);
+  tma_step_load<C, STAGE>(p, pipe, full, prev, lun, l_kt, tma_gather_req_at<C>(g, prev, s));
   if(++l_kt == nk) {
     l_kt = 0;
     l_unit++;
@@ -420,22 +600,26 @@ __device__ int moe_gemm_stage_tma(const hr__moe_params &p, const moe_route &rt,
   uint64_t *const full = (uint64_t *)(pipe + C::PIPE_BYTES);
   uint64_t *const empty = full + C::STAGES;
   int *const ring = (int *)(empty + C::STAGES);
+  const tma_posts g = tma_posts_of<C>(pipe);   /* the gather's posts */
   float acc[C::MT][C::NT][4];
   moe_unit un, lun;                  /* the MMAs' unit; the producer's */
   int s, i, kt = 0, u = 0, slot = 0;
   int l_unit = 0, l_kt = 0, l_done = 0;  /* thread 0: the next step to load */
   int claim = -2, claim_pos = 0;     /* thread 0: a claim to place (-2: none) */
-  int dead = 0, ok;
+  int tok_pos0 = -1, tok = 0;        /* the gather: this thread's token */
+  int dead = 0, ok, loaded;
 
   if(units == 0)
     return 1;
   if(tid == 0) {
-    tma_barriers_init<C>(full, empty);
+    tma_barriers_init<C, STAGE>(p, full, empty, g);
     /* the inputs were written through the generic proxy (the x rows by
      * the route stage, h by GEMM1) and published by the grid barrier */
     fence_proxy_async_global();
     ring[0] = tma_claim<STAGE>(p, units, units1);
     ring[1] = ring[0] < 0 ? -1 : tma_claim<STAGE>(p, units, units1);
+    /* Fill the pipeline: thread 0 loads the weights; then every thread
+     * gathers the token rows of the steps it loaded. */
     for(i = 0; i < C::STAGES; i++) {
       if(l_kt == 0) {
         if(!tma_next_unit<C>(p, rt, ring, l_unit, nf, lun)) {
@@ -445,7 +629,7 @@ __device__ int moe_gemm_stage_tma(const hr__moe_params &p, const moe_route &rt,
         ring[(l_unit + 2) & (HR__MOE_RING - 1)] =
             ring[(l_unit + 1) & (HR__MOE_RING - 1)] < 0 ? -1 : tma_claim<STAGE>(p, units, units1);
       }
-      tma_step_load<C, STAGE>(p, pipe, full, i, lun, l_kt);
+      tma_step_load<C, STAGE>(p, pipe, full, i, lun, l_kt, tma_gather_req_at<C>(g, i, 0));
       if(++l_kt == nk) {
         l_kt = 0;
         l_unit++;
@@ -455,9 +639,12 @@ __device__ int moe_gemm_stage_tma(const hr__moe_params &p, const moe_route &rt,
   __syncthreads();
   if(ring[0] < 0) {                  /* no unit left for this CTA */
     if(tid == 0)
-      tma_barriers_inval<C>(full, empty);
+      tma_barriers_inval<C, STAGE>(p, full, empty, g);
     return 1;
   }
+  if(tma_gathers<STAGE>(p))
+    for(i = 0; i < C::STAGES; i++)
+      tma_gather<C>(p, pipe, full, i, tma_gather_req_at<C>(g, i, 0), tok_pos0, tok);
 
   un = unit_decode(ring[0], rt, p, nf, C::BN, moe_tt_major<C>(p));
   tile_zero<C>(acc);
@@ -466,13 +653,15 @@ __device__ int moe_gemm_stage_tma(const hr__moe_params &p, const moe_route &rt,
      * and loads nothing, but goes on through the unit's steps, so the
      * warps of a warpgroup never part at a wgmma (they read garbage; the
      * launch has failed). At the unit's end the whole CTA stops (below). */
-    tma_step_mma<C>(p, pipe, full, empty, s, slot, acc, un.nvalid, dead);
+    tma_step_mma<C, STAGE>(p, pipe, full, empty, s, slot, acc, un.nvalid, dead);
     if(tid == 0 && claim != -2) {
       ring[claim_pos & (HR__MOE_RING - 1)] = claim;
       claim = -2;
     }
     /* The producer refills the slot step s - 1 used with the next step
-     * to load once every warp is done with it. */
+     * to load once every warp is done with it, and posts it; every thread
+     * gathers the token rows of the step posted at s - 1. */
+    loaded = 0;
     if(s > 0 && tid == 0 && !dead && !l_done && !tma_drop(p, s, nk)) {
       if(l_kt == 0) {
         if(!tma_next_unit<C>(p, rt, ring, l_unit, nf, lun)) {
@@ -483,9 +672,14 @@ __device__ int moe_gemm_stage_tma(const hr__moe_params &p, const moe_route &rt,
           claim_pos = l_unit + 2;
         }
       }
-      if(!l_done && !tma_refill<C, STAGE>(p, pipe, full, empty, s, slot, lun, nk, l_kt, l_unit))
-        dead = 1;
+      if(!l_done) {
+        loaded = tma_refill<C, STAGE>(p, pipe, full, empty, s, slot, lun, nk, l_kt, l_unit, g);
+        dead = !loaded;
+      }
     }
+    if(s > 0 && tid == 0)
+      tma_gather_post<C, STAGE>(p, g, s, loaded);
+    tma_gather_step<C, STAGE>(p, pipe, full, g, s, tok_pos0, tok, dead);
     if(++slot == C::STAGES)
       slot = 0;
     if(++kt == nk) {
@@ -511,7 +705,7 @@ __device__ int moe_gemm_stage_tma(const hr__moe_params &p, const moe_route &rt,
   fence_proxy_async_global();
   ok = !__syncthreads_or(dead);
   if(tid == 0 && ok)
-    tma_barriers_inval<C>(full, empty);
+    tma_barriers_inval<C, STAGE>(p, full, empty, g);
   return ok;
 }
 

@@ -234,9 +234,10 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
   tile = moe_pick_tile(rt.off[p.E], s_nonempty, p.I, v, 0);
   moe_route_tiles(p, rt, moe_tile_bn(tile), s_warp_sums);
   moe_trace_route(p, HR__MOE_ROUTE_MARK_TILED);
-  /* The TMA tiles read the x rows in expert order: the slice's, copied
-   * (pos_of is this CTA's own, from moe_route_pairs). */
-  const int tma = moe_tile_tma(tile, v);
+  /* The TMA tile, unless its GEMM1 gathers, reads the x rows in expert
+   * order: the slice's, copied (pos_of is this CTA's own, from
+   * moe_route_pairs). */
+  const int tma = moe_tile_copies_xs(p, tile, v);
   if(tma)
     moe_copy_xs(p, slo, shi);
   /* The weights need no routing: fetch them while the barrier waits. */

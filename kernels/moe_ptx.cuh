@@ -356,6 +356,15 @@ static __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t *bar, unsi
                :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
 }
 
+/* One arrival on `bar` once every cp.async this thread issued before it
+ * has landed. .noinc: the barrier's expected count includes this
+ * arrival (the TMA pipeline's gathered token rows, moe_gemm_tma.cuh). */
+static __device__ __forceinline__ void cp_async_mbar_arrive(uint64_t *bar)
+{
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n"
+               :: "r"(smem_addr(bar)) : "memory");
+}
+
 /* 1 when the phase of parity `parity` has completed (the hardware may
  * suspend the thread a while before answering 0). */
 static __device__ __forceinline__ int mbar_try_wait(uint64_t *bar, unsigned parity)
