@@ -579,7 +579,7 @@ static __device__ int agn_gemm_run(const hr__moe_params &p, const moe_route &rt,
  * at the end of unit lu + 1, and thread 0 is one of them. Returns the
  * ticket that ended the run, or -1 after a timeout (recorded by
  * agn_tasks). Starts and ends with __syncthreads. */
-template <class C, int STAGE>
+template <class C, int STAGE, int G>
 static __device__ int agn_gemm_run_tma(const hr__moe_params &p, const moe_route &rt,
                                        uint8_t *smem, int first)
 {
@@ -602,7 +602,7 @@ static __device__ int agn_gemm_run_tma(const hr__moe_params &p, const moe_route 
   if(tid == 0) {
     sh.ring[0] = first;
     sh.open = agn_place<C, STAGE>(p, rt, 1, (int)atomicAdd(&p.agn->ticket, 1u));
-    tma_barriers_init<C, STAGE>(p, full, empty, g);
+    tma_barriers_init<C, STAGE, G>(full, empty, g);
     /* Fill the pipeline: thread 0 loads the weights (a unit's first load
      * claims the unit two ahead, placed at once here; the inputs were
      * acquired by this thread, the scatter count or a GEMM1 tile count:
@@ -618,7 +618,7 @@ static __device__ int agn_gemm_run_tma(const hr__moe_params &p, const moe_route 
         if(sh.open)
           sh.open = agn_place<C, STAGE>(p, rt, l_unit + 2, (int)atomicAdd(&p.agn->ticket, 1u));
       }
-      tma_step_load<C, STAGE>(p, pipe, full, i, lun, l_kt, tma_gather_req_at<C>(g, i, 0));
+      tma_step_load<C, STAGE, G>(p, pipe, full, i, lun, l_kt, tma_gather_req_at<C>(g, i, 0));
       if(++l_kt == nk) {
         l_kt = 0;
         l_unit++;
@@ -626,14 +626,14 @@ static __device__ int agn_gemm_run_tma(const hr__moe_params &p, const moe_route 
     }
   }
   __syncthreads();
-  if(tma_gathers<STAGE>(p))
+  if(tma_gathers<STAGE, G>())
     for(i = 0; i < C::STAGES; i++)
       tma_gather<C>(p, pipe, full, i, tma_gather_req_at<C>(g, i, 0), tok_pos0, tok);
   un = unit_decode(first, rt, p, nf, C::BN, moe_tt_major<C>(p));
   tile_zero<C>(acc);
   for(s = 0;; s++) {
     /* as in moe_gemm_stage_tma: a timed-out thread goes on, dead */
-    tma_step_mma<C, STAGE>(p, pipe, full, empty, s, slot, acc, un.nvalid, dead);
+    tma_step_mma<C, STAGE, G>(p, pipe, full, empty, s, slot, acc, un.nvalid, dead);
     if(tid == 0 && claim >= 0) {
       sh.open = agn_place<C, STAGE>(p, rt, claim_pos, claim);
       claim = -1;
@@ -652,13 +652,13 @@ static __device__ int agn_gemm_run_tma(const hr__moe_params &p, const moe_route 
         }
       }
       if(!l_done) {
-        loaded = tma_refill<C, STAGE>(p, pipe, full, empty, s, slot, lun, nk, l_kt, l_unit, g);
+        loaded = tma_refill<C, STAGE, G>(p, pipe, full, empty, s, slot, lun, nk, l_kt, l_unit, g);
         dead = !loaded;
       }
     }
     if(s > 0 && tid == 0)              /* every thread gathers it at s + 1 */
-      tma_gather_post<C, STAGE>(p, g, s, loaded);
-    tma_gather_step<C, STAGE>(p, pipe, full, g, s, tok_pos0, tok, dead);
+      tma_gather_post<C, STAGE, G>(g, s, loaded);
+    tma_gather_step<C, STAGE, G>(p, pipe, full, g, s, tok_pos0, tok, dead);
     if(++slot == C::STAGES)
       slot = 0;
     if(++kt == nk) {
@@ -689,7 +689,7 @@ static __device__ int agn_gemm_run_tma(const hr__moe_params &p, const moe_route 
       sh.tma_failed = STAGE;
       sh.pending = -1;
     } else {
-      tma_barriers_inval<C, STAGE>(p, full, empty, g);
+      tma_barriers_inval<C, STAGE, G>(full, empty, g);
     }
   }
   __syncthreads();
@@ -702,8 +702,12 @@ static __device__ __forceinline__ int agn_gemm_run_any(const hr__moe_params &p,
                                                        const moe_route &rt, uint8_t *pipe,
                                                        int first)
 {
-  if constexpr(C::TMA)
-    return agn_gemm_run_tma<C, STAGE>(p, rt, pipe, first);
+  if constexpr(C::TMA) {
+    if constexpr(STAGE == 1)
+      if(moe_gather_on(p))
+        return agn_gemm_run_tma<C, 1, 1>(p, rt, pipe, first);
+    return agn_gemm_run_tma<C, STAGE, 0>(p, rt, pipe, first);
+  }
   else
     return agn_gemm_run<C, STAGE>(p, rt, pipe, first);
 }

@@ -125,11 +125,14 @@ static __device__ __forceinline__ int moe_tile_copies_xs(const hr__moe_params &p
   return !moe_gather_on(p) && moe_tile_tma(tile, variant);
 }
 
-/* Does stage STAGE's token side come by gather (tma_gather)? */
-template <int STAGE>
-static __device__ __forceinline__ int tma_gathers(const hr__moe_params &p)
+/* Does stage STAGE's token side come by gather (tma_gather)? G: the run
+ * was instantiated for a launch that gathers (moe_gemm_stage_tma picks it
+ * once a stage; a test of moe_gather_on in the K loop itself made both
+ * paths 6-9% slower at T = 8192). */
+template <int STAGE, int G>
+static __device__ __forceinline__ constexpr int tma_gathers(void)
 {
-  return STAGE == 1 && moe_gather_on(p);
+  return STAGE == 1 && G;
 }
 
 /* What thread 0, having loaded a step's weights into a slot, leaves for
@@ -202,7 +205,7 @@ static __device__ __forceinline__ int mbar_wait(const hr__moe_params &p, uint64_
 /* The producer's loads of one step (unit un, K step kt) into `slot`: the
  * weights (BM rows) and as many token boxes as the unit has tokens
  * (the MMA reads no further: tile_wgmma's width follows nvalid). */
-template <class C, int STAGE>
+template <class C, int STAGE, int G>
 static __device__ __forceinline__ void tma_step_load(const hr__moe_params &p, uint8_t *pipe,
                                                      uint64_t *full, int slot,
                                                      const moe_unit &un, int kt,
@@ -213,7 +216,7 @@ static __device__ __forceinline__ void tma_step_load(const hr__moe_params &p, ui
   const int k0 = kt * C::BK, box_bytes = HR__MOE_TMA_BOX * C::ROW_BYTES;
   const int tok_box_bytes = HR__MOE_TMA_TOK_BOX * C::ROW_BYTES;
   /* gathered token rows arrive through the threads' cp.async, not as bytes */
-  const int boxes = tma_gathers<STAGE>(p)
+  const int boxes = tma_gathers<STAGE, G>()
                         ? 0 : (un.nvalid + HR__MOE_TMA_TOK_BOX - 1) / HR__MOE_TMA_TOK_BOX;
   /* the weights are read once per unit; the benchmark may mark them
    * evict-first so that the token rows many units share stay in L2 */
@@ -235,7 +238,7 @@ static __device__ __forceinline__ void tma_step_load(const hr__moe_params &p, ui
     tma_load_2d(b + r * tok_box_bytes,
                 STAGE == 1 ? (const void *)&p.tm_xs : (const void *)&p.tm_h, full + slot, k0,
                 un.pos0 + r * HR__MOE_TMA_TOK_BOX);
-  if(tma_gathers<STAGE>(p)) {
+  if(tma_gathers<STAGE, G>()) {
     req->pos0 = un.pos0;
     req->nvalid = un.nvalid;
     req->k0 = k0;
@@ -291,12 +294,11 @@ static __device__ __forceinline__ void tma_gather(const hr__moe_params &p, uint8
  * weights' loads, so that no thread waits for thread 0 within a step. It
  * posts at every step, loaded or not, so that every thread knows each
  * post's phase. */
-template <class C, int STAGE>
-static __device__ __forceinline__ void tma_gather_post(const hr__moe_params &p,
-                                                       const tma_posts &g, int s, int loaded)
+template <class C, int STAGE, int G>
+static __device__ __forceinline__ void tma_gather_post(const tma_posts &g, int s, int loaded)
 {
   const int q = (s - 1) % C::STAGES, n = (s - 1) / C::STAGES;
-  if(!tma_gathers<STAGE>(p))
+  if(!tma_gathers<STAGE, G>())
     return;
   if(!loaded)
     g.req[2 * q + (n & 1)].nvalid = 0;
@@ -314,7 +316,7 @@ static __device__ __forceinline__ tma_gather_req *tma_gather_req_at(const tma_po
 
 /* Every thread at step t >= 2 of a gathering run: the post thread 0 made
  * at step t - 1, gathered. A wait that times out leaves the thread dead. */
-template <class C, int STAGE>
+template <class C, int STAGE, int G>
 static __device__ __forceinline__ void tma_gather_step(const hr__moe_params &p, uint8_t *pipe,
                                                        uint64_t *full, const tma_posts &g, int t,
                                                        int &tok_pos0, int &tok, int &dead)
@@ -322,7 +324,7 @@ static __device__ __forceinline__ void tma_gather_step(const hr__moe_params &p, 
   const int q = (t - 2) % C::STAGES, n = (t - 2) / C::STAGES;
   /* the rows of the step posted at t - 1 are read at step t - 2 + STAGES */
   static_assert(C::STAGES >= 3, "a post is gathered before its step's wait");
-  if(!tma_gathers<STAGE>(p) || t < 2 || dead)
+  if(!tma_gathers<STAGE, G>() || t < 2 || dead)
     return;
   if(!mbar_wait(p, g.posted + q, (unsigned)n & 1u)) {
     dead = 1;
@@ -459,15 +461,14 @@ static __device__ __forceinline__ int tma_drop(const hr__moe_params &p, int s, i
 /* Thread 0, before the first load of a run: the slots' barriers, fresh
  * (full: the producer's one arrival and the bytes; empty: one arrival a
  * warp). */
-template <class C, int STAGE>
-static __device__ __forceinline__ void tma_barriers_init(const hr__moe_params &p,
-                                                         uint64_t *full, uint64_t *empty,
+template <class C, int STAGE, int G>
+static __device__ __forceinline__ void tma_barriers_init(uint64_t *full, uint64_t *empty,
                                                          const tma_posts &g)
 {
   for(int i = 0; i < C::STAGES; i++) {
-    mbar_init(full + i, tma_gathers<STAGE>(p) ? 1 + HR__MOE_THREADS : 1);  /* + the gather's */
+    mbar_init(full + i, tma_gathers<STAGE, G>() ? 1 + HR__MOE_THREADS : 1);  /* + the gather's */
     mbar_init(empty + i, HR__MOE_TMA_WARPS);
-    if(tma_gathers<STAGE>(p)) {
+    if(tma_gathers<STAGE, G>()) {
       mbar_init(g.posted + i, 1);
       g.req[2 * i].nvalid = 0;         /* the fill's, for a slot it leaves empty */
     }
@@ -477,15 +478,14 @@ static __device__ __forceinline__ void tma_barriers_init(const hr__moe_params &p
 
 /* Thread 0, after a run whose loads all landed: the barriers put away,
  * for whatever uses the memory next. */
-template <class C, int STAGE>
-static __device__ __forceinline__ void tma_barriers_inval(const hr__moe_params &p,
-                                                          uint64_t *full, uint64_t *empty,
+template <class C, int STAGE, int G>
+static __device__ __forceinline__ void tma_barriers_inval(uint64_t *full, uint64_t *empty,
                                                           const tma_posts &g)
 {
   for(int i = 0; i < C::STAGES; i++) {
     mbar_inval(full + i);
     mbar_inval(empty + i);
-    if(tma_gathers<STAGE>(p))
+    if(tma_gathers<STAGE, G>())
       mbar_inval(g.posted + i);
   }
 }
@@ -497,7 +497,7 @@ static __device__ __forceinline__ void tma_barriers_inval(const hr__moe_params &
  * as its MMAs are complete, before waiting for the next step's loads, so
  * that every slot can be loading while the warps wait, was slower at
  * every shape: bench/results/moe-wide80-h200-2026-11-30.md.) */
-template <class C, int STAGE>
+template <class C, int STAGE, int G>
 static __device__ __forceinline__ void tma_step_mma(const hr__moe_params &p, uint8_t *pipe,
                                                     uint64_t *full, uint64_t *empty, int s,
                                                     int slot, float (&acc)[C::MT][C::NT][4],
@@ -506,7 +506,7 @@ static __device__ __forceinline__ void tma_step_mma(const hr__moe_params &p, uin
   const uint32_t a = smem_addr(pipe + slot * C::STAGE_BYTES);
   if(!dead && !mbar_wait(p, full + slot, (unsigned)(s / C::STAGES) & 1u))
     dead = 1;
-  if(tma_gathers<STAGE>(p))
+  if(tma_gathers<STAGE, G>())
     fence_proxy_async_shared();        /* the gathered rows: cp.async, generic proxy */
   tile_wgmma<C>(acc, a, a + C::A_BYTES, nvalid);
   if(s > 0) {
@@ -534,7 +534,7 @@ static __device__ __forceinline__ int tma_next_unit(const hr__moe_params &p, con
 /* Thread 0, at step s >= 1: once every warp has released the slot step
  * s - 1 used, load the producer's next step (unit lun, K step l_kt) into
  * it and move the producer on. 0 when the wait timed out. */
-template <class C, int STAGE>
+template <class C, int STAGE, int G>
 static __device__ __forceinline__ int tma_refill(const hr__moe_params &p, uint8_t *pipe,
                                                  uint64_t *full, uint64_t *empty, int s,
                                                  int slot, const moe_unit &lun, int nk,
@@ -543,7 +543,7 @@ static __device__ __forceinline__ int tma_refill(const hr__moe_params &p, uint8_
   const int prev = slot == 0 ? C::STAGES - 1 : slot - 1;
   if(!mbar_wait(p, empty + prev, (unsigned)((s - 1) / C::STAGES) & 1u))
     return 0;
-  tma_step_load<C, STAGE>(p, pipe, full, prev, lun, l_kt, tma_gather_req_at<C>(g, prev, s));
+  tma_step_load<C, STAGE, G>(p, pipe, full, prev, lun, l_kt, tma_gather_req_at<C>(g, prev, s));
   if(++l_kt == nk) {
     l_kt = 0;
     l_unit++;
@@ -589,9 +589,9 @@ static __device__ __forceinline__ int tma_claim(const hr__moe_params &p, int uni
  * it placed the entry. 1 when done; 0 when a wait timed out (the caller
  * records it; the stage's results are then garbage, and the launch
  * fails). Starts and ends with every thread together. */
-template <class C, int STAGE>
-__device__ int moe_gemm_stage_tma(const hr__moe_params &p, const moe_route &rt,
-                                  uint8_t *smem)
+template <class C, int STAGE, int G>
+__device__ int moe_gemm_stage_tma_run(const hr__moe_params &p, const moe_route &rt,
+                                      uint8_t *smem)
 {
   const int tid = threadIdx.x;
   const moe_stage_dims d = moe_stage_dims_of<C, STAGE>(p, rt);
@@ -612,7 +612,7 @@ __device__ int moe_gemm_stage_tma(const hr__moe_params &p, const moe_route &rt,
   if(units == 0)
     return 1;
   if(tid == 0) {
-    tma_barriers_init<C, STAGE>(p, full, empty, g);
+    tma_barriers_init<C, STAGE, G>(full, empty, g);
     /* the inputs were written through the generic proxy (the x rows by
      * the route stage, h by GEMM1) and published by the grid barrier */
     fence_proxy_async_global();
@@ -629,7 +629,7 @@ __device__ int moe_gemm_stage_tma(const hr__moe_params &p, const moe_route &rt,
         ring[(l_unit + 2) & (HR__MOE_RING - 1)] =
             ring[(l_unit + 1) & (HR__MOE_RING - 1)] < 0 ? -1 : tma_claim<STAGE>(p, units, units1);
       }
-      tma_step_load<C, STAGE>(p, pipe, full, i, lun, l_kt, tma_gather_req_at<C>(g, i, 0));
+      tma_step_load<C, STAGE, G>(p, pipe, full, i, lun, l_kt, tma_gather_req_at<C>(g, i, 0));
       if(++l_kt == nk) {
         l_kt = 0;
         l_unit++;
@@ -639,10 +639,10 @@ __device__ int moe_gemm_stage_tma(const hr__moe_params &p, const moe_route &rt,
   __syncthreads();
   if(ring[0] < 0) {                  /* no unit left for this CTA */
     if(tid == 0)
-      tma_barriers_inval<C, STAGE>(p, full, empty, g);
+      tma_barriers_inval<C, STAGE, G>(full, empty, g);
     return 1;
   }
-  if(tma_gathers<STAGE>(p))
+  if(tma_gathers<STAGE, G>())
     for(i = 0; i < C::STAGES; i++)
       tma_gather<C>(p, pipe, full, i, tma_gather_req_at<C>(g, i, 0), tok_pos0, tok);
 
@@ -653,7 +653,7 @@ __device__ int moe_gemm_stage_tma(const hr__moe_params &p, const moe_route &rt,
      * and loads nothing, but goes on through the unit's steps, so the
      * warps of a warpgroup never part at a wgmma (they read garbage; the
      * launch has failed). At the unit's end the whole CTA stops (below). */
-    tma_step_mma<C, STAGE>(p, pipe, full, empty, s, slot, acc, un.nvalid, dead);
+    tma_step_mma<C, STAGE, G>(p, pipe, full, empty, s, slot, acc, un.nvalid, dead);
     if(tid == 0 && claim != -2) {
       ring[claim_pos & (HR__MOE_RING - 1)] = claim;
       claim = -2;
@@ -673,13 +673,13 @@ __device__ int moe_gemm_stage_tma(const hr__moe_params &p, const moe_route &rt,
         }
       }
       if(!l_done) {
-        loaded = tma_refill<C, STAGE>(p, pipe, full, empty, s, slot, lun, nk, l_kt, l_unit, g);
+        loaded = tma_refill<C, STAGE, G>(p, pipe, full, empty, s, slot, lun, nk, l_kt, l_unit, g);
         dead = !loaded;
       }
     }
     if(s > 0 && tid == 0)
-      tma_gather_post<C, STAGE>(p, g, s, loaded);
-    tma_gather_step<C, STAGE>(p, pipe, full, g, s, tok_pos0, tok, dead);
+      tma_gather_post<C, STAGE, G>(g, s, loaded);
+    tma_gather_step<C, STAGE, G>(p, pipe, full, g, s, tok_pos0, tok, dead);
     if(++slot == C::STAGES)
       slot = 0;
     if(++kt == nk) {
@@ -705,8 +705,19 @@ __device__ int moe_gemm_stage_tma(const hr__moe_params &p, const moe_route &rt,
   fence_proxy_async_global();
   ok = !__syncthreads_or(dead);
   if(tid == 0 && ok)
-    tma_barriers_inval<C, STAGE>(p, full, empty, g);
+    tma_barriers_inval<C, STAGE, G>(full, empty, g);
   return ok;
+}
+
+/* The stage, in the instantiation for this launch: GEMM1 gathering its
+ * token rows or not (moe_gather_on). */
+template <class C, int STAGE>
+__device__ int moe_gemm_stage_tma(const hr__moe_params &p, const moe_route &rt, uint8_t *smem)
+{
+  if constexpr(STAGE == 1)
+    if(moe_gather_on(p))
+      return moe_gemm_stage_tma_run<C, 1, 1>(p, rt, smem);
+  return moe_gemm_stage_tma_run<C, STAGE, 0>(p, rt, smem);
 }
 
 #endif /* HR_MOE_GEMM_TMA_CUH */
