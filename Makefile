@@ -52,6 +52,12 @@ BINDIR := $(BUILD)/bin
 LIBDIR := $(BUILD)/lib
 OBJDIR := $(BUILD)/obj
 TESTBIN := $(BUILD)/tests
+# The programs in TESTBIN that link the shared libraries look for them in
+# ../lib from their own directory, not at this build's absolute path, so a
+# build directory works moved or copied whole (bench/build_rev.sh's builds,
+# run on another machine; tests/unit/test_testbin_rpath.sh). Recursive
+# (=): make expands $$ once, in the recipe.
+TESTBIN_RPATH = -Wl,-rpath,'$$ORIGIN/../lib'
 
 BINS :=
 UNIT_TESTS :=

@@ -38,7 +38,7 @@ $(MOE_PHASES): $(OBJDIR)/bench/moe_phases.o $(OBJDIR)/tests/gpu/gpu_util.o \
                $(LIBDIR)/libheadroom_moe.a $(LIBDIR)/libheadroom.so
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIBDIR)/libheadroom_moe.a \
-	  -L$(LIBDIR) -lheadroom -Wl,-rpath,$(abspath $(LIBDIR)) \
+	  -L$(LIBDIR) -lheadroom $(TESTBIN_RPATH) \
 	  $(LDLIBS_CUDART) -lstdc++ -lm
 
 # `make bench-timeline` (an H200): the barrier kernel's timeline of one

@@ -20,7 +20,10 @@
 #
 # REV's files are exported (git archive) to a temporary directory and
 # built there, with BUILD=DIR made absolute; DIR is emptied first. Run
-# from the repository root; needs nvcc.
+# from the repository root; needs nvcc. DIR's programs find DIR's
+# libraries relative to themselves (Makefile TESTBIN_RPATH), so DIR can be
+# copied whole to the GPU machine, under any path; leave LD_LIBRARY_PATH
+# without another build's lib there, which would come first.
 set -eu
 if [ $# -lt 2 ] || [ $# -gt 3 ]; then
   echo "usage: build_rev.sh REV DIR [NVCC_EXTRA]" >&2

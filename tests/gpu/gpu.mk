@@ -10,7 +10,7 @@ GPU_TESTS += $(addprefix $(TESTBIN)/,$(GPU_TEST_NAMES))
 # add more (moe_agnostic.mk, partition.mk): linked against both libraries
 # and the static CUDA runtime, or, without nvcc, a stub that skips.
 GPU_TEST_LINK = $(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) \
-  -L$(LIBDIR) -lheadroom_moe -lheadroom -Wl,-rpath,$(abspath $(LIBDIR)) \
+  -L$(LIBDIR) -lheadroom_moe -lheadroom $(TESTBIN_RPATH) \
   $(LDLIBS_CUDART) -lstdc++ -lm
 GPU_TEST_STUB = $(CC) $(CFLAGS) -DGT_NAME='"$*"' -o $@ $<
 
@@ -38,7 +38,7 @@ $(TESTBIN)/moe_once: $(OBJDIR)/bench/moe_once.o $(GPU_TEST_OBJS) $(LIBDIR)/libhe
                      $(LIBDIR)/libheadroom.so
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIBDIR)/libheadroom_moe.a \
-	  -L$(LIBDIR) -lheadroom -Wl,-rpath,$(abspath $(LIBDIR)) \
+	  -L$(LIBDIR) -lheadroom $(TESTBIN_RPATH) \
 	  $(LDLIBS_CUDART) -lstdc++ -lm
 
 $(OBJDIR)/bench/moe_once.o: CPPFLAGS += -I$(CUDA_HOME)/include -Itests/gpu

@@ -38,7 +38,7 @@ $(OBJDIR)/tests/gpu/trials_hog.cu.o: tests/gpu/trials_hog.cu tests/gpu/trials_ho
 $(TRIALS_BIN): $(TRIALS_OBJS) $(GPU_TEST_OBJS) $(GPU_TEST_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) \
-	  -L$(LIBDIR) -lheadroom_moe -lheadroom -Wl,-rpath,$(abspath $(LIBDIR)) \
+	  -L$(LIBDIR) -lheadroom_moe -lheadroom $(TESTBIN_RPATH) \
 	  $(LDLIBS_CJSON) $(LDLIBS_CUDART) -ldl -lstdc++ -lm
 
 else

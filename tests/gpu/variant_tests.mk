@@ -14,7 +14,7 @@ $(VARIANT_TESTS): $(TESTBIN)/%: $(OBJDIR)/tests/gpu/%.o $(GPU_TEST_OBJS) $(MOE_L
                   $(LIBDIR)/libheadroom.so
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(MOE_LIB_A) \
-	  -L$(LIBDIR) -lheadroom -Wl,-rpath,$(abspath $(LIBDIR)) \
+	  -L$(LIBDIR) -lheadroom $(TESTBIN_RPATH) \
 	  $(LDLIBS_CUDART) -lstdc++ -lm
 
 $(addprefix $(OBJDIR)/tests/gpu/,$(addsuffix .o,$(VARIANT_TEST_NAMES))): CPPFLAGS += -Ikernels

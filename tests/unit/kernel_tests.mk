@@ -18,3 +18,10 @@ UNIT_TESTS += tests/unit/test_nvcc_strict.sh
 ifeq ($(HAVE_NVCC),1)
 UNIT_TESTS += tests/unit/test_moe_builds.sh
 endif
+
+# The programs that link the shared libraries find them relative to
+# themselves, so a build directory can be copied whole (Makefile
+# TESTBIN_RPATH). Real programs only where nvcc built them.
+ifeq ($(HAVE_NVCC),1)
+UNIT_TESTS += tests/unit/test_testbin_rpath.sh
+endif
