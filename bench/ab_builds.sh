@@ -8,6 +8,9 @@
 #   BUILD/tests/moe_phases --reps 20 --no-phases --match NOTHING $AB_ARGS
 #       --out DIR/NAME-rR.md          (NAME: BUILD with / made -)
 #
+# with BUILD/lib first in LD_LIBRARY_PATH, so that each build runs its own
+# libraries whatever the caller's LD_LIBRARY_PATH names.
+#
 # AB_ARGS: moe_phases' shapes and token counts (default
 # `--shapes qwen3-30b-a3b --tokens 512,1024`). Then bench/ab_table.py
 # makes DIR/table.md: each build's times run by run and its median over
@@ -39,8 +42,13 @@ r=1
 while [ "$r" -le "$runs" ]; do
   for b in "$@"; do
     name=$(printf '%s' "$b" | tr '/' '-')
+    # Each build's own libraries first: LD_LIBRARY_PATH outranks the
+    # programs' RUNPATH, and one naming another build's lib (a GPU
+    # machine's set-up) would otherwise run that build's libheadroom.
+    blib=$(cd "$b" && pwd)/lib
     # shellcheck disable=SC2086 # AB_ARGS is a list of arguments
-    "$b/tests/moe_phases" --reps 20 --no-phases --match NOTHING $args \
+    LD_LIBRARY_PATH="$blib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+      "$b/tests/moe_phases" --reps 20 --no-phases --match NOTHING $args \
       --out "$dir/$name-r$r.md" > "$dir/$name-r$r.log" 2>&1
     s=$?
     echo "$b run $r: exit $s"

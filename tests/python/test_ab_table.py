@@ -116,6 +116,7 @@ class AbBuilds(unittest.TestCase):
         os.makedirs(tests)
         executable(os.path.join(tests, "moe_phases"), f"""#!/bin/sh
 echo "$*" >> "{self.dir}/calls"
+echo "$LD_LIBRARY_PATH" >> "{self.dir}/libpaths"
 while [ $# -gt 0 ]; do [ "$1" = --out ] && out=$2; shift; done
 printf '{HEAD.replace(chr(10), chr(92) + "n")}' > "$out"
 printf '| s | 8 | barrier | default | {ms} | 1 | ok |\\n' >> "$out"
@@ -147,6 +148,17 @@ printf '| s | 8 | barrier | default | {ms} | 1 | ok |\\n' >> "$out"
             table = f.read()
         self.assertIn("| s | 8 | barrier | 0.400 / 0.400 / 0.400 | 0.300 / 0.300 / 0.300 | 0.750 |",
                       table)
+
+    def test_each_build_runs_its_own_libraries_first(self):
+        a, b = self.fake_build("base", "0.400"), self.fake_build("new", "0.300")
+        other = os.path.join(self.dir, "other", "lib")
+        r = self.run_builds(os.path.join(self.dir, "ab"), a, b,
+                            env={"AB_RUNS": "1", "LD_LIBRARY_PATH": other})
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(os.path.join(self.dir, "libpaths")) as f:
+            paths = f.read().splitlines()
+        self.assertEqual(paths, [os.path.join(a, "lib") + ":" + other,
+                                 os.path.join(b, "lib") + ":" + other])
 
     def test_refuses_without_gpu_or_build(self):
         a = self.fake_build("base", "0.4")
