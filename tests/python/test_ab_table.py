@@ -1,8 +1,9 @@
 """bench/ab_table.py and bench/ab_builds.sh: builds side by side. The table
 is checked on made-up moe_phases outputs whose medians are known; bad
 arguments and files are refused by name; ab_builds.sh runs each build in
-turn (fake moe_phases programs, a fake nvidia-smi) and refuses, running
-nothing, without a GPU or with a build that has no moe_phases."""
+turn (fake moe_phases programs, a fake nvidia-smi), each with its own lib
+first in LD_LIBRARY_PATH, and refuses, running nothing, without a GPU or
+with a build that has no moe_phases."""
 import os
 import stat
 import subprocess
