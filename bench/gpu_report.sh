@@ -10,8 +10,9 @@
 #   4. make bench-timeline, the barrier   -> DIR/timeline/ (summary.txt),
 #      kernel's timeline at T = 1024         DIR/timeline.log
 #
-# DIR/summary.txt gets the date, commit, GPUs, each step's exit status and
-# seconds, and the GPU tests' count line. Every step runs even when one
+# DIR/summary.txt gets the date, commit, the kernels' digest
+# (bench/kernels_digest.sh), GPUs, each step's exit status and seconds,
+# and the GPU tests' count line. Every step runs even when one
 # before it failed; the exit status is 0 only when all passed. Steps can
 # be left out: GPU_REPORT_STEPS="gpu-test bench-gpu" (the default is all
 # four). Needs a GPU: without one it says so and exits 2, running nothing.
@@ -36,6 +37,9 @@ sum="$dir/summary.txt"
   commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
   git diff --quiet HEAD 2>/dev/null || commit="$commit (with uncommitted changes)"
   echo "commit: $commit"
+  # the commit line is only as good as this copy's history: the kernels'
+  # own digest matches a commit here with `sh bench/kernels_digest.sh REV`
+  echo "kernels: $(sh bench/kernels_digest.sh 2>/dev/null || echo unknown)"
   printf '%s\n' "$gpus"
 } > "$sum"
 

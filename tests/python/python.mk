@@ -5,7 +5,8 @@
 # test_trace_summary.py, test_ncu_lines.py and test_ab_table.py check
 # bench/trace_summary.py, bench/ncu_lines.py and bench/ab_table.py (with
 # bench/ab_builds.sh) on a made-up timeline, profile and timings;
-# test_build_rev.py bench/build_rev.sh in a throwaway repository.
+# test_build_rev.py bench/build_rev.sh and test_kernels_digest.py
+# bench/kernels_digest.sh in throwaway repositories.
 INTEG_TESTS += tests/python/run.sh
 
 tests/python/run.sh: $(BINDIR)/headroomd $(LIBDIR)/libheadroom.so

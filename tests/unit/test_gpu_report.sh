@@ -29,7 +29,7 @@ check() {     # what, expected status, pattern, command...
 
 tools() {      # a PATH directory with the shell tools gpu_report.sh uses
   mkdir -p "$1"
-  for t in sh date git nproc mkdir grep tee; do
+  for t in sh date git nproc mkdir grep tee ls sort cat sha256sum cut; do
     p=$(command -v "$t") && ln -s "$p" "$1/$t"
   done
 }
@@ -76,6 +76,14 @@ targets() {   # GPUs, expected target, expected summary pattern
   fi
 }
 targets 1 gpu-test-one "one GPU here: make gpu-test-one"
+# the summary names the kernels by their digest, the same as the script's
+want=$(sh "$top/bench/kernels_digest.sh")
+if grep -qx "kernels: $want" "$dir/report/summary.txt"; then
+  echo "ok: summary: kernels: $want"
+else
+  echo "FAIL: summary lacks 'kernels: $want':"; sed 's/^/  | /' "$dir/report/summary.txt"
+  fail=1
+fi
 targets 2 gpu-test "gpu-test: exit 0"
 
 # The timeline step asks for `make bench-timeline` into DIR/timeline; an
