@@ -1,6 +1,7 @@
 """Shared pieces of the Python binding's tests: where the tree and the
-build are, a real headroomd on a temporary socket, and running Python code
-in a child process with an environment built from scratch."""
+build are, a real headroomd on a temporary socket, running Python code
+in a child process with an environment built from scratch, and a
+throwaway git repository for the bench scripts' tests."""
 import json
 import os
 import shutil
@@ -160,3 +161,27 @@ def torch_or_none():
         return torch
     except Exception:
         return None
+
+
+def git(repo, *args):
+    """git in repo, under a throwaway identity; its output, stripped."""
+    return subprocess.run(["git", "-C", repo, "-c", "user.name=t", "-c", "user.email=t@t",
+                           *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+class ScratchRepoTestCase(unittest.TestCase):
+    """A fresh git repository in self.repo (inside self.tmp, removed after
+    each test), for scripts that run from a repository's root."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.repo = os.path.join(self.tmp.name, "repo")
+        os.mkdir(self.repo)
+        git(self.repo, "init", "-q")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def write(self, path, text):
+        with open(os.path.join(self.repo, path), "w") as f:
+            f.write(text)

@@ -8,7 +8,6 @@ with their reason, building nothing."""
 import os
 import stat
 import subprocess
-import tempfile
 import unittest
 
 import hrtest
@@ -33,18 +32,13 @@ done
 """
 
 
-def git(repo, *args):
-    return subprocess.run(["git", "-C", repo, "-c", "user.name=t", "-c", "user.email=t@t",
-                           *args], check=True, capture_output=True, text=True).stdout.strip()
+git = hrtest.git
 
 
-class BuildRev(unittest.TestCase):
+class BuildRev(hrtest.ScratchRepoTestCase):
     def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory()
+        super().setUp()
         d = self.tmp.name
-        self.repo = os.path.join(d, "repo")
-        os.mkdir(self.repo)
-        git(self.repo, "init", "-q")
         self.write("marker", "first\n")
         git(self.repo, "add", "marker")
         git(self.repo, "commit", "-q", "-m", "one")
@@ -61,13 +55,6 @@ class BuildRev(unittest.TestCase):
         self.log = os.path.join(d, "make.log")
         self.env = dict(os.environ, PATH=bindir + os.pathsep + os.environ["PATH"],
                         FAKE_MAKE_LOG=self.log)
-
-    def tearDown(self):
-        self.tmp.cleanup()
-
-    def write(self, name, text):
-        with open(os.path.join(self.repo, name), "w") as f:
-            f.write(text)
 
     def run_script(self, *args):
         return subprocess.run(["sh", SCRIPT, *args], cwd=self.repo, env=self.env,

@@ -8,7 +8,6 @@ not exist, too many arguments and a tree with no sources are refused with
 their reason."""
 import os
 import subprocess
-import tempfile
 import unittest
 
 import hrtest
@@ -16,30 +15,19 @@ import hrtest
 SCRIPT = os.path.join(hrtest.ROOT, "bench", "kernels_digest.sh")
 
 
-def git(repo, *args):
-    return subprocess.run(["git", "-C", repo, "-c", "user.name=t", "-c", "user.email=t@t",
-                           *args], check=True, capture_output=True, text=True).stdout.strip()
+git = hrtest.git
 
 
-class KernelsDigest(unittest.TestCase):
+class KernelsDigest(hrtest.ScratchRepoTestCase):
     def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory()
-        self.repo = os.path.join(self.tmp.name, "repo")
-        os.makedirs(os.path.join(self.repo, "kernels"))
-        git(self.repo, "init", "-q")
+        super().setUp()
+        os.mkdir(os.path.join(self.repo, "kernels"))
         self.write("kernels/a.cu", "__global__ void a() {}\n")
         self.write("kernels/b.cuh", "#define B 1\n")
         self.write("kernels/kernels.mk", "NVCCFLAGS += -O3\n")
         self.write("kernels/notes.txt", "not a source\n")
         git(self.repo, "add", "-A")
         git(self.repo, "commit", "-q", "-m", "one")
-
-    def tearDown(self):
-        self.tmp.cleanup()
-
-    def write(self, path, text):
-        with open(os.path.join(self.repo, path), "w") as f:
-            f.write(text)
 
     def digest(self, *args):
         return subprocess.run(["sh", SCRIPT, *args], cwd=self.repo, capture_output=True,
