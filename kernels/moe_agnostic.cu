@@ -626,9 +626,7 @@ static __device__ int agn_gemm_run_tma(const hr__moe_params &p, const moe_route 
     }
   }
   __syncthreads();
-  if(tma_gathers<STAGE, G>())
-    for(i = 0; i < C::STAGES; i++)
-      tma_gather<C>(p, pipe, full, i, tma_gather_req_at<C>(g, i, 0), tok_pos0, tok);
+  tma_gather_fill<C, STAGE, G>(p, pipe, full, g, tok_pos0, tok);
   un = unit_decode(first, rt, p, nf, C::BN, moe_tt_major<C>(p));
   tile_zero<C>(acc);
   for(s = 0;; s++) {

@@ -314,6 +314,19 @@ static __device__ __forceinline__ tma_gather_req *tma_gather_req_at(const tma_po
   return g.req + 2 * slot + (s == 0 ? 0 : ((s - 1) / C::STAGES) & 1);
 }
 
+/* Every thread, after the pipeline's fill: the token rows of the steps
+ * thread 0 loaded in it (their requests written before the __syncthreads
+ * that ended the fill). */
+template <class C, int STAGE, int G>
+static __device__ __forceinline__ void tma_gather_fill(const hr__moe_params &p, uint8_t *pipe,
+                                                       uint64_t *full, const tma_posts &g,
+                                                       int &tok_pos0, int &tok)
+{
+  if(tma_gathers<STAGE, G>())
+    for(int i = 0; i < C::STAGES; i++)
+      tma_gather<C>(p, pipe, full, i, tma_gather_req_at<C>(g, i, 0), tok_pos0, tok);
+}
+
 /* Every thread at step t >= 2 of a gathering run: the post thread 0 made
  * at step t - 1, gathered. A wait that times out leaves the thread dead. */
 template <class C, int STAGE, int G>
@@ -642,9 +655,7 @@ __device__ int moe_gemm_stage_tma_run(const hr__moe_params &p, const moe_route &
       tma_barriers_inval<C, STAGE, G>(full, empty, g);
     return 1;
   }
-  if(tma_gathers<STAGE, G>())
-    for(i = 0; i < C::STAGES; i++)
-      tma_gather<C>(p, pipe, full, i, tma_gather_req_at<C>(g, i, 0), tok_pos0, tok);
+  tma_gather_fill<C, STAGE, G>(p, pipe, full, g, tok_pos0, tok);
 
   un = unit_decode(ring[0], rt, p, nf, C::BN, moe_tt_major<C>(p));
   tile_zero<C>(acc);

@@ -237,13 +237,13 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
   /* The TMA tile, unless its GEMM1 gathers, reads the x rows in expert
    * order: the slice's, copied (pos_of is this CTA's own, from
    * moe_route_pairs). */
-  const int tma = moe_tile_copies_xs(p, tile, v);
-  if(tma)
+  const int copies = moe_tile_copies_xs(p, tile, v);
+  if(copies)
     moe_copy_xs(p, slo, shi);
   /* The weights need no routing: fetch them while the barrier waits. */
   moe_prefetch<1>(p, rt, tile);
   moe_trace(p, HR__MOE_MARK_ROUTED);
-  if((!whole || tma) && !grid_barrier(p, 0, &s_ok))
+  if((!whole || copies) && !grid_barrier(p, 0, &s_ok))
     return;
   moe_trace(p, HR__MOE_MARK_G1_START);
   moe_stagger(p);
