@@ -102,19 +102,28 @@ static __device__ __forceinline__ int moe_tile_tma(int tile, unsigned variant)
   return tile == MOE_TILE_BIG && !(variant & (HR__MOE_VAR_CPASYNC | HR__MOE_VAR_SYNC_BIG));
 }
 
-/* Does GEMM1 of the TMA tile gather its token rows in this launch? Only
- * while x fits L2 with room to spare: side by side with the copy
- * (bench/results/moe-inline-h200-2026-12-01.md) the gather was faster at
- * Qwen3-30B-A3B T = 2048-8192 (x 8-34 MB; 0.96-0.98x) and slower at
- * DeepSeek-V3 T = 4096 and 8192 (59 and 117 MB; 1.04x). (Those two shapes
- * also differ in how much the copy costs against the GEMMs, I = 768
- * against 2048; no shape between was measured.) */
+/* Does GEMM1 of the TMA tile gather its token rows in this launch? The
+ * copy it saves writes and reads every pair's x row once (4H bytes a
+ * pair) against GEMM1's 4IH FLOPs a pair: its share of the stage goes as
+ * 1 / I. Side by side with the copy, the gather was faster at
+ * Qwen3-30B-A3B (I = 768) at every T measured, T = 2048-8192 (x 8-34 MB;
+ * 0.96-0.98x, bench/results/moe-inline-h200-2026-12-01.md) and 12288-16384
+ * (x 50-67 MB, past L2; barrier 0.97x, agnostic 0.99x,
+ * bench/results/moe-gather-bound-h200-2026-12-01.md), and slower at
+ * DeepSeek-V3 (I = 2048) once x outgrows L2, T = 4096 and 8192 (59 and
+ * 117 MB; 1.04x), level below. So: while x fits L2 with room to spare, or
+ * where I is small enough for the copy to weigh (no I between 768 and
+ * 2048 was measured; the bound sits between them). */
 #ifndef HR__MOE_GATHER_MAX_X_BYTES
 #define HR__MOE_GATHER_MAX_X_BYTES (40u << 20)
 #endif
+#ifndef HR__MOE_GATHER_MAX_I
+#define HR__MOE_GATHER_MAX_I 1024
+#endif
 static __device__ __forceinline__ int moe_gather_on(const hr__moe_params &p)
 {
-  return HR__MOE_TMA_GATHER && (size_t)p.T * p.H * 2 <= HR__MOE_GATHER_MAX_X_BYTES;
+  return HR__MOE_TMA_GATHER && ((size_t)p.T * p.H * 2 <= HR__MOE_GATHER_MAX_X_BYTES ||
+                                p.I <= HR__MOE_GATHER_MAX_I);
 }
 
 /* Does the routing copy the x rows into expert order for this launch's
