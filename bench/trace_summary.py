@@ -53,10 +53,17 @@ import sys
 
 MARKS = 12
 UNITS = 24
-# the diagnostic build's inner marks (moe_kernel.h, HR__MOE_INNER_*)
-INNER_WORDS, INNER_STAGE = 16, 8
-INNER_NAMES = ["last step", "drained", "staged", "stored", "end", "decoded"]
-# a routing-marks build's, from word INNER_STAGE (HR__MOE_ROUTE_MARK_*)
+# the diagnostic build's inner marks (moe_kernel.h, HR__MOE_INNER_*): a
+# stage's words are half a line's (16 words a line before the step marks,
+# 32 since)
+INNER_MIN_WORDS = 16
+INNER_NAMES = ["last step", "drained", "staged", "stored", "end", "decoded",
+               "drained (last warp)", "written (last warp)"]
+# from word len(INNER_NAMES): the first unit's K steps that landed
+INNER_STEPS = [0, 1, 2, 4, 8, 16]
+# then the stage's loader set up, its first steps issued
+INNER_START_NAMES = ["loader set up", "first steps issued"]
+# a routing-marks build's, from the second half of a line (HR__MOE_ROUTE_MARK_*)
 ROUTE_NAMES = ["counted", "placed", "tiled", "published"]
 NAMES = ["start", "routed", "GEMM1 start", "GEMM1 end", "GEMM2 start", "GEMM2 end",
          "combine start", "end", "arrived 0", "arrived 1", "arrived 2"]
@@ -102,30 +109,52 @@ def clock_rates(rows, clocks, claimed):
                       f" GHz, lowest {min(v):.3f}")
 
 
-def inner_marks(inner):
-    """The inner marks of each stage's first unit's end (a diagnostic
-    build's -inner.txt): each step's time after the unit's last K step."""
+def inner_marks(inner, rows):
+    """The inner marks of each stage's first unit (a diagnostic build's
+    -inner.txt): each step of its end, in us after its last K step; and,
+    where the file has them, when its K steps 0, 1, 2, 4, 8, 16 landed, in
+    us after the CTA's own start of the stage (rows: the timeline's)."""
+    width = len(inner[0]) // 2
     for stage in (1, 2):
-        base = (stage - 1) * INNER_STAGE
+        base = (stage - 1) * width
         parts = []
-        for k, name in enumerate(INNER_NAMES[1:], 1):
+        for k, name in enumerate(INNER_NAMES[1:width], 1):
             d = [r[base + k] - r[base] for r in inner if r[base] >= 0 and r[base + k] >= 0]
             if d:
                 parts.append(f"{name} {statistics.median(d):.1f} (max {max(d):.1f})")
         if parts:
             print(f"  GEMM{stage} first unit's end, us after its last step, median: "
                   + ", ".join(parts))
+        start = NAMES.index(f"GEMM{stage} start")
+        parts = []
+        for i, name in enumerate(INNER_START_NAMES):
+            k = base + len(INNER_NAMES) + len(INNER_STEPS) + i
+            d = [r[k] - t[start] for r, t in zip(inner, rows)
+                 if k < base + width and r[k] >= 0 and t[start] >= 0]
+            if d:
+                parts.append(f"{name} {statistics.median(d):.1f}")
+        for i, step in enumerate(INNER_STEPS):
+            k = base + len(INNER_NAMES) + i
+            if k >= base + width:
+                break
+            d = [r[k] - t[start] for r, t in zip(inner, rows) if r[k] >= 0 and t[start] >= 0]
+            if d:
+                parts.append(f"step {step} landed {statistics.median(d):.1f}")
+        if parts:
+            print(f"  GEMM{stage} first unit's start, us after the stage's start, "
+                  "median: " + ", ".join(parts))
 
 
 def route_marks(inner):
     """The routing's steps (a HR__MOE_TRACE_ROUTE build's -inner.txt),
     when no stage's inner marks are there: when the CTAs were past each,
     us from the first start. 1 if printed."""
-    if any(x >= 0 for r in inner for x in r[:INNER_STAGE]):
+    width = len(inner[0]) // 2
+    if any(x >= 0 for r in inner for x in r[:width]):
         return 0
     parts = []
     for k, name in enumerate(ROUTE_NAMES):
-        v = sorted(r[INNER_STAGE + k] for r in inner if r[INNER_STAGE + k] >= 0)
+        v = sorted(r[width + k] for r in inner if r[width + k] >= 0)
         if v:
             parts.append(f"{name} {statistics.median(v):.1f} ({v[0]:.1f}-{v[-1]:.1f})")
     if parts:
@@ -239,9 +268,9 @@ def summary(path):
         clock_rates(rows, clocks, claimed)
     inner_path = companion(path, "-inner")
     if inner_path:
-        inner = load(inner_path, INNER_WORDS)
-        if not route_marks(inner):
-            inner_marks(inner)
+        inner = load(inner_path, INNER_MIN_WORDS)
+        if inner and not route_marks(inner):
+            inner_marks(inner, rows)
 
 
 def main():

@@ -525,6 +525,15 @@ static __device__ __forceinline__ int moe_claim_unit(int t, int units, int units
   return t < units ? moe_unit_wrap(t, units1) : -1;
 }
 
+/* A build for a diagnostic only (-DHR__MOE_DIAG_K_ROTATE=R, R > 0): each
+ * unit of the cp.async tiles walks its K steps from step u * R mod nk on,
+ * wrapping, so that the CTAs that start a stage together do not read the
+ * same columns of their weight rows at the same time. The sums change
+ * order: y is not production's bits (both kernels still agree). */
+#ifndef HR__MOE_DIAG_K_ROTATE
+#define HR__MOE_DIAG_K_ROTATE 0
+#endif
+
 /* Issues the cp.async loads, one BK step at a time, walking this CTA's
  * units in order. Thread t copies chunk t % CPR of rows t / CPR + RPP * i. */
 template <class C, int STAGE>
@@ -547,6 +556,9 @@ struct moe_loader {
    * units in shared memory: unit i is ring[i % 8], -1 where the run ends. */
   const int *ring;
   int kt;                              /* next K step */
+#if HR__MOE_DIAG_K_ROTATE
+  int k_rot;                           /* the unit's first K step (below) */
+#endif
   int slot;                            /* next pipeline slot */
   uint64_t a_policy;                   /* L2 policy of weight loads */
 
@@ -636,8 +648,16 @@ struct moe_loader {
     if(kt == 0)
       start_unit(p, rt, nf);
     const int K = STAGE == 1 ? p.H : p.I;
-    const uint16_t *a_k = a_src + kt * C::BK;
-    const uint16_t *b_k = (STAGE == 1 ? p.x : p.h) + c * 8 + kt * C::BK;
+#if HR__MOE_DIAG_K_ROTATE
+    /* the diagnostic's K order: unit u starts at step u * R mod nk */
+    if(kt == 0)
+      k_rot = (unit_index(unit) * HR__MOE_DIAG_K_ROTATE) % nk;
+    const int kk = kt + k_rot < nk ? kt + k_rot : kt + k_rot - nk;
+#else
+    const int kk = kt;
+#endif
+    const uint16_t *a_k = a_src + kk * C::BK;
+    const uint16_t *b_k = (STAGE == 1 ? p.x : p.h) + c * 8 + kk * C::BK;
 #pragma unroll
     for(i = 0; i < C::A_PASSES; i++) {
       const uint16_t *src = a_k + (size_t)a_row(p, r0 + C::RPP * i) * K;
@@ -931,6 +951,7 @@ __device__ void tile_store(const hr__moe_params &p, const moe_unit &un,
         }
       }
     }
+    moe_trace_inner_last(p, inner, HR__MOE_INNER_WRITTEN_ALL);
     __syncthreads();
     moe_trace_inner(p, inner, HR__MOE_INNER_STAGED);
     {
@@ -962,6 +983,7 @@ static __device__ __forceinline__ void tile_unit_end(const hr__moe_params &p, co
 {
   tile_drain<C>(acc);
   moe_trace_inner(p, inner, HR__MOE_INNER_DRAINED);
+  moe_trace_inner_last(p, inner, HR__MOE_INNER_DRAINED_ALL);
   tile_store<C, STAGE>(p, un, acc, pipe, pipe + slot * C::STAGE_BYTES, wm, wn, wk, inner);
   tile_zero<C>(acc);
   moe_trace_inner(p, inner, HR__MOE_INNER_END);
@@ -1086,16 +1108,21 @@ __device__ void moe_gemm_stage(const hr__moe_params &p, const moe_route &rt,
     return;
   pipe = moe_pipe<C>(pipe);
   ld.init(p, rt, nf, mine, NULL);
+  moe_trace_inner(p, STAGE, HR__MOE_INNER_INIT);
   for(i = 0; i < moe_lookahead<C>(); i++) {    /* fill the pipeline */
     if(i < steps)
       ld.issue(p, rt, pipe, nf, nk);
     cp_async_commit();
   }
+  moe_trace_inner(p, STAGE, HR__MOE_INNER_FILLED);
   un = unit_decode(moe_unit_wrap(blockIdx.x, units1), rt, p, nf, C::BN, moe_tt_major<C>(p));
   tile_zero<C>(acc);
   for(s = 0; s < steps; s++) {
     moe_step_landed<C>();                       /* step s has landed */
     __syncthreads();   /* and slot s-1 (DEPTH 0) or s-2 (ONE_SYNC) is free */
+    /* the diagnostic's marks of the first unit's steps 0, 1, 2, 4, 8, 16 */
+    moe_trace_inner(p, s < nk && s <= 16 && (s & (s - 1)) == 0 ? STAGE : 0,
+                    HR__MOE_INNER_STEP + (s ? __ffs((int)s) : 0));
     moe_pipe_step<C, STAGE>(ld, p, rt, pipe, nf, nk, acc, slot, wm, wn, wk, moe_mma_n(p, un),
                             s + moe_lookahead<C>() < steps,
                             [&] { return s + moe_lookahead<C>() < steps; });

@@ -356,8 +356,8 @@ enum {
  * -DHR__MOE_TRACE_INNER=1; moe_trace_inner), the steps inside the end of
  * a dealt GEMM stage's first unit, GEMM1's at word k, GEMM2's at
  * HR__MOE_INNER_STAGE + k: where the first unit's ~10 us go. */
-#define HR__MOE_TRACE_INNER_WORDS 16
-#define HR__MOE_INNER_STAGE 8
+#define HR__MOE_TRACE_INNER_WORDS 32
+#define HR__MOE_INNER_STAGE 16
 /* The buffer of a grid of `grid` CTAs, in words: the times from 0, the
  * clocks from HR__MOE_TRACE_CLOCKS_AT, the inner marks from
  * HR__MOE_TRACE_INNER_AT; the kernel and moe_phases both place them so. */
@@ -382,8 +382,20 @@ enum {
   HR__MOE_INNER_STORED,         /* thread 0's part of the stores issued */
   HR__MOE_INNER_END,            /* the unit's end (accumulators zeroed) */
   HR__MOE_INNER_DECODED,        /* the next unit decoded */
+  HR__MOE_INNER_DRAINED_ALL,    /* the last warp's MMAs complete (each warp's
+                                   lane 0 after its tile_drain, the latest) */
+  HR__MOE_INNER_WRITTEN_ALL,    /* the last warp's staging writes done, before
+                                   the __syncthreads that STAGED is past */
+  HR__MOE_INNER_STEP,           /* + i: the first unit's K step 0, 1, 2, 4, 8,
+                                   16 landed (i = 0..5), the whole CTA past
+                                   the step's __syncthreads */
+  HR__MOE_INNER_INIT = HR__MOE_INNER_STEP + 6, /* the stage's loader set up (its
+                                   first unit decoded, GEMM1's token ids asked) */
+  HR__MOE_INNER_FILLED,         /* the pipeline's first steps issued */
   HR__MOE_INNER_MARKS
 };
+/* a stage's inner marks fit its words (C and C++ alike) */
+typedef char hr__moe_inner_marks_fit[HR__MOE_INNER_MARKS <= HR__MOE_INNER_STAGE ? 1 : -1];
 
 #ifdef __CUDACC__
 /* How many times this launch runs `phase`: 1, or 0 / 2 in the benchmark's

@@ -41,6 +41,19 @@ static __device__ __forceinline__ void moe_trace_inner(const hr__moe_params &p, 
             (stage - 1) * HR__MOE_INNER_STAGE + k] = global_timer_ns();
 }
 
+/* Inner mark k as moe_trace_inner, but the latest over the CTA's warps:
+ * lane 0 of each keeps the larger time (the buffer is zeroed before the
+ * launch). Whether one warp holds the rest up, or every warp is late. */
+static __device__ __forceinline__ void moe_trace_inner_last(const hr__moe_params &p, int stage,
+                                                            int k)
+{
+  if(HR__MOE_TRACE_INNER && stage && p.trace && (threadIdx.x & 31) == 0)
+    atomicMax(p.trace + HR__MOE_TRACE_INNER_AT(gridDim.x) +
+                  (size_t)blockIdx.x * HR__MOE_TRACE_INNER_WORDS +
+                  (stage - 1) * HR__MOE_INNER_STAGE + k,
+              global_timer_ns());
+}
+
 /* The SM this CTA runs on, + 1 (0 is "not written"): the pace of a CTA
  * follows its SM's place. */
 static __device__ __forceinline__ void moe_trace_sm(const hr__moe_params &p)

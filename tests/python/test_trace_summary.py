@@ -131,6 +131,35 @@ class TraceSummary(unittest.TestCase):
                       "(max 12.0), decoded 11.5 (max 13.0)", out)
         self.assertNotIn("GEMM2 first unit's end", out)
 
+    def test_inner_step_marks(self):
+        """The 32-word inner file (16 a stage): the last warp's marks after
+        the end's, then the first unit's K steps 0, 1, 2, 4, 8 of GEMM2 at
+        2, 3, 4, 6, 10 + c us after the CTA's GEMM2 start (112), step 16
+        not written (a unit of fewer steps), its loader set up at 0.5 and
+        its first steps issued at 1 + c; GEMM1's end marks (as an
+        inner file always has them), its steps none."""
+        inner = []
+        for c in range(4):
+            w = [-1.0] * 32
+            w[0:6] = [40.0, 41.0, 42.0, 43.0, 44.0, 45.0]
+            last = 150.0
+            w[16:24] = [last, last + 1, last + 3, last + 4, last + 4, last + 5,
+                        last + 1 + c, last + 2 + c]
+            w[24:29] = [112.0 + x + c for x in (2, 3, 4, 6, 10)]
+            w[30:32] = [112.5, 113.0 + c]
+            inner.append(w)
+        out = self.summarize_with_inner(inner, name_inner=True)
+        self.assertIn("GEMM2 first unit's end, us after its last step, median: drained 1.0 "
+                      "(max 1.0), staged 3.0 (max 3.0), stored 4.0 (max 4.0), end 4.0 "
+                      "(max 4.0), decoded 5.0 (max 5.0), drained (last warp) 2.5 (max 4.0), "
+                      "written (last warp) 3.5 (max 5.0)", out)
+        self.assertIn("GEMM2 first unit's start, us after the stage's start, median: "
+                      "loader set up 0.5, first steps issued 2.5, step 0 landed 3.5, "
+                      "step 1 landed 4.5, step 2 landed 5.5, step 4 landed 7.5, "
+                      "step 8 landed 11.5\n", out)
+        self.assertNotIn("GEMM1 first unit's start", out)
+        self.assertNotIn("routing steps", out)
+
     def test_route_marks(self):
         """A routing-marks build's inner file (words 8-11, none before):
         CTA c counted at 4 + c, placed +1, tiled +2, published +3 (CTA 3
