@@ -39,9 +39,12 @@ over the rest: an SM that stalls keeps its clock, one that is halted
 does not. A build for a diagnostic (HR__MOE_TRACE_INNER) also writes
 FILE's inner marks (-inner.txt): then it prints, per stage, when each
 step of the first unit's end finished after its last K step (drained,
-staged, stored, end, next unit decoded). A build with
-HR__MOE_TRACE_ROUTE writes the routing's steps there instead (from word
-8, no stage's marks before it): then it prints when the CTAs were past
+staged, stored, end, next unit decoded, and the last warp's drain and
+staging writes), and when its start's steps did after the CTA's start
+of the stage (loader set up, first steps issued, K steps 0, 1, 2, 4, 8,
+16 landed). A build with HR__MOE_TRACE_ROUTE writes the routing's steps
+there instead (from the line's second half, no stage's marks before
+it): then it prints when the CTAs were past
 each (counted, placed, tiled, and the agnostic kernel's piece
 published), median and range. Clock and inner files named as arguments
 are read as companions only.

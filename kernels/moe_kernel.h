@@ -353,9 +353,9 @@ enum {
 
 /* The timeline's third set of words, HR__MOE_TRACE_INNER_WORDS a CTA:
  * written only by a build for a diagnostic (NVCC_EXTRA=
- * -DHR__MOE_TRACE_INNER=1; moe_trace_inner), the steps inside the end of
- * a dealt GEMM stage's first unit, GEMM1's at word k, GEMM2's at
- * HR__MOE_INNER_STAGE + k: where the first unit's ~10 us go. */
+ * -DHR__MOE_TRACE_INNER=1; moe_trace_inner), the steps inside a dealt
+ * GEMM stage's first unit, its start and its end, GEMM1's at word k,
+ * GEMM2's at HR__MOE_INNER_STAGE + k: where the first unit's ~10 us go. */
 #define HR__MOE_TRACE_INNER_WORDS 32
 #define HR__MOE_INNER_STAGE 16
 /* The buffer of a grid of `grid` CTAs, in words: the times from 0, the
