@@ -32,15 +32,12 @@ if [ -n "$rev" ]; then
 else
   files=$(ls kernels/* 2>/dev/null | LC_ALL=C sort)
 fi
-n=0
-digest=$(for f in $files; do
-  is_source "$f" || continue
-  printf '%s\n' "$f"
-  if [ -n "$rev" ]; then git show "$rev:$f"; else cat "$f"; fi
-done | sha256sum | cut -c1-16)
-for f in $files; do is_source "$f" && n=$((n + 1)); done
-if [ "$n" -eq 0 ]; then
+srcs=$(for f in $files; do if is_source "$f"; then printf '%s\n' "$f"; fi; done)
+if [ -z "$srcs" ]; then
   echo "kernels_digest.sh: no kernel sources under kernels/${rev:+ at $rev}" >&2
   exit 1
 fi
-echo "$digest"
+for f in $srcs; do
+  printf '%s\n' "$f"
+  if [ -n "$rev" ]; then git show "$rev:$f"; else cat "$f"; fi
+done | sha256sum | cut -c1-16

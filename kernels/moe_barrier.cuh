@@ -57,7 +57,15 @@ static __device__ __forceinline__ void moe_fail(const hr__moe_params &p, int cod
   moe_fail_at(p, code, barrier, arrived, (int)gridDim.x);
 }
 
-/* 1 when this launch has already failed somewhere. One thread asks. */
+/* 1 when launch `seq` has already failed somewhere (its words s). One
+ * thread asks. */
+static __device__ __forceinline__ int moe_sync_failed(hr__moe_sync *s, unsigned seq)
+{
+  return ld_relaxed_gpu(&s->fail) == seq;
+}
+
+/* The same, for this launch (p.seq read after the word: in a function
+ * that reaches p through a generic pointer, the order its loads have). */
 static __device__ __forceinline__ int moe_failed(const hr__moe_params &p)
 {
   return ld_relaxed_gpu(&p.sync->fail) == p.seq;
@@ -80,7 +88,7 @@ static __device__ __noinline__ int moe_barrier_wait(const hr__moe_params &p, hr_
   /* Read the generation before arriving: this barrier cannot complete
    * before we arrive, so this is the generation it will end. */
   gen = ld_acquire_gpu(&s->gen);
-  if(ld_relaxed_gpu(&s->fail) == seq)
+  if(moe_sync_failed(s, seq))
     return 0;
   __threadfence();                    /* the CTA's writes, before arrival */
   arrived = atomicAdd(&s->count, 1u);
@@ -101,7 +109,7 @@ static __device__ __noinline__ int moe_barrier_wait(const hr__moe_params &p, hr_
       continue;
     }
     /* Every 8th poll: has anyone failed, has time run out? */
-    if(ld_relaxed_gpu(&s->fail) == seq)
+    if(moe_sync_failed(s, seq))
       return 0;
     if(global_timer_ns() - t0 > p.timeout_ns) {
       moe_fail(p, HR__MOE_FAIL_TIMEOUT, barrier,

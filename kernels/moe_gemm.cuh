@@ -525,15 +525,6 @@ static __device__ __forceinline__ int moe_claim_unit(int t, int units, int units
   return t < units ? moe_unit_wrap(t, units1) : -1;
 }
 
-/* A build for a diagnostic only (-DHR__MOE_DIAG_K_ROTATE=R, R > 0): each
- * unit of the cp.async tiles walks its K steps from step u * R mod nk on,
- * wrapping, so that the CTAs that start a stage together do not read the
- * same columns of their weight rows at the same time. The sums change
- * order: y is not production's bits (both kernels still agree). */
-#ifndef HR__MOE_DIAG_K_ROTATE
-#define HR__MOE_DIAG_K_ROTATE 0
-#endif
-
 /* Issues the cp.async loads, one BK step at a time, walking this CTA's
  * units in order. Thread t copies chunk t % CPR of rows t / CPR + RPP * i. */
 template <class C, int STAGE>
@@ -556,9 +547,6 @@ struct moe_loader {
    * units in shared memory: unit i is ring[i % 8], -1 where the run ends. */
   const int *ring;
   int kt;                              /* next K step */
-#if HR__MOE_DIAG_K_ROTATE
-  int k_rot;                           /* the unit's first K step (below) */
-#endif
   int slot;                            /* next pipeline slot */
   uint64_t a_policy;                   /* L2 policy of weight loads */
 
@@ -648,16 +636,8 @@ struct moe_loader {
     if(kt == 0)
       start_unit(p, rt, nf);
     const int K = STAGE == 1 ? p.H : p.I;
-#if HR__MOE_DIAG_K_ROTATE
-    /* the diagnostic's K order: unit u starts at step u * R mod nk */
-    if(kt == 0)
-      k_rot = (unit_index(unit) * HR__MOE_DIAG_K_ROTATE) % nk;
-    const int kk = kt + k_rot < nk ? kt + k_rot : kt + k_rot - nk;
-#else
-    const int kk = kt;
-#endif
-    const uint16_t *a_k = a_src + kk * C::BK;
-    const uint16_t *b_k = (STAGE == 1 ? p.x : p.h) + c * 8 + kk * C::BK;
+    const uint16_t *a_k = a_src + kt * C::BK;
+    const uint16_t *b_k = (STAGE == 1 ? p.x : p.h) + c * 8 + kt * C::BK;
 #pragma unroll
     for(i = 0; i < C::A_PASSES; i++) {
       const uint16_t *src = a_k + (size_t)a_row(p, r0 + C::RPP * i) * K;

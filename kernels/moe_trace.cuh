@@ -30,6 +30,14 @@ static __device__ __forceinline__ void moe_trace(const hr__moe_params &p, int w)
 #define HR__MOE_TRACE_INNER 0
 #endif
 
+/* The CTA's inner word w (the timeline's third set of words). */
+static __device__ __forceinline__ unsigned long long *moe_trace_inner_word(
+    const hr__moe_params &p, int w)
+{
+  return p.trace + HR__MOE_TRACE_INNER_AT(gridDim.x) +
+         (size_t)blockIdx.x * HR__MOE_TRACE_INNER_WORDS + w;
+}
+
 /* Inner mark k of GEMM stage `stage` (0: none, the unit is not the
  * first of a dealt stage) into the third set of words. In any other
  * build it is nothing at all: `stage` and its computation go. */
@@ -37,8 +45,7 @@ static __device__ __forceinline__ void moe_trace_inner(const hr__moe_params &p, 
                                                        int k)
 {
   if(HR__MOE_TRACE_INNER && stage && p.trace && threadIdx.x == 0)
-    p.trace[HR__MOE_TRACE_INNER_AT(gridDim.x) + (size_t)blockIdx.x * HR__MOE_TRACE_INNER_WORDS +
-            (stage - 1) * HR__MOE_INNER_STAGE + k] = global_timer_ns();
+    *moe_trace_inner_word(p, (stage - 1) * HR__MOE_INNER_STAGE + k) = global_timer_ns();
 }
 
 /* Inner mark k as moe_trace_inner, but the latest over the CTA's warps:
@@ -48,10 +55,7 @@ static __device__ __forceinline__ void moe_trace_inner_last(const hr__moe_params
                                                             int k)
 {
   if(HR__MOE_TRACE_INNER && stage && p.trace && (threadIdx.x & 31) == 0)
-    atomicMax(p.trace + HR__MOE_TRACE_INNER_AT(gridDim.x) +
-                  (size_t)blockIdx.x * HR__MOE_TRACE_INNER_WORDS +
-                  (stage - 1) * HR__MOE_INNER_STAGE + k,
-              global_timer_ns());
+    atomicMax(moe_trace_inner_word(p, (stage - 1) * HR__MOE_INNER_STAGE + k), global_timer_ns());
 }
 
 /* The SM this CTA runs on, + 1 (0 is "not written"): the pace of a CTA
@@ -80,9 +84,7 @@ static __device__ __forceinline__ void moe_trace_route(const hr__moe_params &p, 
   if(HR__MOE_TRACE_ROUTE && p.trace) {
     __syncthreads();
     if(threadIdx.x == 0)
-      p.trace[HR__MOE_TRACE_INNER_AT(gridDim.x) +
-              (size_t)blockIdx.x * HR__MOE_TRACE_INNER_WORDS + HR__MOE_INNER_STAGE + k] =
-          global_timer_ns();
+      *moe_trace_inner_word(p, HR__MOE_INNER_STAGE + k) = global_timer_ns();
   }
 }
 

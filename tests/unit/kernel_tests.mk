@@ -15,13 +15,10 @@ UNIT_TESTS += tests/unit/test_nvcc_strict.sh
 # without the benchmark's variants, the static one's with them. Only where
 # this build compiles the kernels (not in the sanitizer builds, which set
 # HAVE_NVCC empty).
-ifeq ($(HAVE_NVCC),1)
-UNIT_TESTS += tests/unit/test_moe_builds.sh
-endif
-
-# The programs that link the shared libraries find them relative to
+# And the programs that link the shared libraries find them relative to
 # themselves, so a build directory can be copied whole (Makefile
 # TESTBIN_RPATH). Real programs only where nvcc built them.
 ifeq ($(HAVE_NVCC),1)
+UNIT_TESTS += tests/unit/test_moe_builds.sh
 UNIT_TESTS += tests/unit/test_testbin_rpath.sh
 endif
