@@ -5,11 +5,14 @@
 # the first is the baseline. The builds run in turn, AB_RUNS times (2 by
 # default), so that run r of each meets the machine in the same state:
 #
-#   BUILD/tests/moe_phases --reps 20 --no-phases --match NOTHING $AB_ARGS
+#   BUILD/tests/moe_phases --reps 20 --no-phases --match NOTHING --no-floor $AB_ARGS
 #       --out DIR/NAME-rR.md          (NAME: BUILD with / made -)
 #
 # with BUILD/lib first in LD_LIBRARY_PATH, so that each build runs its own
 # libraries whatever the caller's LD_LIBRARY_PATH names.
+#
+# AB_FLOOR=1: the floor measured too in each run (moe_phases without
+# --no-floor; builds whose moe_phases predates that option always do).
 #
 # AB_ARGS: moe_phases' shapes and token counts (default
 # `--shapes qwen3-30b-a3b --tokens 512,1024`). Then bench/ab_table.py
@@ -46,9 +49,16 @@ while [ "$r" -le "$runs" ]; do
     # programs' RUNPATH, and one naming another build's lib (a GPU
     # machine's set-up) would otherwise run that build's libheadroom.
     blib=$(cd "$b" && pwd)/lib
+    # The floor's timings (moe_phases --no-floor) are not compared: left
+    # out, a run takes ~3/4 of the time. A build of a revision from
+    # before the option has no such string and measures it as it did.
+    nofloor=
+    if [ -z "${AB_FLOOR:-}" ] && grep -q -e '--no-floor' "$b/tests/moe_phases"; then
+      nofloor=--no-floor
+    fi
     # shellcheck disable=SC2086 # AB_ARGS is a list of arguments
     LD_LIBRARY_PATH="$blib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-      "$b/tests/moe_phases" --reps 20 --no-phases --match NOTHING $args \
+      "$b/tests/moe_phases" --reps 20 --no-phases --match NOTHING $nofloor $args \
       --out "$dir/$name-r$r.md" > "$dir/$name-r$r.log" 2>&1
     s=$?
     echo "$b run $r: exit $s"

@@ -110,13 +110,16 @@ class AbBuilds(unittest.TestCase):
     def tearDown(self):
         self.tmp.cleanup()
 
-    def fake_build(self, name, ms):
+    def fake_build(self, name, ms, knows_no_floor=False):
         """A build directory whose moe_phases logs its arguments and writes
-        a made-up output (ms at every cell) to its --out FILE."""
+        a made-up output (ms at every cell) to its --out FILE; with
+        knows_no_floor its text names that option, as the real program's
+        does (ab_builds.sh looks for it)."""
         tests = os.path.join(self.dir, name, "tests")
         os.makedirs(tests)
         executable(os.path.join(tests, "moe_phases"), f"""#!/bin/sh
-echo "$*" >> "{self.dir}/calls"
+{"# usage: [--no-floor]" if knows_no_floor else ""}
+echo "{name}: $*" >> "{self.dir}/calls"
 echo "$LD_LIBRARY_PATH" >> "{self.dir}/libpaths"
 while [ $# -gt 0 ]; do [ "$1" = --out ] && out=$2; shift; done
 printf '{HEAD.replace(chr(10), chr(92) + "n")}' > "$out"
@@ -149,6 +152,30 @@ printf '| s | 8 | barrier | default | {ms} | 1 | ok |\\n' >> "$out"
             table = f.read()
         self.assertIn("| s | 8 | barrier | 0.400 / 0.400 / 0.400 | 0.300 / 0.300 / 0.300 | 0.750 |",
                       table)
+
+    def test_floor_left_out_where_the_build_knows_how(self):
+        old = self.fake_build("old", "0.400")
+        new = self.fake_build("new", "0.300", knows_no_floor=True)
+        r = self.run_builds(os.path.join(self.dir, "ab"), old, new, env={"AB_RUNS": "1"})
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(os.path.join(self.dir, "calls")) as f:
+            calls = f.read().splitlines()
+        self.assertEqual(len(calls), 2)
+        self.assertTrue(calls[0].startswith("old: "), calls)
+        self.assertNotIn("--no-floor", calls[0])
+        self.assertIn("--match NOTHING --no-floor --shapes", calls[1])
+
+    def test_floor_kept_when_asked(self):
+        new = self.fake_build("new", "0.300", knows_no_floor=True)
+        new2 = self.fake_build("new2", "0.300", knows_no_floor=True)
+        r = self.run_builds(os.path.join(self.dir, "ab"), new, new2,
+                            env={"AB_RUNS": "1", "AB_FLOOR": "1"})
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(os.path.join(self.dir, "calls")) as f:
+            calls = f.read().splitlines()
+        self.assertEqual(len(calls), 2)
+        for call in calls:
+            self.assertNotIn("--no-floor", call)
 
     def test_each_build_runs_its_own_libraries_first(self):
         a, b = self.fake_build("base", "0.400"), self.fake_build("new", "0.300")
