@@ -64,7 +64,8 @@ bench-timeline: $(MOE_PHASES)
 # or a git revision's with `sh bench/build_rev.sh REV build-x`):
 # their moe_phases in turn, AB_RUNS times, with AB_ARGS (shapes, tokens),
 # and the table of each build's median over the baseline's in
-# AB_DIR/table.md (bench/ab_builds.sh, bench/ab_table.py).
+# AB_DIR/table.md (bench/ab_builds.sh, bench/ab_table.py). The floor is
+# not measured in these runs unless AB_FLOOR=1.
 AB_BUILDS ?= $(BUILD)
 AB_DIR ?= $(BUILD)/ab
 
