@@ -129,20 +129,16 @@ def inner_marks(inner, rows):
             print(f"  GEMM{stage} first unit's end, us after its last step, median: "
                   + ", ".join(parts))
         start = NAMES.index(f"GEMM{stage} start")
+        starts = [(name, len(INNER_NAMES) + len(INNER_STEPS) + i)
+                  for i, name in enumerate(INNER_START_NAMES)]
+        steps = [(f"step {step} landed", len(INNER_NAMES) + i)
+                 for i, step in enumerate(INNER_STEPS)]
         parts = []
-        for i, name in enumerate(INNER_START_NAMES):
-            k = base + len(INNER_NAMES) + len(INNER_STEPS) + i
-            d = [r[k] - t[start] for r, t in zip(inner, rows)
-                 if k < base + width and r[k] >= 0 and t[start] >= 0]
+        for name, k in starts + steps:     # words past the stage's: an older file
+            d = [r[base + k] - t[start] for r, t in zip(inner, rows)
+                 if k < width and r[base + k] >= 0 and t[start] >= 0]
             if d:
                 parts.append(f"{name} {statistics.median(d):.1f}")
-        for i, step in enumerate(INNER_STEPS):
-            k = base + len(INNER_NAMES) + i
-            if k >= base + width:
-                break
-            d = [r[k] - t[start] for r, t in zip(inner, rows) if r[k] >= 0 and t[start] >= 0]
-            if d:
-                parts.append(f"step {step} landed {statistics.median(d):.1f}")
         if parts:
             print(f"  GEMM{stage} first unit's start, us after the stage's start, "
                   "median: " + ", ".join(parts))
