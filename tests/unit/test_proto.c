@@ -209,7 +209,7 @@ static void test_names(void **state)
   static const char *const types[HR_MSG_COUNT] = {
     NULL, "hello", "register_comm", "unregister_comm", "lease", "release",
     "report", "status", "subscribe", "policy_get", "policy_set", "metrics",
-    "budget", "shutdown", "error",
+    "raises_get", "raises_clear", "budget", "shutdown", "error",
   };
   hr_wire_error code;
   hr_incident_kind kind;

@@ -373,7 +373,7 @@ static void test_partition_leases(void **state)
   assert_int_equal(hr__state_gpu(&s, 0)->budget.cluster, 2);
   /* 3 all-reduces of 8 CTAs: 24 SMs, NCCL held to the GPU's cap of 4;
    * the GPU's epoch moves, so the lease is told. */
-  assert_int_equal(hr__state_comm_add(&s, 1, &cr, &comm, &changed), HR_OK);
+  assert_int_equal(hr__state_comm_add(&s, 2, &cr, &comm, &changed), HR_OK);
   assert_int_equal(changed, BIT(0));
   assert_int_equal(hr__state_budget(&s, 0, HR_MODE_PARTITION, &b), HR_OK);
   assert_int_equal(b.epoch, 2);
@@ -381,11 +381,12 @@ static void test_partition_leases(void **state)
   assert_int_equal(b.grid, 108);
   assert_int_equal(b.nccl_max_ctas, 4);
   /* A report names the lease: its reply is in partition mode, and a
-   * barrier timeout raises the floor under the partition too (the
-   * headroom was at the ceiling, 32: raised 30, floor 2 + 30). */
+   * barrier timeout raises the floor under the partition too (the other
+   * client's footprint put the headroom at the ceiling, 32: raised 30,
+   * floor 2 + 30). */
   rr = report_req(0, HR_INCIDENT_BARRIER_TIMEOUT, lease);
   changed = 0;
-  assert_int_equal(hr__state_report(&s, 1, &rr, 1, &inc, &b, &changed),
+  assert_int_equal(hr__state_report(&s, 1, 0, &rr, 1, &inc, &b, &changed, NULL),
                    HR_OK);
   assert_int_equal(hr__state_gpu(&s, 0)->raised, 30);
   assert_int_equal(b.mode, HR_MODE_PARTITION);
@@ -487,7 +488,7 @@ static void test_report_raises(void **state)
   state_of(&s, 2);
   /* A launch failure is recorded, not acted on. */
   rr = report_req(0, HR_INCIDENT_LAUNCH_FAILURE, 0);
-  assert_int_equal(hr__state_report(&s, 1, &rr, 1000, &inc1, &b, &changed),
+  assert_int_equal(hr__state_report(&s, 1, 0, &rr, 1000, &inc1, &b, &changed, NULL),
                    HR_OK);
   assert_int_equal(changed, 0);
   assert_int_equal(b.headroom, 2);
@@ -497,7 +498,7 @@ static void test_report_raises(void **state)
 
   /* A barrier timeout raises the headroom one cluster. */
   rr = report_req(0, HR_INCIDENT_BARRIER_TIMEOUT, 0);
-  assert_int_equal(hr__state_report(&s, 1, &rr, 2000, &inc2, &b, &changed),
+  assert_int_equal(hr__state_report(&s, 1, 0, &rr, 2000, &inc2, &b, &changed, NULL),
                    HR_OK);
   assert_int_equal(changed, BIT(0));
   assert_int_equal(b.headroom, 4);
@@ -515,20 +516,25 @@ static void test_report_raises(void **state)
     assert_string_equal(in->message, "gang stuck");
   }
   /* Again: raised again, up to the ceiling and no further. */
-  hr__state_report(&s, 1, &rr, 3000, &inc3, &b, &changed);
+  hr__state_report(&s, 1, 0, &rr, 3000, &inc3, &b, &changed, NULL);
   assert_int_equal(b.headroom, 6);
   for(int i = 0; i < 40; i++)
-    hr__state_report(&s, 1, &rr, 4000 + i, &inc3, &b, &changed);
+    hr__state_report(&s, 1, 0, &rr, 4000 + i, &inc3, &b, &changed, NULL);
   assert_int_equal(b.headroom, 32);
-  /* Only the most recent 32 kept, oldest first. */
-  assert_int_equal(hr__state_gpu(&s, 0)->n_incidents, HR__INCIDENTS_KEPT);
-  assert_int_equal(hr__state_gpu(&s, 0)->incidents[31].id, inc3);
-  assert_int_equal(hr__state_gpu(&s, 0)->incidents[0].id, inc3 - 31);
+  /* Only the most recent 16 timeouts kept, oldest first; the launch
+   * failure, of another kind, stays. */
+  assert_int_equal(hr__state_gpu(&s, 0)->n_incidents,
+                   HR__INCIDENTS_PER_KIND + 1);
+  assert_int_equal(hr__state_gpu(&s, 0)->incidents[0].id, inc1);
+  assert_int_equal(hr__state_gpu(&s, 0)->incidents[HR__INCIDENTS_PER_KIND].id,
+                   inc3);
+  assert_int_equal(hr__state_gpu(&s, 0)->incidents[1].id,
+                   inc3 - (HR__INCIDENTS_PER_KIND - 1));
   /* GPU 1 never moved. */
   hr__state_budget(&s, 1, HR_MODE_HEADROOM, &b);
   assert_int_equal(b.epoch, 1);
   rr = report_req(9, HR_INCIDENT_BARRIER_TIMEOUT, 0);
-  assert_int_equal(hr__state_report(&s, 1, &rr, 1, &inc3, &b, &changed),
+  assert_int_equal(hr__state_report(&s, 1, 0, &rr, 1, &inc3, &b, &changed, NULL),
                    HR_ENOTFOUND);
   hr__state_free(&s);
 }
@@ -548,9 +554,17 @@ static void test_report_mode_and_no_raise(void **state)
   hr__state_lease_add(&s, 1, &lr, &lease, NULL, &changed);
   /* The reply is in the mode of the caller's own lease. */
   rr = report_req(0, HR_INCIDENT_LAUNCH_FAILURE, lease);
-  hr__state_report(&s, 1, &rr, 1, &inc, &b, &changed);
+  hr__state_report(&s, 1, 0, &rr, 1, &inc, &b, &changed, NULL);
   assert_int_equal(b.mode, HR_MODE_COOPERATIVE);
-  hr__state_report(&s, 2, &rr, 1, &inc, &b, &changed);
+  /* Another client may not name it: refused, nothing recorded. */
+  assert_int_equal(hr__state_report(&s, 2, 0, &rr, 1, &inc, &b, &changed,
+                                    NULL), HR_EPERM);
+  rr.lease = 99;
+  assert_int_equal(hr__state_report(&s, 1, 0, &rr, 1, &inc, &b, &changed,
+                                    NULL), HR_ENOTFOUND);
+  assert_int_equal(hr__state_gpu(&s, 0)->n_incidents, 1);
+  rr.lease = 0;
+  hr__state_report(&s, 2, 0, &rr, 1, &inc, &b, &changed, NULL);
   assert_int_equal(b.mode, HR_MODE_HEADROOM);
   /* incident_raise = no: recorded, not raised. */
   hr__policy_default(&p);
@@ -558,7 +572,7 @@ static void test_report_mode_and_no_raise(void **state)
   hr__state_set_policy(&s, &p, &changed);
   changed = 0;
   rr = report_req(0, HR_INCIDENT_BARRIER_TIMEOUT, lease);
-  hr__state_report(&s, 1, &rr, 1, &inc, &b, &changed);
+  hr__state_report(&s, 1, 0, &rr, 1, &inc, &b, &changed, NULL);
   assert_int_equal(changed, 0);
   assert_int_equal(hr__state_gpu(&s, 0)->raised, 0);
   assert_int_equal(hr__state_gpu(&s, 0)->n_incidents, 3);
@@ -611,16 +625,19 @@ static int teardown_dir(void **state)
 static void learned_state(hr__state *s)
 {
   hr_req_report rr;
+  hr_req_lease lr;
   hr__gpu_mask changed = 0;
-  int64_t inc;
+  int64_t inc, lease;
 
   state_of(s, 2);
   rr = report_req(1, HR_INCIDENT_LAUNCH_FAILURE, 0);
   rr.detail.cuda_error = 720;
-  hr__state_report(s, 3, &rr, 1700000000123LL, &inc, NULL, &changed);
-  rr = report_req(1, HR_INCIDENT_BARRIER_TIMEOUT, 5);
+  hr__state_report(s, 3, 0, &rr, 1700000000123LL, &inc, NULL, &changed, NULL);
+  lr = lease_req(1, 2, HR_MODE_HEADROOM);
+  hr__state_lease_add(s, 4, &lr, &lease, NULL, &changed);
+  rr = report_req(1, HR_INCIDENT_BARRIER_TIMEOUT, lease);
   snprintf(rr.message, sizeof(rr.message), "quote \" and \\ and \xc3\xa9");
-  hr__state_report(s, 4, &rr, 1700000000456LL, &inc, NULL, &changed);
+  hr__state_report(s, 4, 0, &rr, 1700000000456LL, &inc, NULL, &changed, NULL);
 }
 
 static void test_persist_round_trip(void **state)
