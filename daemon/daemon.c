@@ -287,6 +287,8 @@ int hr__daemon_start(hr__daemon *d, uv_loop_t *loop, const hr__config *cfg,
     return 1;
   }
   d->state.raise_interval_ms = (int64_t)cfg->incident_raise_interval * 1000;
+  d->state.uid_of = hr__dispatch_uid_of;
+  d->state.uid_ctx = d;
   /* Before the learned state, whose restore recomputes without bumping
    * the epoch it restores. */
   load_calibration(d, cfg, NULL);

@@ -295,6 +295,17 @@ static void log_incident(const hr__conn *c, const hr_req_report *r,
                (long long)r->lease, x->cuda_error, x->grid, sep, r->message);
 }
 
+int hr__dispatch_uid_of(const void *ctx, int64_t client)
+{
+  const hr__daemon *d = ctx;
+  const hr__conn *c;
+
+  for(c = d->conns; c; c = c->next)
+    if(c->id == client)
+      return c->peer.uid;
+  return -1;
+}
+
 static void on_report(hr__conn *c, const hr_request *req)
 {
   const hr_req_report *r = &req->u.report;

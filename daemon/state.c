@@ -436,12 +436,23 @@ static void raise_note(hr__gpu *g, int uid, int64_t now)
   g->raise_by[oldest].ms = now;
 }
 
-/* The raise a barrier timeout from `client` earns: one cluster above the
- * budget the policy gives the GPU without that client's own footprints.
- * A reporter cannot make its inflated footprint the GPU's lasting floor;
- * its footprint counts for as long as it is registered, like any other. */
+/* Whether footprint owner `owner` is the reporter's tenant: its uid
+ * when the daemon can tell, else the very same client. */
+static int same_tenant(const hr__state *s, int64_t owner, int64_t client,
+                       int uid)
+{
+  if(owner == client)
+    return 1;
+  return s->uid_of && uid >= 0 && s->uid_of(s->uid_ctx, owner) == uid;
+}
+
+/* The raise a barrier timeout from `client` (of `uid`) earns: one cluster
+ * above the budget the policy gives the GPU without that tenant's own
+ * footprints. A reporter cannot make its inflated footprint the GPU's
+ * lasting floor, from this connection or another of its uid; its
+ * footprints count for as long as they are registered, like any other. */
 static int raise_without(const hr__state *s, const hr__gpu *g,
-                         int64_t client)
+                         int64_t client, int uid)
 {
   hr_policy_input in;
   hr_footprint *others;
@@ -452,7 +463,7 @@ static int raise_without(const hr__state *s, const hr__gpu *g,
   if(!others)
     return hr__policy_raise(&s->policy, &in); /* more headroom, not less */
   for(i = 0; i < g->n_comms; i++)
-    if(g->comms[i].client != client)
+    if(!same_tenant(s, g->comms[i].client, client, uid))
       others[n++] = g->fps[i];
   in.n_footprints = n;
   in.footprints = others;
@@ -513,7 +524,7 @@ int hr__state_report(hr__state *s, int64_t client, int uid,
       if(outcome)
         *outcome = HR__RAISE_LIMITED;
     } else {
-      int raised = raise_without(s, g, client);
+      int raised = raise_without(s, g, client, uid);
       raise_note(g, uid, time_ms);
       if(raised > g->raised) {
         g->raised = raised;

@@ -106,6 +106,11 @@ typedef struct hr__state {
   /* A uid's barrier timeouts raise one GPU at most once in this many ms
    * (incident_raise_interval); 0: no limit. */
   int64_t raise_interval_ms;
+  /* The uid of a connected client, -1 when unknown: a raise leaves out
+   * every footprint of the reporter's uid, whichever connection holds it.
+   * NULL: only the reporting client's own (the unit tests' default). */
+  int (*uid_of)(const void *ctx, int64_t client);
+  const void *uid_ctx;
   /* Set when something the state file keeps (raised, epoch, incidents)
    * changed; the owner saves and clears it. */
   int dirty;
@@ -153,9 +158,10 @@ int hr__state_lease_remove(hr__state *s, int64_t client, int64_t lease,
 /* Record an incident from `client` (of `uid`) at `time_ms` (Unix ms). A
  * lease it names must be the client's own, on that GPU. A barrier
  * timeout raises the GPU's headroom one cluster above what the policy
- * and the footprints of the GPU's other clients explain (hr__policy_raise
- * without the reporter's own footprints), unless the same uid raised this
- * GPU less than raise_interval_ms ago; a launch failure is only recorded.
+ * and the footprints of the GPU's other tenants explain (hr__policy_raise
+ * without the footprints of the reporter's uid, see uid_of), unless the
+ * same uid raised this GPU less than raise_interval_ms ago; a launch
+ * failure is only recorded.
  * `out` is the budget after, in the mode of the lease named, else
  * headroom; `outcome` (may be NULL) says what the raise did.
  * HR_ENOTFOUND (gpu, or a lease not on it), HR_EPERM (another client's
