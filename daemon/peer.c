@@ -10,7 +10,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include "headroom.h"
+#include "hr_types.h"
 #include "peer.h"
 
 /* getpwuid_r/getgrnam_r scratch: sysconf's hint, grown on ERANGE, capped

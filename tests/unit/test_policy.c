@@ -564,6 +564,104 @@ static void test_lease_budget(void **state)
                    HR_EINVAL);
 }
 
+/* The budget each lease mode gets from its GPU's budget. */
+static void test_budget_for_mode(void **state)
+{
+  hr_budget gpu, b;
+
+  (void)state;
+  memset(&gpu, 0, sizeof(gpu));
+  gpu.gpu = 1;
+  gpu.epoch = 4000000000u;
+  gpu.sms = 132;
+  gpu.cluster = 2;
+  gpu.headroom = 16;
+  gpu.grid = 116;
+  gpu.nccl_min_ctas = 1;
+  gpu.nccl_max_ctas = 8;
+  gpu.nccl_cga_cluster_size = 1;
+  gpu.degraded = 1;
+  gpu.partition_granularity = 8;
+  gpu.partition_comm_sms = 16;
+  gpu.partition_nccl_max_ctas = 8;
+  gpu.mode = HR_MODE_HEADROOM;
+  b = gpu;
+  hr__policy_for_mode(&b, HR_MODE_COOPERATIVE);
+  assert_int_equal(b.mode, HR_MODE_COOPERATIVE);
+  assert_int_equal(b.headroom, 16);
+  assert_int_equal(b.grid, 116);
+  b = gpu;
+  hr__policy_for_mode(&b, HR_MODE_AGNOSTIC);
+  assert_int_equal(b.mode, HR_MODE_AGNOSTIC);
+  assert_int_equal(b.headroom, 0);
+  assert_int_equal(b.grid, 132);
+  /* What the other leases rely on stays. */
+  assert_int_equal(b.epoch, gpu.epoch);
+  assert_int_equal(b.cluster, gpu.cluster);
+  assert_int_equal(b.nccl_min_ctas, gpu.nccl_min_ctas);
+  assert_int_equal(b.nccl_max_ctas, gpu.nccl_max_ctas);
+  assert_int_equal(b.nccl_cga_cluster_size, gpu.nccl_cga_cluster_size);
+  assert_int_equal(b.nccl_nvls_enable, gpu.nccl_nvls_enable);
+  assert_int_equal(b.degraded, gpu.degraded);
+  /* Applied again it changes nothing more. */
+  hr__policy_for_mode(&b, HR_MODE_AGNOSTIC);
+  assert_int_equal(b.grid, 132);
+  assert_int_equal(b.headroom, 0);
+
+  /* Partition: the comm partition is the headroom, NCCL gets the cap
+   * inside it (minCTAs clamped under it) and a CGA size of 1. */
+  gpu.partition_granularity = 8;
+  gpu.partition_comm_sms = 24;
+  gpu.partition_nccl_max_ctas = 4;
+  gpu.nccl_min_ctas = 6;
+  gpu.nccl_cga_cluster_size = 2;
+  b = gpu;
+  assert_int_equal(hr__policy_for_mode(&b, HR_MODE_PARTITION), HR_OK);
+  assert_int_equal(b.mode, HR_MODE_PARTITION);
+  assert_int_equal(b.headroom, 24);
+  assert_int_equal(b.grid, 108);
+  assert_int_equal(b.nccl_max_ctas, 4);
+  assert_int_equal(b.nccl_min_ctas, 4);
+  assert_int_equal(b.nccl_cga_cluster_size, 1);
+  assert_int_equal(b.epoch, gpu.epoch);
+  assert_int_equal(b.partition_comm_sms, 24);
+  /* Applied again it changes nothing more. */
+  assert_int_equal(hr__policy_for_mode(&b, HR_MODE_PARTITION), HR_OK);
+  assert_int_equal(b.grid, 108);
+  assert_int_equal(b.nccl_min_ctas, 4);
+  /* A minCTAs already under the cap stays. */
+  b = gpu;
+  b.nccl_min_ctas = 1;
+  assert_int_equal(hr__policy_for_mode(&b, HR_MODE_PARTITION), HR_OK);
+  assert_int_equal(b.nccl_min_ctas, 1);
+
+  /* A GPU that cannot be split: unsupported, and the headroom-mode
+   * numbers stay, safe for an ordinary launch. */
+  b = gpu;
+  b.partition_granularity = 0;
+  assert_int_equal(hr__policy_for_mode(&b, HR_MODE_PARTITION),
+                   HR_EUNSUPPORTED);
+  assert_int_equal(b.mode, HR_MODE_PARTITION);
+  assert_int_equal(b.headroom, gpu.headroom);
+  assert_int_equal(b.grid, gpu.grid);
+  assert_int_equal(b.nccl_max_ctas, gpu.nccl_max_ctas);
+  /* Nor is a comm partition of no SMs, or of every SM, a partition. */
+  b = gpu;
+  b.partition_comm_sms = 0;
+  assert_int_equal(hr__policy_for_mode(&b, HR_MODE_PARTITION),
+                   HR_EUNSUPPORTED);
+  b = gpu;
+  b.partition_comm_sms = b.sms;
+  assert_int_equal(hr__policy_for_mode(&b, HR_MODE_PARTITION),
+                   HR_EUNSUPPORTED);
+  assert_int_equal(b.grid, gpu.grid);
+  /* The other modes never refuse. */
+  b = gpu;
+  b.partition_granularity = 0;
+  assert_int_equal(hr__policy_for_mode(&b, HR_MODE_HEADROOM), HR_OK);
+  assert_int_equal(hr__policy_for_mode(&b, HR_MODE_AGNOSTIC), HR_OK);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -578,6 +676,7 @@ int main(void)
     cmocka_unit_test(test_raise),
     cmocka_unit_test(test_comm_ctas),
     cmocka_unit_test(test_lease_budget),
+    cmocka_unit_test(test_budget_for_mode),
   };
   return cmocka_run_group_tests_name("policy", tests, NULL, NULL);
 }

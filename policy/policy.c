@@ -5,16 +5,12 @@
 
 #include "policy.h"
 
-#define DEFAULT_MIN_HEADROOM 2
-#define DEFAULT_MAX_HEADROOM 32
-#define DEFAULT_MIN_GRID 64
-
 void hr__policy_default(hr_policy *policy)
 {
-  policy->min_headroom = DEFAULT_MIN_HEADROOM;
-  policy->max_headroom = DEFAULT_MAX_HEADROOM;
-  policy->min_grid = DEFAULT_MIN_GRID;
-  policy->incident_raise = 1;
+  policy->min_headroom = HR_POLICY_DEFAULT_MIN_HEADROOM;
+  policy->max_headroom = HR_POLICY_DEFAULT_MAX_HEADROOM;
+  policy->min_grid = HR_POLICY_DEFAULT_MIN_GRID;
+  policy->incident_raise = HR_POLICY_DEFAULT_INCIDENT_RAISE;
 }
 
 int hr__policy_validate(const hr_policy *p, char *why, size_t n)
@@ -40,6 +36,51 @@ int hr__policy_validate(const hr_policy *p, char *why, size_t n)
   }
   return HR_OK;
 }
+
+int hr__policy_for_mode(hr_budget *b, hr_mode mode)
+{
+  b->mode = mode;
+  if(mode == HR_MODE_AGNOSTIC) {
+    b->headroom = 0;
+    b->grid = b->sms;
+  } else if(mode == HR_MODE_PARTITION) {
+    if(b->partition_granularity <= 0 || b->partition_comm_sms <= 0 ||
+       b->partition_comm_sms >= b->sms)
+      return HR_EUNSUPPORTED;
+    b->headroom = b->partition_comm_sms;
+    b->grid = b->sms - b->partition_comm_sms;
+    b->nccl_max_ctas = b->partition_nccl_max_ctas;
+    if(b->nccl_min_ctas > b->nccl_max_ctas)
+      b->nccl_min_ctas = b->nccl_max_ctas;
+    b->nccl_cga_cluster_size = 1;
+  }
+  return HR_OK;
+}
+
+
+void hr__policy_partition_size(hr_budget *b, int g, int need, int ceiling,
+                               int collectives, int cap_limit)
+{
+  int comm, cap = 1;
+
+  b->partition_granularity = 0;
+  b->partition_comm_sms = 0;
+  b->partition_nccl_max_ctas = 0;
+  if(g < 1 || collectives < 1)
+    return;
+  ceiling = ceiling / g * g;
+  if(ceiling < g)
+    return;
+  if(need < 1)
+    need = 1;
+  comm = need >= ceiling ? ceiling : (need + g - 1) / g * g;
+  while(cap * 2 * collectives <= comm && cap * 2 <= cap_limit)
+    cap *= 2;
+  b->partition_granularity = g;
+  b->partition_comm_sms = comm;
+  b->partition_nccl_max_ctas = cap;
+}
+
 
 static int round_up(int v, int m) { return (v + m - 1) / m * m; }
 static int round_down(int v, int m) { return v / m * m; }
@@ -138,7 +179,7 @@ static void partition_of(const hr_policy *p, const hr_policy_input *in,
 
   if(floor_ > need)
     need = floor_ > HR_MAX_SMS ? HR_MAX_SMS : floor_;
-  hr_partition_size(out, in->granularity, (int)need,
+  hr__policy_partition_size(out, in->granularity, (int)need,
                     hr__policy_ceiling(p, in->sms), collectives(in), gpu_cap);
 }
 
@@ -205,7 +246,7 @@ int hr__policy_lease_budget(const hr_budget *gpu, hr_mode mode,
   *out = *gpu;
   /* One rule for both sides: libheadroom applies the same function to
    * the budgets the daemon pushes for the whole GPU. */
-  return hr_budget_for_mode(out, mode);
+  return hr__policy_for_mode(out, mode);
 }
 
 int hr__policy_raise(const hr_policy *p, const hr_policy_input *in)
