@@ -1,7 +1,10 @@
 # client/: libheadroom (shared, with soname, and static), headroomctl and
 # headroom-run. The tools link the static library, so they run from the
 # build tree with no LD_LIBRARY_PATH.
-CLIENT_TOOLS := client/headroomctl.c client/headroom_run.c
+# headroomctl is client/ctl_*.c, one file per job (client/ctl.h).
+CTL_SRCS := $(wildcard client/ctl_*.c)
+CTL_OBJS := $(patsubst %.c,$(OBJDIR)/%.o,$(CTL_SRCS))
+CLIENT_TOOLS := $(CTL_SRCS) client/headroom_run.c
 CLIENT_SRCS := $(filter-out $(CLIENT_TOOLS),$(wildcard client/*.c))
 CLIENT_OBJS := $(patsubst %.c,$(OBJDIR)/%.o,$(CLIENT_SRCS))
 
@@ -58,7 +61,7 @@ $(LIBHEADROOM_A): $(CLIENT_OBJS) $$(POLICY_OBJS) $$(PROTO_OBJS)
 	rm -f $@
 	$(AR) rcs $@ $^
 
-$(BINDIR)/headroomctl: $(OBJDIR)/client/headroomctl.o $(LIBHEADROOM_A)
+$(BINDIR)/headroomctl: $(CTL_OBJS) $(LIBHEADROOM_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_HEADROOM)
 
