@@ -74,6 +74,7 @@ typedef enum hr_wire_error {
   HR_WERR_UNSUPPORTED,              /* valid but not supported (a mode) */
   HR_WERR_SHUTTING_DOWN,            /* daemon draining */
   HR_WERR_INTERNAL,                 /* daemon bug or resource failure */
+  HR_WERR_INVALID_VALUE,            /* well formed, value refused (policy) */
   HR_WERR_COUNT
 } hr_wire_error;
 

@@ -204,6 +204,7 @@ static void test_names(void **state)
     { HR_WERR_UNSUPPORTED, "unsupported", HR_EUNSUPPORTED },
     { HR_WERR_SHUTTING_DOWN, "shutting_down", HR_ESHUTDOWN },
     { HR_WERR_INTERNAL, "internal", HR_EINTERNAL },
+    { HR_WERR_INVALID_VALUE, "invalid_value", HR_EINVAL },
   };
   static const char *const types[HR_MSG_COUNT] = {
     NULL, "hello", "register_comm", "unregister_comm", "lease", "release",
