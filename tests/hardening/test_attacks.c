@@ -130,12 +130,99 @@ static void test_operator_group_dropped(void **state)
   assert_int_equal(policy_set_as(pw->pw_gid, NULL, 0), 0);
 }
 
+
+/* ---- names and the log --------------------------------------------------- */
+
+/* The next reply must be a bad_request for `id` whose message holds
+ * `want`. */
+static void expect_bad_request(th_raw *r, int64_t id, const char *want)
+{
+  hr_reply rep;
+
+  assert_int_equal(th_raw_reply(r, &rep, 3000), 0);
+  assert_int_equal(rep.type, HR_MSG_ERROR);
+  assert_int_equal(rep.id, id);
+  assert_int_equal(rep.u.error.code, HR_WERR_BAD_REQUEST);
+  if(!strstr(rep.u.error.message, want))
+    fail_msg("expected \"%s\" in \"%s\"", want, rep.u.error.message);
+}
+
+/* Whether the whole file `path` holds a byte below 0x20 other than '\n',
+ * or DEL. */
+static int has_raw_control(const char *path)
+{
+  char *text = th_file_read(path);
+  const unsigned char *p;
+  int found = 0;
+
+  assert_non_null(text);
+  for(p = (const unsigned char *)text; *p && !found; p++)
+    found = (*p < 0x20 && *p != '\n') || *p == 0x7f;
+  free(text);
+  return found;
+}
+
+static void test_names_refuse_control_characters(void **state)
+{
+  th_raw r;
+  hr_reply rep;
+  hr_status st;
+  int i, j;
+  (void)state;
+
+  assert_int_equal(th_daemon_start(&daemon_, NULL), 0);
+  assert_int_equal(th_raw_connect(&r, daemon_.socket), 0);
+  /* An OSC title sequence as the client's name, escaped as JSON allows. */
+  send_line(&r, "{\"id\":1,\"type\":\"hello\",\"versions\":[1],"
+            "\"client\":\"x\\u001b]0;owned\\u0007\"}");
+  expect_bad_request(&r, 1, "client: must not hold control characters");
+  /* Still not introduced: a later hello with a clean name works. */
+  send_line(&r, "{\"id\":2,\"type\":\"hello\",\"versions\":[1],"
+            "\"client\":\"clean\"}");
+  assert_int_equal(th_raw_reply(&r, &rep, 3000), 0);
+  assert_int_equal(rep.type, HR_MSG_HELLO);
+  /* A footprint name with a C1 CSI, escaped, then raw in UTF-8. */
+  send_line(&r, "{\"id\":3,\"type\":\"register_comm\",\"gpu\":0,"
+            "\"name\":\"dp\\u009b2J\",\"ctas\":4,\"cga\":1,"
+            "\"concurrent\":1}");
+  expect_bad_request(&r, 3, "name: must not hold control characters");
+  send_line(&r, "{\"id\":4,\"type\":\"register_comm\",\"gpu\":0,"
+            "\"name\":\"dp\xc2\x9b" "2J\",\"ctas\":4,\"cga\":1,"
+            "\"concurrent\":1}");
+  expect_bad_request(&r, 4, "name: must not hold control characters");
+  /* Free text may hold them: the report is recorded. */
+  send_line(&r, "{\"id\":5,\"type\":\"report\",\"gpu\":1,"
+            "\"kind\":\"launch_failure\",\"message\":"
+            "\"red \\u001b[31malert\\u001b[0m\\nforged <3>line\"}");
+  assert_int_equal(th_raw_reply(&r, &rep, 3000), 0);
+  assert_int_equal(rep.type, HR_MSG_REPORT);
+  th_raw_close(&r);
+
+  /* Nothing refused reached the state: no footprint, only clean names. */
+  assert_int_equal(th_status(daemon_.socket, &st), 0);
+  assert_int_equal(st.gpus[0].n_comms, 0);
+  for(i = 0; i < st.n_clients; i++)
+    for(j = 0; st.clients[i].name[j]; j++)
+      assert_true((unsigned char)st.clients[i].name[j] >= 0x20);
+  assert_int_equal(st.gpus[1].n_incidents, 1);
+  assert_non_null(strstr(st.gpus[1].incidents[0].message, "\x1b[31m"));
+  hr_status_free(&st);
+
+  /* The log shows the message escaped, on one line, never raw. */
+  assert_int_equal(th_daemon_stop(&daemon_), 0);
+  assert_int_equal(has_raw_control(daemon_.log), 0);
+  assert_true(th_daemon_log_has(&daemon_,
+                                "red \\x1b[31malert\\x1b[0m\\x0aforged <3>"));
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(test_operator_by_supplementary_group,
                               teardown),
     cmocka_unit_test_teardown(test_operator_group_dropped, teardown),
+    cmocka_unit_test_teardown(test_names_refuse_control_characters,
+                              teardown),
   };
   signal(SIGPIPE, SIG_IGN);
   if(geteuid() != 0)
