@@ -215,6 +215,61 @@ static void test_names_refuse_control_characters(void **state)
                                 "red \\x1b[31malert\\x1b[0m\\x0aforged <3>"));
 }
 
+/* ---- counters a client supplies ------------------------------------------ */
+
+static void get_metrics(th_raw *r, int64_t id, hr_metrics *out)
+{
+  hr_request req;
+  hr_reply rep;
+
+  memset(&req, 0, sizeof(req));
+  req.type = HR_MSG_METRICS;
+  req.id = id;
+  assert_int_equal(th_raw_request(r, &req, &rep), 0);
+  assert_int_equal(rep.type, HR_MSG_METRICS);
+  *out = rep.u.metrics;
+  hr_reply_free(&rep);
+}
+
+static void hello_degraded(const char *ms)
+{
+  th_raw r;
+  hr_reply rep;
+
+  assert_int_equal(th_raw_connect(&r, daemon_.socket), 0);
+  send_line(&r, "{\"id\":1,\"type\":\"hello\",\"versions\":[1],"
+            "\"client\":\"liar\",\"degraded_ms\":%s}", ms);
+  assert_int_equal(th_raw_reply(&r, &rep, 3000), 0);
+  assert_int_equal(rep.type, HR_MSG_HELLO);
+  th_raw_close(&r);
+}
+
+static void test_degraded_ms_clamped(void **state)
+{
+  const int64_t day = 24LL * 60 * 60 * 1000;
+  hr_metrics m;
+  th_raw r;
+  (void)state;
+
+  assert_int_equal(th_daemon_start(&daemon_, NULL), 0);
+  /* The largest the wire takes: counted as the uptime plus a day. */
+  hello_degraded("9007199254740991");
+  assert_int_equal(th_raw_open(&r, daemon_.socket), 0);
+  get_metrics(&r, 2, &m);
+  assert_int_equal(m.clients_resumed, 1);
+  assert_true(m.client_degraded_ms >= day);
+  assert_true(m.client_degraded_ms <= day + m.uptime_ms + 1);
+  /* The counter is not saturated: an honest one still adds up. */
+  hello_degraded("5400");
+  get_metrics(&r, 3, &m);
+  assert_int_equal(m.clients_resumed, 2);
+  assert_true(m.client_degraded_ms >= day + 5400);
+  assert_true(m.client_degraded_ms <= day + m.uptime_ms + 1 + 5400);
+  th_raw_close(&r);
+  assert_true(th_daemon_log_has(&daemon_, "back after 9007199254740991 ms "
+                                "without a daemon, it says; counted as"));
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -223,6 +278,7 @@ int main(void)
     cmocka_unit_test_teardown(test_operator_group_dropped, teardown),
     cmocka_unit_test_teardown(test_names_refuse_control_characters,
                               teardown),
+    cmocka_unit_test_teardown(test_degraded_ms_clamped, teardown),
   };
   signal(SIGPIPE, SIG_IGN);
   if(geteuid() != 0)
