@@ -80,6 +80,21 @@ static void pend(hr__daemon *d, hr__gpu_mask changed)
 
 /* ---- requests ---------------------------------------------------------- */
 
+/* The most of a hello's degraded_ms that is counted: the daemon's uptime
+ * (a client may have been refused, or on a wrong socket, all along) plus
+ * a day for the outage before it started. A client's own number is all
+ * the daemon has, so one hello must not be able to saturate the counter
+ * (2^53-1 ms would) and hide every later one (PROTOCOL.md, hello). */
+#define DEGRADED_BEFORE_START_MS (24LL * 60 * 60 * 1000)
+
+static int64_t degraded_counted(const hr__daemon *d, int64_t ms)
+{
+  int64_t cap = (int64_t)((uv_hrtime() - d->start_ns) / 1000000) +
+                DEGRADED_BEFORE_START_MS;
+
+  return ms > cap ? cap : ms;
+}
+
 static void on_hello(hr__conn *c, const hr_request *req)
 {
   const hr_req_hello *h = &req->u.hello;
@@ -118,10 +133,17 @@ static void on_hello(hr__conn *c, const hr_request *req)
   if(h->degraded_ms > 0) {
     /* It ran on its fallback budget meanwhile: the time operators want
      * to see, since nothing else could have told them. */
-    hr__metrics_resumed(&d->metrics, h->degraded_ms);
-    hr__info("client %lld is '%s' (protocol %d), back after %lld ms without "
-             "a daemon", (long long)c->id, c->name, best,
-             (long long)h->degraded_ms);
+    int64_t ms = degraded_counted(d, h->degraded_ms);
+    hr__metrics_resumed(&d->metrics, ms);
+    if(ms < h->degraded_ms)
+      hr__warn("client %lld is '%s' (protocol %d), back after %lld ms "
+               "without a daemon, it says; counted as %lld ms (the "
+               "daemon's uptime plus a day)", (long long)c->id, c->name,
+               best, (long long)h->degraded_ms, (long long)ms);
+    else
+      hr__info("client %lld is '%s' (protocol %d), back after %lld ms "
+               "without a daemon", (long long)c->id, c->name, best,
+               (long long)ms);
   } else {
     hr__info("client %lld is '%s' (protocol %d)", (long long)c->id, c->name,
              best);

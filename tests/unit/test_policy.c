@@ -1,11 +1,11 @@
 /*
  * test_policy.c: the budget policy against a table of cases, including
- * every one-GPU case measured in FINDINGS.md sections 1 and 3, and the
- * partition fields against the green-context splits of section 2.
+ * every one-GPU case measured in docs/measurements.md §1 and §3, and the
+ * partition fields against the green-context splits of §2.
  *
- * A "hog" of k SMs in FINDINGS is modelled as one footprint of k CTAs,
- * one collective in flight: k SMs held by something else when the mega
- * grid launches.
+ * A "hog" of k SMs in docs/measurements.md §1 is modelled as one
+ * footprint of k CTAs, one collective in flight: k SMs held by something
+ * else when the mega grid launches.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -31,20 +31,22 @@ typedef struct policy_case {
 static const policy_case cases[] = {
   /* Nothing registered: the floor, one cluster. */
   {"idle GPU", 132, 2, 0, DEF, 0, {{0}}, 2, 130, 16},
-  /* FINDINGS 1: cluster of 2 against k hog SMs needs 2k (pair waste). */
+  /* docs/measurements.md §1: cluster of 2 against k hog SMs needs 2k
+   * (pair waste). */
   {"F1 cluster2 hog1: grid 130 completes", 132, 2, 0, DEF, 1,
    {{1, 1, 1}}, 2, 130, 16},
   {"F1 cluster2 hog3 scattered: 128 timed out, 126 completes", 132, 2, 0, DEF,
    1, {{3, 1, 1}}, 6, 126, 16},
   {"F1 cluster2 hog8: 2k", 132, 2, 0, DEF, 1, {{8, 1, 1}}, 16, 116, 16},
-  /* FINDINGS 1: an ordinary grid (cluster 1) needs exactly k; the floor
-   * still keeps one cluster free when k is smaller. */
+  /* docs/measurements.md §1: an ordinary grid (cluster 1) needs exactly
+   * k; the floor still keeps one cluster free when k is smaller. */
   {"F1 plain hog1 (floor)", 132, 1, 0, DEF, 1, {{1, 1, 1}}, 2, 130, 32},
   {"F1 plain hog4", 132, 1, 0, DEF, 1, {{4, 1, 1}}, 4, 128, 32},
   {"F1 plain hog16", 132, 1, 0, DEF, 1, {{16, 1, 1}}, 16, 116, 32},
-  /* FINDINGS 3: 3 concurrent all-reduces of 8 CTAs = 24 comm CTAs: the
-   * theory wants 48 SMs; the default ceiling holds it at 32 and tells NCCL
-   * to create further communicators with 4 CTAs (3 x 4 x 2 <= 32). */
+  /* docs/measurements.md §3: 3 concurrent all-reduces of 8 CTAs = 24
+   * comm CTAs: the theory wants 48 SMs; the default ceiling holds it at
+   * 32 and tells NCCL to create further communicators with 4 CTAs
+   * (3 x 4 x 2 <= 32). */
   {"F3 3x8 CTAs, default ceiling", 132, 2, 0, DEF, 1, {{8, 1, 3}}, 32, 100, 4},
   {"F3 3x8 CTAs, ceiling 64", 132, 2, 0, 2, 64, 64, 1, {{8, 1, 3}}, 48, 84, 8},
   {"F3 3x4 CTAs", 132, 2, 0, DEF, 1, {{4, 1, 3}}, 24, 108, 4},
@@ -117,8 +119,9 @@ typedef struct partition_case {
 } partition_case;
 
 static const partition_case partition_cases[] = {
-  /* FINDINGS 2: an H200 splits in steps of 8 (minSmPartitionSize and
-   * smCoscheduledAlignment); an idle GPU gets one step for NCCL. */
+  /* docs/measurements.md §2: an H200 splits in steps of 8
+   * (minSmPartitionSize and smCoscheduledAlignment); an idle GPU gets one
+   * step for NCCL. */
   {"F2 H200 idle, g 8", 132, 2, 0, DEF, 8, 0, {{0}}, 8, 124, 8},
   /* ... and in steps of 2 when co-scheduling is ignored. */
   {"F2 H200 idle, g 2", 132, 2, 0, DEF, 2, 0, {{0}}, 2, 130, 2},
@@ -254,8 +257,8 @@ static void test_partition_ignores_cluster(void **state)
 
 /* ---- calibration ------------------------------------------------------ */
 
-/* FINDINGS 3's table as a calibration file would carry it: the budget,
- * then the smallest headroom with no deadlock. */
+/* docs/measurements.md §3's table as a calibration file would carry it:
+ * the budget, then the smallest headroom with no deadlock. */
 static const hr_calib_budget f3_table[] = {
   {0, 0, 6, 0.62, 3, 1},      /* default / default */
   {0, 1, 2, 0.64, 3, 1},      /* default / 1 */
@@ -281,7 +284,7 @@ typedef struct calib_case {
 } calib_case;
 
 static const calib_case calib_cases[] = {
-  /* FINDINGS 3: cga 1 at maxCTAs 8 was safe at headroom 2. Two
+  /* docs/measurements.md §3: cga 1 at maxCTAs 8 was safe at headroom 2. Two
    * collectives in flight make the cap 32 / 2 / 2 = 8: theory wants
    * 2 x 16 = 32 SMs, the calibration 2. */
   {"F3 8/1 calibrated", 132, 2, 0, DEF, 1, {{8, 1, 2}}, F3_N, 2, 130, 8,
@@ -614,7 +617,8 @@ static void test_comm_ctas(void **state)
  * cap the footprints on the GPU were sized for. */
 static void test_lease_budget(void **state)
 {
-  /* FINDINGS 3's shape: 3 all-reduces of 8 CTAs beside the mega kernel. */
+  /* docs/measurements.md §3's shape: 3 all-reduces of 8 CTAs beside the
+   * mega kernel. */
   hr_footprint fp = {8, 1, 3};
   hr_policy_input in = {132, 2, 0, 1, &fp, 0, NULL, 0};
   hr_budget gpu, b;
@@ -689,6 +693,104 @@ static void test_lease_budget(void **state)
                    HR_EINVAL);
 }
 
+/* The budget each lease mode gets from its GPU's budget. */
+static void test_budget_for_mode(void **state)
+{
+  hr_budget gpu, b;
+
+  (void)state;
+  memset(&gpu, 0, sizeof(gpu));
+  gpu.gpu = 1;
+  gpu.epoch = 4000000000u;
+  gpu.sms = 132;
+  gpu.cluster = 2;
+  gpu.headroom = 16;
+  gpu.grid = 116;
+  gpu.nccl_min_ctas = 1;
+  gpu.nccl_max_ctas = 8;
+  gpu.nccl_cga_cluster_size = 1;
+  gpu.degraded = 1;
+  gpu.partition_granularity = 8;
+  gpu.partition_comm_sms = 16;
+  gpu.partition_nccl_max_ctas = 8;
+  gpu.mode = HR_MODE_HEADROOM;
+  b = gpu;
+  hr__policy_for_mode(&b, HR_MODE_COOPERATIVE);
+  assert_int_equal(b.mode, HR_MODE_COOPERATIVE);
+  assert_int_equal(b.headroom, 16);
+  assert_int_equal(b.grid, 116);
+  b = gpu;
+  hr__policy_for_mode(&b, HR_MODE_AGNOSTIC);
+  assert_int_equal(b.mode, HR_MODE_AGNOSTIC);
+  assert_int_equal(b.headroom, 0);
+  assert_int_equal(b.grid, 132);
+  /* What the other leases rely on stays. */
+  assert_int_equal(b.epoch, gpu.epoch);
+  assert_int_equal(b.cluster, gpu.cluster);
+  assert_int_equal(b.nccl_min_ctas, gpu.nccl_min_ctas);
+  assert_int_equal(b.nccl_max_ctas, gpu.nccl_max_ctas);
+  assert_int_equal(b.nccl_cga_cluster_size, gpu.nccl_cga_cluster_size);
+  assert_int_equal(b.nccl_nvls_enable, gpu.nccl_nvls_enable);
+  assert_int_equal(b.degraded, gpu.degraded);
+  /* Applied again it changes nothing more. */
+  hr__policy_for_mode(&b, HR_MODE_AGNOSTIC);
+  assert_int_equal(b.grid, 132);
+  assert_int_equal(b.headroom, 0);
+
+  /* Partition: the comm partition is the headroom, NCCL gets the cap
+   * inside it (minCTAs clamped under it) and a CGA size of 1. */
+  gpu.partition_granularity = 8;
+  gpu.partition_comm_sms = 24;
+  gpu.partition_nccl_max_ctas = 4;
+  gpu.nccl_min_ctas = 6;
+  gpu.nccl_cga_cluster_size = 2;
+  b = gpu;
+  assert_int_equal(hr__policy_for_mode(&b, HR_MODE_PARTITION), HR_OK);
+  assert_int_equal(b.mode, HR_MODE_PARTITION);
+  assert_int_equal(b.headroom, 24);
+  assert_int_equal(b.grid, 108);
+  assert_int_equal(b.nccl_max_ctas, 4);
+  assert_int_equal(b.nccl_min_ctas, 4);
+  assert_int_equal(b.nccl_cga_cluster_size, 1);
+  assert_int_equal(b.epoch, gpu.epoch);
+  assert_int_equal(b.partition_comm_sms, 24);
+  /* Applied again it changes nothing more. */
+  assert_int_equal(hr__policy_for_mode(&b, HR_MODE_PARTITION), HR_OK);
+  assert_int_equal(b.grid, 108);
+  assert_int_equal(b.nccl_min_ctas, 4);
+  /* A minCTAs already under the cap stays. */
+  b = gpu;
+  b.nccl_min_ctas = 1;
+  assert_int_equal(hr__policy_for_mode(&b, HR_MODE_PARTITION), HR_OK);
+  assert_int_equal(b.nccl_min_ctas, 1);
+
+  /* A GPU that cannot be split: unsupported, and the headroom-mode
+   * numbers stay, safe for an ordinary launch. */
+  b = gpu;
+  b.partition_granularity = 0;
+  assert_int_equal(hr__policy_for_mode(&b, HR_MODE_PARTITION),
+                   HR_EUNSUPPORTED);
+  assert_int_equal(b.mode, HR_MODE_PARTITION);
+  assert_int_equal(b.headroom, gpu.headroom);
+  assert_int_equal(b.grid, gpu.grid);
+  assert_int_equal(b.nccl_max_ctas, gpu.nccl_max_ctas);
+  /* Nor is a comm partition of no SMs, or of every SM, a partition. */
+  b = gpu;
+  b.partition_comm_sms = 0;
+  assert_int_equal(hr__policy_for_mode(&b, HR_MODE_PARTITION),
+                   HR_EUNSUPPORTED);
+  b = gpu;
+  b.partition_comm_sms = b.sms;
+  assert_int_equal(hr__policy_for_mode(&b, HR_MODE_PARTITION),
+                   HR_EUNSUPPORTED);
+  assert_int_equal(b.grid, gpu.grid);
+  /* The other modes never refuse. */
+  b = gpu;
+  b.partition_granularity = 0;
+  assert_int_equal(hr__policy_for_mode(&b, HR_MODE_HEADROOM), HR_OK);
+  assert_int_equal(hr__policy_for_mode(&b, HR_MODE_AGNOSTIC), HR_OK);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -705,6 +807,7 @@ int main(void)
     cmocka_unit_test(test_raise),
     cmocka_unit_test(test_comm_ctas),
     cmocka_unit_test(test_lease_budget),
+    cmocka_unit_test(test_budget_for_mode),
   };
   return cmocka_run_group_tests_name("policy", tests, NULL, NULL);
 }
