@@ -47,12 +47,12 @@ static void print_table(const hr_rep_raises *r)
 {
   int i;
 
-  printf("GPU  RAISED  HEADROOM  RAISES  LAST RAISE           UID     "
+  printf("GPU  RAISED  HELD  HEADROOM  RAISES  LAST RAISE           UID     "
          "INCIDENT\n");
   for(i = 0; i < r->n_gpus; i++) {
     const hr_raise *x = &r->gpus[i];
-    printf("%-4d %-7d %-9d %-7d ", x->gpu, x->raised, x->headroom,
-           x->raises);
+    printf("%-4d %-7d %-5d %-9d %-7d ", x->gpu, x->raised, x->held,
+           x->headroom, x->raises);
     if(!x->last_incident) {
       printf("-\n");
       continue;

@@ -645,8 +645,10 @@ void hr__dispatch_gone(hr__conn *c)
   hr__gpu_mask changed = 0;
 
   /* On shutdown everyone goes at once: nobody is left to tell, and the
-   * saved epochs should be those clients last saw. */
-  if(d->stopping || (!c->n_comms && !c->n_leases))
+   * saved epochs should be those clients last saw. Otherwise even a
+   * client with no footprint and no lease may hold a raise (state.h),
+   * which goes with it. */
+  if(d->stopping || !c->id)
     return;
   hr__state_drop_client(&d->state, c->id, &changed);
   if(c->n_comms || c->n_leases)

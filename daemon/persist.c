@@ -115,7 +115,7 @@ int hr__persist_encode(const hr__state *s, long long now_ms, char **out)
     cJSON_AddItemToArray(gpus, g);
     bad |= add_num(g, "gpu", gi);
     bad |= add_num(g, "sms", gp->info.sms);
-    bad |= add_num(g, "raised", gp->raised);
+    bad |= add_num(g, "raised", gp->learned); /* held raises end with us */
     bad |= add_num(g, "epoch", gp->epoch);
     /* What raised it, for the operator's raises_get after a restart. */
     raise = cJSON_AddObjectToObject(g, "raise");

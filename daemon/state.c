@@ -436,6 +436,56 @@ static void raise_note(hr__gpu *g, int uid, int64_t now)
   g->raise_by[oldest].ms = now;
 }
 
+/* raised: the learned raise or the largest held one. */
+static void raised_update(hr__gpu *g)
+{
+  int i;
+
+  g->raised = g->learned;
+  for(i = 0; i < g->n_held; i++)
+    if(g->held[i].raised > g->raised)
+      g->raised = g->held[i].raised;
+}
+
+/* Hold `raised` for `client`; when every slot is taken, the smallest
+ * held raise makes room (the GPU keeps the larger ones). */
+static void raise_hold(hr__gpu *g, int64_t client, int raised)
+{
+  int i, low = 0;
+
+  for(i = 0; i < g->n_held; i++) {
+    if(g->held[i].client == client) {
+      if(raised > g->held[i].raised)
+        g->held[i].raised = raised;
+      return;
+    }
+    if(g->held[i].raised < g->held[low].raised)
+      low = i;
+  }
+  if(g->n_held < HR__RAISE_HELD)
+    low = g->n_held++;
+  else if(g->held[low].raised >= raised)
+    return;
+  g->held[low].client = client;
+  g->held[low].raised = raised;
+}
+
+/* Let go of what `client` held; 1 when it held anything. */
+static int raise_release(hr__gpu *g, int64_t client)
+{
+  int i, found = 0;
+
+  for(i = g->n_held - 1; i >= 0; i--) {
+    if(g->held[i].client != client)
+      continue;
+    g->held[i] = g->held[--g->n_held];
+    found = 1;
+  }
+  if(found)
+    raised_update(g);
+  return found;
+}
+
 /* Whether footprint owner `owner` is the reporter's tenant: its uid
  * when the daemon can tell, else the very same client. */
 static int same_tenant(const hr__state *s, int64_t owner, int64_t client,
@@ -459,9 +509,10 @@ static int raise_without(const hr__state *s, const hr__gpu *g,
   int i, n = 0, raised;
 
   policy_input(s, g, &in);
+  in.raised = g->learned;           /* what is held goes with its holder */
   others = malloc((size_t)(g->n_comms ? g->n_comms : 1) * sizeof(*others));
   if(!others)
-    return hr__policy_raise(&s->policy, &in); /* more headroom, not less */
+    return g->learned;              /* the held raise still covers it */
   for(i = 0; i < g->n_comms; i++)
     if(!same_tenant(s, g->comms[i].client, client, uid))
       others[n++] = g->fps[i];
@@ -524,10 +575,18 @@ int hr__state_report(hr__state *s, int64_t client, int uid,
       if(outcome)
         *outcome = HR__RAISE_LIMITED;
     } else {
-      int raised = raise_without(s, g, client, uid);
+      int learned = raise_without(s, g, client, uid), full;
+      int was_learned = g->learned, was_raised = g->raised;
+      hr_policy_input in;
+      policy_input(s, g, &in);
+      full = hr__policy_raise(&s->policy, &in);
       raise_note(g, uid, time_ms);
-      if(raised > g->raised) {
-        g->raised = raised;
+      if(learned > g->learned)
+        g->learned = learned;
+      if(full > g->learned)
+        raise_hold(g, client, full);
+      raised_update(g);
+      if(g->learned > was_learned || g->raised > was_raised) {
         g->raise.raises++;
         g->raise.last_ms = time_ms;
         g->raise.last_uid = uid;
@@ -553,7 +612,8 @@ int hr__state_raise_info(const hr__state *s, int gpu, hr_raise *out)
     return HR_ENOTFOUND;
   memset(out, 0, sizeof(*out));
   out->gpu = gpu;
-  out->raised = g->raised;
+  out->raised = g->learned;
+  out->held = g->raised;
   out->headroom = g->budget.headroom;
   out->raises = g->raise.raises;
   out->last_time_ms = g->raise.last_ms;
@@ -574,7 +634,8 @@ int hr__state_raises_clear(hr__state *s, int gpu, hr__gpu_mask *changed)
       continue;
     if(g->raised || g->raise.raises)
       cleared++;
-    g->raised = 0;
+    g->raised = g->learned = 0;
+    g->n_held = 0;
     memset(&g->raise, 0, sizeof(g->raise));
     g->raise.last_uid = -1;
     g->n_raise_by = 0;
@@ -644,6 +705,8 @@ void hr__state_drop_client(hr__state *s, int64_t client,
         dropped = 1;
       }
     }
+    if(raise_release(g, client))
+      dropped = 1;
     if(dropped)
       recompute(s, gi, 1, changed);
   }
@@ -714,7 +777,8 @@ int hr__state_restore(hr__state *s, int gpu, int raised, uint32_t epoch,
   if(raised < 0 || raised > HR_MAX_SMS || epoch == 0 || n < 0 ||
      (n > 0 && !incidents))
     return HR_EINVAL;
-  g->raised = raised;
+  g->raised = g->learned = raised;
+  g->n_held = 0;
   g->epoch = epoch;
   g->n_incidents = 0;
   for(i = 0; i < n; i++) {

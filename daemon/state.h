@@ -35,6 +35,8 @@
 #define HR__INCIDENTS_KEPT (HR__INCIDENTS_PER_KIND * HR_INCIDENT_COUNT)
 /* uids whose latest raise of a GPU is remembered for the rate limit. */
 #define HR__RAISE_UIDS 16
+/* Reporters holding a raise above the learned one, per GPU. */
+#define HR__RAISE_HELD 16
 #define HR__DEFAULT_CLUSTER 2        /* input cluster of a GPU with no lease */
 
 /* Bit g set: GPU g's budget changed (HR_MAX_GPUS is 64). */
@@ -66,6 +68,12 @@ typedef struct hr__raise_by {
   int64_t ms;
 } hr__raise_by;
 
+/* A raise held for as long as its reporter stays connected. */
+typedef struct hr__raise_held {
+  int64_t client;
+  int raised;
+} hr__raise_held;
+
 /* What a barrier timeout did to the GPU's headroom. */
 typedef enum hr__raise_outcome {
   HR__RAISE_NONE = 0,               /* not a timeout, or incident_raise off */
@@ -85,7 +93,17 @@ typedef struct hr__gpu {
   hr_status_incident incidents[HR__INCIDENTS_KEPT]; /* oldest first */
   int incident_uid[HR__INCIDENTS_KEPT]; /* their reporters; -1: unknown */
   int n_incidents;
-  int raised;                       /* headroom added by incidents */
+  /* Headroom added by incidents, in force: the larger of `learned`, kept
+   * across restarts until an operator clears it, and the raises `held`
+   * for reporters while they stay connected. A timeout learns one cluster
+   * above what the policy and the other uids' footprints explain, and
+   * holds one cluster above the headroom in force for its reporter (whose
+   * own footprints may explain more), so a tenant's footprint cannot
+   * outlive it as the GPU's floor. */
+  int raised;
+  int learned;
+  hr__raise_held held[HR__RAISE_HELD];
+  int n_held;
   hr__raise_rec raise;
   hr__raise_by raise_by[HR__RAISE_UIDS];
   int n_raise_by;
@@ -157,11 +175,12 @@ int hr__state_lease_remove(hr__state *s, int64_t client, int64_t lease,
 
 /* Record an incident from `client` (of `uid`) at `time_ms` (Unix ms). A
  * lease it names must be the client's own, on that GPU. A barrier
- * timeout raises the GPU's headroom one cluster above what the policy
- * and the footprints of the GPU's other tenants explain (hr__policy_raise
- * without the footprints of the reporter's uid, see uid_of), unless the
- * same uid raised this GPU less than raise_interval_ms ago; a launch
- * failure is only recorded.
+ * timeout raises the GPU's headroom (hr__gpu: learned one cluster above
+ * what the policy and the footprints of the GPU's other tenants explain,
+ * hr__policy_raise without the footprints of the reporter's uid, see
+ * uid_of; held one cluster above the headroom in force while the
+ * reporter stays), unless the same uid raised this GPU less than
+ * raise_interval_ms ago; a launch failure is only recorded.
  * `out` is the budget after, in the mode of the lease named, else
  * headroom; `outcome` (may be NULL) says what the raise did.
  * HR_ENOTFOUND (gpu, or a lease not on it), HR_EPERM (another client's
@@ -174,8 +193,9 @@ int hr__state_report(hr__state *s, int64_t client, int uid,
 /* GPU `gpu`'s learned raise now. HR_ENOTFOUND. */
 int hr__state_raise_info(const hr__state *s, int gpu, hr_raise *out);
 
-/* Forget what incidents taught GPU `gpu` (-1: every GPU): raised 0, the
- * raise record and the rate limit cleared, budgets recomputed. The
+/* Forget what incidents taught GPU `gpu` (-1: every GPU): raised 0 (the
+ * learned and the held raises), the raise record and the rate limit
+ * cleared, budgets recomputed. The
  * incidents themselves stay listed. Returns how many GPUs had a raise to
  * clear, HR_ENOTFOUND. */
 int hr__state_raises_clear(hr__state *s, int gpu, hr__gpu_mask *changed);
@@ -189,7 +209,8 @@ void hr__state_set_policy(hr__state *s, const hr_policy *policy,
 int hr__state_set_calibration(hr__state *s, const hr__calibration *c,
                               hr__gpu_mask *changed);
 
-/* Drop every footprint and lease of `client` (its connection closed). */
+/* Drop every footprint, lease and held raise of `client` (its connection
+ * closed). */
 void hr__state_drop_client(hr__state *s, int64_t client,
                            hr__gpu_mask *changed);
 
@@ -203,7 +224,8 @@ int hr__state_comm_ctas(const hr__state *s, int gpu);
 /* The leases on `gpu` by mode, into counts[0..HR_MODE_COUNT). */
 void hr__state_lease_counts(const hr__state *s, int gpu, int *counts);
 
-/* Restore learned state read from the state file: `raised`, the epoch to
+/* Restore learned state read from the state file: `raised` (learned), the
+ * epoch to
  * continue from, and incidents (oldest first, with their reporters' uids
  * in `uids`, NULL: unknown; kept by the same rule as new ones).
  * Recomputes without bumping the epoch. HR_ENOTFOUND (gpu), HR_EINVAL (a

@@ -370,7 +370,11 @@ typedef struct hr_rep_report {
  * floor, and the latest raise (PROTOCOL.md §5.10). */
 typedef struct hr_raise {
   int gpu;
-  int raised;                       /* SMs added to the floor */
+  int raised;                       /* SMs added to the floor, learned:
+                                     * kept until cleared */
+  int held;                         /* added now, at least `raised`: more
+                                     * while a reporter whose own
+                                     * footprints explained more stays */
   int headroom;                     /* the GPU's headroom now */
   int raises;                       /* timeouts that raised it since the
                                      * last clear */

@@ -13,6 +13,7 @@ static void encode_one(hr__enc *e, cJSON *o, const hr_raise *r)
 {
   hr__enc_i64(e, o, "gpu", r->gpu, 0, HR_MAX_GPUS - 1);
   hr__enc_i64(e, o, "raised", r->raised, 0, HR_MAX_SMS);
+  hr__enc_i64(e, o, "held", r->held, 0, HR_MAX_SMS);
   hr__enc_i64(e, o, "headroom", r->headroom, 0, HR_MAX_SMS);
   hr__enc_i64(e, o, "raises", r->raises, 0, HR__INT32_MAX);
   /* The latest raise, when there is one since the last clear. */
@@ -45,6 +46,7 @@ static void decode_one(hr__dec *d, const cJSON *o, hr_raise *r)
 {
   hr__dec_int(d, o, "gpu", HR__REQUIRED, 0, HR_MAX_GPUS - 1, &r->gpu);
   hr__dec_int(d, o, "raised", HR__REQUIRED, 0, HR_MAX_SMS, &r->raised);
+  hr__dec_int(d, o, "held", HR__REQUIRED, 0, HR_MAX_SMS, &r->held);
   hr__dec_int(d, o, "headroom", HR__REQUIRED, 0, HR_MAX_SMS, &r->headroom);
   hr__dec_int(d, o, "raises", HR__REQUIRED, 0, HR__INT32_MAX, &r->raises);
   r->last_time_ms = 0;

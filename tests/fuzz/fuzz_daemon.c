@@ -78,6 +78,12 @@ static void daemon_init(hr__daemon *d)
   hr_buf_init(&d->out, HR_PROTO_MAX_LINE);
   if(hr__state_init(&d->state, &d->topo, d->granularity, &d->cfg.policy))
     die("state init");
+  /* As hr__daemon_start sets them: raises leave out the reporter's uid,
+   * and one uid raises a GPU once per interval. */
+  d->state.uid_of = hr__dispatch_uid_of;
+  d->state.uid_ctx = d;
+  d->state.raise_interval_ms =
+    (int64_t)d->cfg.incident_raise_interval * 1000;
 }
 
 static void daemon_free(hr__daemon *d)

@@ -5,8 +5,9 @@
  *
  * Two groups, each in a process of its own, since the CUDA driver is
  * looked for once per process:
- *   this machine's driver  the budgets of partition leases, their refusal,
- *                          and hr_partition_create where there is no GPU
+ *   this machine's driver  the budgets of partition leases, one step under
+ *                          the narrowest ceiling, and hr_partition_create
+ *                          where there is no GPU
  *                          (HR_ENOGPU; on a GPU machine, a real split)
  *   the fake driver        (tests/unit/fake_libcuda.c) the partition made
  *                          from a daemon's budget: the split asked for in
@@ -48,8 +49,10 @@ static int setup_fine(void **state)
 static int setup_narrow(void **state)
 {
   (void)state;
-  /* A ceiling of 4 SMs: not one step of 8. */
-  return th_daemon_start(&daemon_, "max_headroom = 4\nmin_headroom = 2");
+  /* The narrowest ceiling a policy may have with floor 2: 8 SMs, one
+   * cluster of 8 (a ceiling of 4 would leave such a lease headroom 0, and
+   * the daemon refuses it). */
+  return th_daemon_start(&daemon_, "max_headroom = 8\nmin_headroom = 2");
 }
 
 static int teardown(void **state)
@@ -179,21 +182,24 @@ static void test_fine_steps(void **state)
   hr_client_close(c);
 }
 
-static void test_refused_when_no_step_fits(void **state)
+/* Under the narrowest ceiling the daemon accepts, one step still fits: a
+ * policy can no longer leave partition leases without a partition. */
+static void test_one_step_under_narrowest_ceiling(void **state)
 {
   hr_client *c = open_client();
-  hr_lease *l = NULL;
+  hr_lease *l = lease_in(c, 0, 2, HR_MODE_PARTITION);
   hr_budget b;
   (void)state;
 
-  assert_int_equal(hr_lease_acquire(c, 0, 2, HR_MODE_PARTITION, &l),
-                   HR_EUNSUPPORTED);
-  assert_null(l);
-  /* The GPU is still leased in the other modes, with 0 partition fields. */
+  assert_int_equal(hr_lease_budget(l, &b), HR_OK);
+  assert_int_equal(b.partition_granularity, 8);
+  assert_int_equal(b.headroom, 8);
+  assert_int_equal(b.grid, 124);
+  assert_int_equal(b.nccl_max_ctas, 4);   /* the GPU's cap: 8 / 2 */
   l = lease_in(c, 0, 2, HR_MODE_HEADROOM);
   assert_int_equal(hr_lease_budget(l, &b), HR_OK);
-  assert_int_equal(b.partition_granularity, 0);
-  assert_int_equal(b.partition_comm_sms, 0);
+  assert_int_equal(b.headroom, 2);
+  assert_int_equal(b.partition_comm_sms, 8);
   hr_client_close(c);
 }
 
@@ -354,7 +360,7 @@ int main(void)
     cmocka_unit_test_setup_teardown(test_footprints_move_the_split, setup,
                                     teardown),
     cmocka_unit_test_setup_teardown(test_fine_steps, setup_fine, teardown),
-    cmocka_unit_test_setup_teardown(test_refused_when_no_step_fits,
+    cmocka_unit_test_setup_teardown(test_one_step_under_narrowest_ceiling,
                                     setup_narrow, teardown),
     cmocka_unit_test_setup_teardown(test_create_on_this_machine, setup,
                                     teardown),

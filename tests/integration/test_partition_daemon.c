@@ -274,60 +274,46 @@ static void test_ignore_coscheduling(void **state)
   hr_status_free(&st);
 }
 
-/* A ceiling under one step (max_headroom 4 < 8): partition leases are
- * refused as unsupported, with the reason, and take nothing; the other
- * modes are served as before. */
-static void test_no_step_fits(void **state)
+/* A ceiling under one step (max_headroom 4 < 8) would leave a lease of
+ * cluster 8 headroom 0, so the daemon refuses it; under the narrowest
+ * ceiling it accepts (8) a partition lease gets its one step, in steps of
+ * 8 or of 2, and status shows it. */
+static void test_narrowest_ceiling(void **state)
 {
   const char *pretty[] = { "status", "--pretty", NULL };
-  char line[HR_PROTO_MAX_LINE], *text;
-  hr_reply rep;
+  char conf[400], bin[512], err[400], *text;
+  char *argv[] = { "/bin/sh", "-c", "\"$0\" --check-config --config \"$1\" "
+                   "2>\"$2\"", bin, conf, err, NULL };
   hr_client *a;
   hr_lease *l;
-  hr_status st;
-  th_raw r;
+  FILE *f;
   (void)state;
 
-  start("max_headroom = 4\n");
-  assert_int_equal(th_raw_open(&r, daemon_.socket), 0);
-  assert_int_equal(th_raw_lease(&r, 41, 1, 2, HR_MODE_PARTITION, &rep), 0);
-  assert_int_equal(rep.type, HR_MSG_ERROR);
-  assert_int_equal(rep.id, 41);
-  assert_int_equal(rep.u.error.code, HR_WERR_UNSUPPORTED);
-  snprintf(line, sizeof(line), "%s", rep.u.error.message);
-  assert_non_null(strstr(line, "partition mode on gpu 1 needs a comm "
-                               "partition of at least 8 SMs"));
-  assert_non_null(strstr(line, "ceiling of 4 SMs (max_headroom 4, sms 132 "
-                               "- min_grid 64)"));
-  /* The connection stays open and serves a headroom lease. */
-  assert_int_equal(th_raw_lease(&r, 42, 1, 2, HR_MODE_HEADROOM, &rep), 0);
-  assert_int_equal(rep.type, HR_MSG_LEASE);
-  assert_int_equal(rep.u.lease.budget.headroom, 2);
-  assert_int_equal(rep.u.lease.budget.partition_granularity, 0);
-  assert_int_equal(rep.u.lease.budget.partition_comm_sms, 0);
-  assert_int_equal(rep.u.lease.budget.partition_nccl_max_ctas, 0);
-  th_raw_close(&r);
+  start("max_headroom = 8\n");
+  snprintf(conf, sizeof(conf), "%s/narrow.conf", daemon_.dir);
+  snprintf(bin, sizeof(bin), "%s/bin/headroomd", th_build_dir());
+  snprintf(err, sizeof(err), "%s/narrow.err", daemon_.dir);
+  f = fopen(conf, "w");
+  assert_non_null(f);
+  fputs("topology = config\ngpus = 2\nmax_headroom = 4\n", f);
+  fclose(f);
+  /* Refused (exit 1), its reason (stderr) kept in narrow.err. */
+  assert_int_equal(th_run(argv, NULL, 5000), 1);
+  text = th_file_read(err);
+  assert_non_null(strstr(text, "narrow.conf:3: max_headroom 4"));
+  free(text);
 
-  /* Through the library: HR_EUNSUPPORTED, and no lease in status. */
   a = open_client("green");
-  l = NULL;
-  assert_int_equal(hr_lease_acquire(a, 0, 2, HR_MODE_PARTITION, &l),
-                   HR_EUNSUPPORTED);
-  assert_null(l);
-  assert_int_equal(th_status(daemon_.socket, &st), 0);
-  assert_int_equal(st.gpus[0].n_leases, 0);
-  hr_status_free(&st);
-  assert_int_equal(hr_lease_acquire(a, 0, 2, HR_MODE_AGNOSTIC, &l), HR_OK);
-  assert_int_equal(hr_lease_grid(l), 132);
-
+  assert_int_equal(hr_lease_acquire(a, 1, 2, HR_MODE_PARTITION, &l), HR_OK);
+  assert_int_equal(hr_lease_headroom(l), 8);
+  assert_int_equal(hr_lease_grid(l), 124);
   text = th_ctl(&daemon_, pretty);
-  assert_non_null(strstr(text, "(unsupported here)"));
+  assert_null(strstr(text, "(unsupported here)"));
   free(text);
   hr_client_close(a);
   th_daemon_cleanup(&daemon_);
 
-  /* Steps of 2 still fit under that ceiling. */
-  start("max_headroom = 4\npartition_ignore_coscheduling = true\n");
+  start("max_headroom = 8\npartition_ignore_coscheduling = true\n");
   a = open_client("green");
   assert_int_equal(hr_lease_acquire(a, 0, 2, HR_MODE_PARTITION, &l), HR_OK);
   assert_int_equal(hr_lease_headroom(l), 2);
@@ -342,7 +328,7 @@ int main(void)
     cmocka_unit_test_teardown(test_footprint_pushes_partition, teardown),
     cmocka_unit_test_teardown(test_operators_see_partitions, teardown),
     cmocka_unit_test_teardown(test_ignore_coscheduling, teardown),
-    cmocka_unit_test_teardown(test_no_step_fits, teardown),
+    cmocka_unit_test_teardown(test_narrowest_ceiling, teardown),
   };
   return cmocka_run_group_tests_name("partition (daemon)", tests, NULL, NULL);
 }

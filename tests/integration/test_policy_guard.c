@@ -703,13 +703,15 @@ static void test_raises_list_and_clear(void **state)
   assert_int_equal(run_ctl(get, "ctl1"), 0);
   out = read_in_dir("ctl1.out");
   if(!strstr(out, "\"type\":\"raises_get\"") ||
-     !strstr(out, "{\"gpu\":0,\"raised\":2,\"headroom\":4,\"raises\":1,") ||
+     !strstr(out, "{\"gpu\":0,\"raised\":2,\"held\":2,\"headroom\":4,"
+                  "\"raises\":1,") ||
      !strstr(out, "\"last_uid\":0,"))
     fail_msg("raises --json printed: %s", out);
   free(out);
   assert_int_equal(run_ctl(table, "ctl2"), 0);
   out = read_in_dir("ctl2.out");
-  if(!strstr(out, "GPU  RAISED  HEADROOM") || !strstr(out, "\n0    2       4 "))
+  if(!strstr(out, "GPU  RAISED  HELD  HEADROOM") ||
+     !strstr(out, "\n0    2       2     4         1       "))
     fail_msg("raises printed: %s", out);
   free(out);
 

@@ -536,7 +536,10 @@ static void test_raises(void **state)
   static const struct { const char *line; const char *why; } bad_rep[] = {
     {"{\"id\":1,\"type\":\"raises_get\"}", "raises"},
     {"{\"id\":1,\"type\":\"raises_get\",\"raises\":[{\"gpu\":0,"
-     "\"raised\":2000,\"headroom\":4,\"raises\":1}]}", "raises[0].raised"},
+     "\"raised\":2000,\"held\":2,\"headroom\":4,\"raises\":1}]}",
+     "raises[0].raised"},
+    {"{\"id\":1,\"type\":\"raises_get\",\"raises\":[{\"gpu\":0,"
+     "\"raised\":2,\"headroom\":4,\"raises\":1}]}", "raises[0].held"},
     {"{\"id\":1,\"type\":\"raises_get\",\"raises\":[7]}", "raises[0]"},
     {"{\"id\":1,\"type\":\"raises_clear\",\"raises\":[]}", "cleared"},
   };
@@ -575,6 +578,7 @@ static void test_raises(void **state)
   for(i = 0; i < HR_MAX_GPUS; i++) {
     rep.u.raises.gpus[i].gpu = (int)i;
     rep.u.raises.gpus[i].raised = HR_MAX_SMS;
+    rep.u.raises.gpus[i].held = HR_MAX_SMS;
     rep.u.raises.gpus[i].headroom = HR_MAX_SMS;
     rep.u.raises.gpus[i].raises = 2147483647;
     rep.u.raises.gpus[i].last_time_ms = HR_PROTO_MAX_ID;

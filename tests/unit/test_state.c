@@ -611,7 +611,8 @@ static void test_report_raise_rules(void **state)
                                     &changed, &outcome), HR_OK);
   assert_int_equal(outcome, HR__RAISE_DONE);
   assert_int_equal(b.headroom, 32);           /* its footprint, for now */
-  assert_int_equal(hr__state_gpu(&s, 0)->raised, 2); /* not 30 */
+  assert_int_equal(hr__state_gpu(&s, 0)->learned, 2); /* not 30 */
+  assert_int_equal(hr__state_gpu(&s, 0)->raised, 30); /* held for it */
   assert_int_equal(hr__state_raise_info(&s, 0, &info), HR_OK);
   assert_int_equal(info.raises, 1);
   assert_int_equal(info.last_uid, 1000);
@@ -622,19 +623,21 @@ static void test_report_raise_rules(void **state)
   assert_int_equal(hr__state_report(&s, 2, 1000, &rr, 69999, &inc, &b,
                                     &changed, &outcome), HR_OK);
   assert_int_equal(outcome, HR__RAISE_LIMITED);
-  assert_int_equal(hr__state_gpu(&s, 0)->raised, 2);
+  assert_int_equal(hr__state_gpu(&s, 0)->learned, 2);
   /* A clock set back does not hold raises off; client 1's footprint is
-   * of the reporter's uid, so it does not count. */
+   * of the reporter's uid, so it does not count for what is learned. */
   hr__state_report(&s, 2, 1000, &rr, 5000, &inc, &b, &changed, &outcome);
   assert_int_equal(outcome, HR__RAISE_DONE);
-  assert_int_equal(hr__state_gpu(&s, 0)->raised, 4);
+  assert_int_equal(hr__state_gpu(&s, 0)->learned, 4);
   /* Another uid: one cluster above what the others explain. Client 3's
    * own 8 CTAs do not count for it, client 1's 64 x 64 do: the ceiling. */
   hr__state_comm_add(&s, 3, &other, &comm, &changed);
   hr__state_report(&s, 3, 2003, &rr, 5001, &inc, &b, &changed, &outcome);
   assert_int_equal(outcome, HR__RAISE_DONE);
-  assert_int_equal(hr__state_gpu(&s, 0)->raised, 30);
+  assert_int_equal(hr__state_gpu(&s, 0)->learned, 30);
   assert_int_equal(hr__state_raise_info(&s, 0, &info), HR_OK);
+  assert_int_equal(info.raised, 30);
+  assert_int_equal(info.held, 30);
   assert_int_equal(info.raises, 3);
   assert_int_equal(info.last_uid, 2003);
   /* A launch failure raises nothing and is not rate-limited. */
@@ -647,6 +650,7 @@ static void test_report_raise_rules(void **state)
   hr__state_report(&s, 3, 2003, &rr, 5003, &inc, &b, &changed, &outcome);
   assert_int_equal(hr__state_gpu(&s, 1)->raised, 2);
   hr__state_drop_client(&s, 1, &changed);
+  hr__state_drop_client(&s, 2, &changed);
   assert_int_equal(hr__state_gpu(&s, 0)->budget.headroom, 32); /* raised */
   changed = 0;
   assert_int_equal(hr__state_raises_clear(&s, 0, &changed), 1);
@@ -667,6 +671,53 @@ static void test_report_raise_rules(void **state)
   assert_int_equal(hr__state_raises_clear(&s, -1, &changed), 0);
   assert_int_equal(hr__state_raises_clear(&s, 2, &changed), HR_ENOTFOUND);
   assert_int_equal(hr__state_raises_clear(&s, -2, &changed), HR_ENOTFOUND);
+  hr__state_free(&s);
+}
+
+/* A timeout holds one cluster above the headroom in force for as long as
+ * its reporter stays, and learns only what the others explain. */
+static void test_report_held_raise(void **state)
+{
+  hr__state s;
+  hr_req_register_comm c8 = comm_req(0, 8, 1);
+  hr_req_report rr = report_req(0, HR_INCIDENT_BARRIER_TIMEOUT, 0);
+  hr__gpu_mask changed = 0;
+  int64_t comm, inc;
+  hr_raise info;
+  hr_budget b;
+
+  (void)state;
+  state_of(&s, 1);
+  s.uid_of = test_uid_of;
+  /* Client 1 holds 8 CTAs (16 SMs) and times out: 18 at once. */
+  hr__state_comm_add(&s, 1, &c8, &comm, &changed);
+  hr__state_report(&s, 1, 1000, &rr, 1, &inc, &b, &changed, NULL);
+  assert_int_equal(b.headroom, 18);
+  assert_int_equal(hr__state_gpu(&s, 0)->learned, 2);
+  assert_int_equal(hr__state_raise_info(&s, 0, &info), HR_OK);
+  assert_int_equal(info.raised, 2);
+  assert_int_equal(info.held, 16);
+  /* Client 1 goes: what it held goes with it, the learned part stays. */
+  changed = 0;
+  hr__state_drop_client(&s, 1, &changed);
+  assert_int_equal(changed, BIT(0));
+  assert_int_equal(hr__state_gpu(&s, 0)->raised, 2);
+  assert_int_equal(hr__state_gpu(&s, 0)->budget.headroom, 4);
+  /* A client with nothing but a held raise is dropped the same way. */
+  hr__state_comm_add(&s, 2, &c8, &comm, &changed);
+  hr__state_report(&s, 3, 2003, &rr, 2, &inc, &b, &changed, NULL);
+  assert_int_equal(hr__state_gpu(&s, 0)->learned, 16); /* another uid's */
+  /* uid 1000 again, client 2's footprint its own: one cluster above the
+   * learned floor (2 + 16), which is all the others explain. */
+  hr__state_report(&s, 1, 1000, &rr, 3, &inc, &b, &changed, NULL);
+  assert_int_equal(b.headroom, 20);
+  assert_int_equal(hr__state_gpu(&s, 0)->learned, 18);
+  /* Client 1 never held a footprint or a lease; it goes, and so does
+   * whatever it held: nothing above the learned 18 here. */
+  changed = 0;
+  hr__state_drop_client(&s, 1, &changed);
+  assert_int_equal(changed, 0);
+  assert_int_equal(hr__state_gpu(&s, 0)->budget.headroom, 20);
   hr__state_free(&s);
 }
 
@@ -1082,6 +1133,7 @@ int main(void)
     cmocka_unit_test(test_report_raises),
     cmocka_unit_test(test_report_mode_and_no_raise),
     cmocka_unit_test(test_report_raise_rules),
+    cmocka_unit_test(test_report_held_raise),
     cmocka_unit_test(test_incident_quota),
     cmocka_unit_test(test_set_policy),
     cmocka_unit_test(test_persist_round_trip),
