@@ -1,7 +1,8 @@
 /*
- * hr_error.c: names for the HR_E* codes of headroom.h.
+ * hr_error.c: names for the HR_E* codes of hr_types.h (hr_strerror, public in
+ * libheadroom, and used by the daemon for its log lines).
  */
-#include "headroom.h"
+#include "hr_types.h"
 
 const char *hr_strerror(int err)
 {

@@ -1,10 +1,14 @@
 /*
- * policy.h: the budget policy, a pure function.
+ * policy.h: the budget policy, a pure function, shared by headroomd and
+ * libheadroom.
  *
  * State and policy in, budget out: no I/O, no clock, no globals, so the
  * table-driven tests in tests/unit/test_policy.c pin it against the
  * measurements in FINDINGS.md. The daemon calls it whenever a GPU's inputs
- * change and bumps the epoch when the answer differs.
+ * change and bumps the epoch when the answer differs; libheadroom calls
+ * the same functions, on the default policy and this process's own
+ * footprints and leases, for the budgets it hands out with no daemon.
+ * It links nothing but itself (the wire's types and ranges are headers).
  *
  * Headroom mode, for a GPU of S SMs and a mega kernel of cluster size c:
  *
@@ -51,7 +55,7 @@
  *                its cluster size enter the GPU's input cluster.
  *   partition    the partition fields below: headroom = the comm
  *                partition, grid = S - that, NCCL's cap inside it
- *                (hr_budget_for_mode); refused where the fields are 0.
+ *                (hr__policy_for_mode); refused where the fields are 0.
  *                Its cluster size does not enter the input cluster either:
  *                its mega kernel never shares an SM with NCCL.
  *
@@ -108,11 +112,34 @@ typedef struct hr_policy_input {
   int granularity;      /* SMs per green-context step; 0: no partitions */
 } hr_policy_input;
 
-/* The defaults: floor 2, ceiling 32, minimum grid 64, incidents raise. */
+/* The default policy, when no operator set one (and always without a
+ * daemon), and the SMs of a GPU that nothing describes (an H100/H200 SXM). */
+#define HR_POLICY_DEFAULT_MIN_HEADROOM 2
+#define HR_POLICY_DEFAULT_MAX_HEADROOM 32
+#define HR_POLICY_DEFAULT_MIN_GRID 64
+#define HR_POLICY_DEFAULT_INCIDENT_RAISE 1
+#define HR_POLICY_DEFAULT_SMS 132
+
+/* The smallest min_headroom a policy may have. Rounded up to the cluster
+ * it is one cluster of every size, so no lease ever gets headroom 0: one
+ * NCCL CTA resident beside a grid with no SM to spare deadlocks it. */
+#define HR__POLICY_MIN_FLOOR 1
+
+/* The defaults above into `policy`. */
 void hr__policy_default(hr_policy *policy);
 
 /* Check an operator's policy; on error writes why into `why` (size n). */
 int hr__policy_validate(const hr_policy *policy, char *why, size_t n);
+
+/* Check a policy against the GPUs it will run on: refused (HR_EINVAL,
+ * why naming the key, its value and the limit) when some GPU of `topo`
+ * would get a headroom below its floor for some cluster size a lease can
+ * have (1, 2, 4, 8), i.e. when for some GPU of S SMs and cluster c
+ *   round_down(min(max_headroom, S - min_grid), c) < round_up(min_headroom, c)
+ * `blame` (may be NULL) gets the HR_POLICY_* bit of the key named, 0 for
+ * none. Includes hr__policy_validate. */
+int hr__policy_validate_for(const hr_policy *policy, const hr_topology *topo,
+                            char *why, size_t n, unsigned *blame);
 
 /* Compute the budget of one GPU. Fills every field of `out` except gpu,
  * epoch and mode, which belong to the caller. HR_EINVAL on bad input. */
@@ -132,7 +159,7 @@ const hr_calib_budget *hr__policy_calib_find(const hr_policy_input *in,
 /* The budget of a lease in `mode` on a GPU whose budget (computed by
  * hr__policy_budget, for headroom-mode leases) is `gpu`: a copy with the
  * mode filled in and, for HR_MODE_AGNOSTIC, headroom 0 and grid = sms; for
- * HR_MODE_PARTITION the partition fields (hr_budget_for_mode).
+ * HR_MODE_PARTITION the partition fields (hr__policy_for_mode).
  * HR_EINVAL for a mode that does not exist, HR_EUNSUPPORTED for a
  * partition lease on a GPU whose partition fields are 0 (`out` is then
  * the GPU's headroom-mode budget with the mode set). */
@@ -150,5 +177,35 @@ int hr__policy_comm_ctas(const hr_policy_input *in);
  * headroom in force now (capped at the ceiling): what a reported barrier
  * timeout does. Returns in->raised unchanged when incident_raise is off. */
 int hr__policy_raise(const hr_policy *policy, const hr_policy_input *in);
+
+/* The budget a lease in `mode` gets, from its GPU's budget `b` (the one
+ * computed for headroom-mode leases, which events and status carry).
+ * Headroom and cooperative leases take the numbers as they are. An
+ * agnostic lease runs a kernel with no grid barrier, which cannot deadlock
+ * on partial residency: it gets headroom 0 and grid = sms. It keeps the
+ * NCCL fields and the epoch, since the headroom of the GPU's other leases
+ * holds only while every communicator keeps to that cap. A partition
+ * lease gets the comm partition as its headroom (grid = sms - that),
+ * NCCL's cap inside the partition, and cgaClusterSize 1: NCCL and the mega
+ * kernel run in disjoint green contexts, so the partition fields, not the
+ * cluster-based headroom, are what holds. Both sides apply it: the daemon
+ * to the budget in a lease or report reply, the client library to every
+ * budget it stores into a lease, pushed or computed.
+ *
+ * Returns HR_EUNSUPPORTED for a partition lease on a GPU whose budget has
+ * partition_granularity 0 (the GPU cannot be split under the policy, or
+ * the daemon predates partition mode); the budget then keeps the GPU's
+ * headroom-mode numbers, which are safe for an ordinary launch, with the
+ * mode set. HR_OK otherwise. */
+int hr__policy_for_mode(hr_budget *b, hr_mode mode);
+
+/* The partition rule, one for the daemon's policy and the client's
+ * degraded budgets: a comm partition of `need` SMs (at least 1) rounded up
+ * to the green-context step `g`, under `ceiling` rounded down to it, and
+ * NCCL's cap inside it: the largest power of two p <= cap_limit with
+ * p x `collectives` <= the partition (one NCCL CTA per SM, FINDINGS 4),
+ * 1 at the least. All three fields 0 when not even one step fits. */
+void hr__policy_partition_size(hr_budget *b, int g, int need, int ceiling,
+                                int collectives, int cap_limit);
 
 #endif /* HR_POLICY_H */

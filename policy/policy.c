@@ -1,20 +1,17 @@
 /*
  * policy.c: the budget policy (see policy.h for the rules and why).
  */
+#include <stdarg.h>
 #include <stdio.h>
 
 #include "policy.h"
 
-#define DEFAULT_MIN_HEADROOM 2
-#define DEFAULT_MAX_HEADROOM 32
-#define DEFAULT_MIN_GRID 64
-
 void hr__policy_default(hr_policy *policy)
 {
-  policy->min_headroom = DEFAULT_MIN_HEADROOM;
-  policy->max_headroom = DEFAULT_MAX_HEADROOM;
-  policy->min_grid = DEFAULT_MIN_GRID;
-  policy->incident_raise = 1;
+  policy->min_headroom = HR_POLICY_DEFAULT_MIN_HEADROOM;
+  policy->max_headroom = HR_POLICY_DEFAULT_MAX_HEADROOM;
+  policy->min_grid = HR_POLICY_DEFAULT_MIN_GRID;
+  policy->incident_raise = HR_POLICY_DEFAULT_INCIDENT_RAISE;
 }
 
 int hr__policy_validate(const hr_policy *p, char *why, size_t n)
@@ -23,8 +20,10 @@ int hr__policy_validate(const hr_policy *p, char *why, size_t n)
 
   if(!p)
     msg = "no policy";
-  else if(p->min_headroom < 0 || p->min_headroom > HR_MAX_SMS)
-    msg = "min_headroom must be 0..1024";
+  else if(p->min_headroom < HR__POLICY_MIN_FLOOR ||
+          p->min_headroom > HR_MAX_SMS)
+    msg = "min_headroom must be 1..1024 (0 leaves no SM free: one NCCL "
+          "CTA resident beside the grid deadlocks its barrier)";
   else if(p->max_headroom < 0 || p->max_headroom > HR_MAX_SMS)
     msg = "max_headroom must be 0..1024";
   else if(p->min_headroom > p->max_headroom)
@@ -41,8 +40,126 @@ int hr__policy_validate(const hr_policy *p, char *why, size_t n)
   return HR_OK;
 }
 
+int hr__policy_for_mode(hr_budget *b, hr_mode mode)
+{
+  b->mode = mode;
+  if(mode == HR_MODE_AGNOSTIC) {
+    b->headroom = 0;
+    b->grid = b->sms;
+  } else if(mode == HR_MODE_PARTITION) {
+    if(b->partition_granularity <= 0 || b->partition_comm_sms <= 0 ||
+       b->partition_comm_sms >= b->sms)
+      return HR_EUNSUPPORTED;
+    b->headroom = b->partition_comm_sms;
+    b->grid = b->sms - b->partition_comm_sms;
+    b->nccl_max_ctas = b->partition_nccl_max_ctas;
+    if(b->nccl_min_ctas > b->nccl_max_ctas)
+      b->nccl_min_ctas = b->nccl_max_ctas;
+    b->nccl_cga_cluster_size = 1;
+  }
+  return HR_OK;
+}
+
+
+void hr__policy_partition_size(hr_budget *b, int g, int need, int ceiling,
+                               int collectives, int cap_limit)
+{
+  int comm, cap = 1;
+
+  b->partition_granularity = 0;
+  b->partition_comm_sms = 0;
+  b->partition_nccl_max_ctas = 0;
+  if(g < 1 || collectives < 1)
+    return;
+  ceiling = ceiling / g * g;
+  if(ceiling < g)
+    return;
+  if(need < 1)
+    need = 1;
+  comm = need >= ceiling ? ceiling : (need + g - 1) / g * g;
+  while(cap * 2 * collectives <= comm && cap * 2 <= cap_limit)
+    cap *= 2;
+  b->partition_granularity = g;
+  b->partition_comm_sms = comm;
+  b->partition_nccl_max_ctas = cap;
+}
+
+
 static int round_up(int v, int m) { return (v + m - 1) / m * m; }
 static int round_down(int v, int m) { return v / m * m; }
+
+static int say(char *why, size_t n, unsigned key, unsigned *blame,
+               const char *fmt, ...)
+  __attribute__((format(printf, 5, 6)));
+
+static int say(char *why, size_t n, unsigned key, unsigned *blame,
+               const char *fmt, ...)
+{
+  va_list ap;
+
+  if(why && n) {
+    va_start(ap, fmt);
+    vsnprintf(why, n, fmt, ap);
+    va_end(ap);
+  }
+  if(blame)
+    *blame = key;
+  return HR_EINVAL;
+}
+
+int hr__policy_validate_for(const hr_policy *p, const hr_topology *topo,
+                            char *why, size_t n, unsigned *blame)
+{
+  static const int clusters[] = {8, 4, 2, 1}; /* every size a lease has */
+  int g, i;
+
+  if(blame)
+    *blame = 0;
+  if(!topo || topo->n_gpus < 0 || topo->n_gpus > HR_MAX_GPUS)
+    return say(why, n, 0, blame, "no topology");
+  if(hr__policy_validate(p, why, n)) {
+    if(blame)
+      *blame = !p || p->min_headroom < HR__POLICY_MIN_FLOOR ||
+               p->min_headroom > HR_MAX_SMS ? HR_POLICY_MIN_HEADROOM : 0;
+    return HR_EINVAL;
+  }
+  /* headroom = min(max(need, floor), ceiling) stays >= floor exactly when
+   * ceiling >= floor: a multiple of c in [min_headroom, min(max_headroom,
+   * S - min_grid)] for every cluster c a lease can have. Raised floors
+   * cannot break it: the ceiling caps them, and the ceiling is at least
+   * the policy's own floor. */
+  for(i = 0; i < (int)(sizeof(clusters) / sizeof(clusters[0])); i++) {
+    int c = clusters[i], floor_ = round_up(p->min_headroom, c);
+    if(round_down(p->max_headroom, c) >= floor_)
+      continue;
+    return say(why, n, HR_POLICY_MAX_HEADROOM, blame,
+               "max_headroom %d is below the floor of %d SMs (min_headroom "
+               "%d rounded up to a cluster of %d): max_headroom must be at "
+               "least %d", p->max_headroom, floor_, p->min_headroom, c,
+               floor_);
+  }
+  for(g = 0; g < topo->n_gpus; g++) {
+    int sms = topo->gpus[g].sms;
+    for(i = 0; i < (int)(sizeof(clusters) / sizeof(clusters[0])); i++) {
+      int c = clusters[i], floor_ = round_up(p->min_headroom, c);
+      int ceiling = round_down(hr__policy_ceiling(p, sms), c);
+      if(ceiling >= floor_)
+        continue;
+      if(sms - floor_ < 1)
+        return say(why, n, HR_POLICY_MIN_HEADROOM, blame,
+                   "min_headroom %d is the whole of gpu %d (%d SMs) once "
+                   "rounded up to a cluster of %d: min_headroom must be at "
+                   "most %d", p->min_headroom, g, sms, c,
+                   round_down(sms - 1, c));
+      return say(why, n, HR_POLICY_MIN_GRID, blame,
+                 "min_grid %d leaves gpu %d (%d SMs) a ceiling of %d SMs, "
+                 "below its floor of %d (min_headroom %d rounded up to a "
+                 "cluster of %d): min_grid must be at most %d", p->min_grid,
+                 g, sms, ceiling, floor_, p->min_headroom, c, sms - floor_);
+    }
+  }
+  return HR_OK;
+}
 
 static int input_valid(const hr_policy_input *in)
 {
@@ -138,7 +255,7 @@ static void partition_of(const hr_policy *p, const hr_policy_input *in,
 
   if(floor_ > need)
     need = floor_ > HR_MAX_SMS ? HR_MAX_SMS : floor_;
-  hr_partition_size(out, in->granularity, (int)need,
+  hr__policy_partition_size(out, in->granularity, (int)need,
                     hr__policy_ceiling(p, in->sms), collectives(in), gpu_cap);
 }
 
@@ -205,7 +322,7 @@ int hr__policy_lease_budget(const hr_budget *gpu, hr_mode mode,
   *out = *gpu;
   /* One rule for both sides: libheadroom applies the same function to
    * the budgets the daemon pushes for the whole GPU. */
-  return hr_budget_for_mode(out, mode);
+  return hr__policy_for_mode(out, mode);
 }
 
 int hr__policy_raise(const hr_policy *p, const hr_policy_input *in)
