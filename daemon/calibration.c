@@ -201,29 +201,38 @@ out:
   return rc;
 }
 
-int hr__calibration_load(hr__calibration *out, const char *path, char *why,
-                         size_t n)
+int hr__calibration_load(hr__calibration *out, const char *path,
+                         long long now_s, char *why, size_t n)
 {
+  char reason[192], aside[HR__CALIB_PATH_MAX + 48];
   char *text = NULL;
   size_t len;
   int rc, e;
 
   if(!out || !path)
     return fail(why, n, "no path");
-  e = hr__read_file(path, HR__CALIB_FILE_MAX, &text, &len);
-  if(e == ENOMEM)
-    rc = fail(why, n, "out of memory");
-  else if(e == EIO)
-    rc = fail(why, n, "read error");
-  else if(e == EFBIG)
-    rc = fail(why, n, "larger than %d bytes", HR__CALIB_FILE_MAX);
-  else if(e)
-    rc = fail(why, n, "%s", strerror(e));
-  else
+  /* headroom-calibrate is often run as root: root's file is trusted too,
+   * as no tenant can have planted it. */
+  e = hr__read_file(path, HR__CALIB_FILE_MAX, HR__OWNER_SELF_OR_ROOT, &text,
+                    &len, reason, sizeof(reason));
+  if(e == ENOENT)
+    return HR_ENOTFOUND;            /* no file is not a bad one */
+  if(e == EPERM) {
+    /* Not a file to read at all: moved aside, so the next calibration
+     * run writes a real one there. */
+    e = hr__set_aside(path, "refused", now_s, aside, sizeof(aside));
+    if(e)
+      rc = fail(why, n, "%s; could not be moved aside (%s), left where it "
+                "is", reason, strerror(e));
+    else
+      rc = fail(why, n, "%s; moved to %s", reason, aside);
+  } else if(e) {
+    rc = fail(why, n, "%s", reason);
+  } else {
     rc = hr__calibration_parse(out, text, len, why, n);
+  }
   free(text);
-  /* No file is not a bad one: the caller tells them apart. */
-  return e == ENOENT ? HR_ENOTFOUND : rc;
+  return rc;
 }
 
 int hr__calibration_covers(const hr__calibration *c, const hr_gpu_info *gpu)

@@ -353,50 +353,10 @@ out:
 
 /* ---- files ------------------------------------------------------------- */
 
-/* Move a damaged file aside under a name nothing has yet:
- * state.json.corrupt-<now_s>, then the same with .1, .2, ... Two damaged files
- * set aside in the same second (a daemon restarted in a loop) must both
- * be kept, so the name is taken with link(2), which never replaces what
- * is there, and the file is unlinked only once it has its new name. On a
- * file system without hard links, rename(2) after checking that the name
- * is free (nothing else writes in the state folder). Returns 0 with the
- * name in `aside`, or an errno value. */
-#define ASIDE_TRIES 1000
-
-static int set_aside(const hr__persist *p, long long now_s, char *aside,
-                     size_t n)
-{
-  int i, e = EEXIST;
-
-  for(i = 0; i < ASIDE_TRIES && e == EEXIST; i++) {
-    if(i == 0)
-      snprintf(aside, n, "%s.corrupt-%lld", p->path, now_s);
-    else
-      snprintf(aside, n, "%s.corrupt-%lld.%d", p->path, now_s, i);
-    e = link(p->path, aside) ? errno : 0;
-    if(e == EPERM || e == EOPNOTSUPP || e == EXDEV) {
-      if(!access(aside, F_OK))
-        e = EEXIST;
-      else
-        e = rename(p->path, aside) ? errno : 0;
-      if(!e)
-        return 0;
-    }
-  }
-  if(e)
-    return e;
-  if(unlink(p->path)) {
-    /* Both names on one file: the next save replaces state.json with a
-     * new file and the set-aside one keeps the damaged bytes. */
-    hr__warn("state: cannot remove %s after linking it to %s (%s)", p->path,
-             aside, strerror(errno));
-  }
-  return 0;
-}
-
 int hr__persist_load(hr__persist *p, hr__state *s, long long now_s)
 {
   char why[256], aside[sizeof(p->path) + 48];
+  const char *tag = "corrupt";
   char *text = NULL;
   size_t len = 0;
   int rc, e;
@@ -405,31 +365,31 @@ int hr__persist_load(hr__persist *p, hr__state *s, long long now_s)
     return HR_EINVAL;
   if(!p->enabled)
     return HR_OK;
-  e = hr__read_file(p->path, HR__STATE_FILE_MAX, &text, &len);
-  rc = e == ENOENT ? HR_ENOTFOUND : e == ENOMEM ? HR_ENOMEM :
-       e ? HR_EINVAL : HR_OK;
-  if(rc == HR_ENOTFOUND) {
+  e = hr__read_file(p->path, HR__STATE_FILE_MAX, HR__OWNER_SELF, &text, &len,
+                    why, sizeof(why));
+  if(e == ENOENT) {
     hr__info("state: no %s yet; starting fresh", p->path);
     return HR_OK;
   }
-  if(rc == HR_ENOMEM)
-    return rc;
-  if(rc)
-    snprintf(why, sizeof(why), "unreadable or larger than %d bytes",
-             HR__STATE_FILE_MAX);
-  else
-    rc = hr__persist_decode(s, text, len, why, sizeof(why));
+  if(e == ENOMEM)
+    return HR_ENOMEM;
+  /* Not a file of ours (a link, a FIFO, a folder, another user's): none
+   * of it is read, and it goes aside under a name that says so. */
+  if(e == EPERM)
+    tag = "refused";
+  rc = e ? HR_EINVAL : hr__persist_decode(s, text, len, why, sizeof(why));
   free(text);
   if(rc == HR_ENOMEM)
     return rc;
   if(rc) {
-    e = set_aside(p, now_s, aside, sizeof(aside));
+    e = hr__set_aside(p->path, tag, now_s, aside, sizeof(aside));
     if(e)
-      hr__err("state: %s is corrupt (%s) and could not be moved aside (%s); "
-              "ignoring it", p->path, why, strerror(e));
+      hr__err("state: %s is %s (%s) and could not be moved aside (%s); "
+              "left where it is and ignored, starting fresh", p->path,
+              tag, why, strerror(e));
     else
-      hr__err("state: %s is corrupt (%s); moved to %s, starting fresh",
-              p->path, why, aside);
+      hr__err("state: %s is %s (%s); moved to %s, starting fresh", p->path,
+              tag, why, aside);
     return HR_OK;
   }
   hr__info("state: loaded %s", p->path);
