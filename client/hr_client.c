@@ -21,7 +21,6 @@
 
 #define DEFAULT_REQUEST_TIMEOUT_MS 5000
 #define DEFAULT_RECONNECT_MS 200
-#define DEFAULT_SMS 132          /* H100/H200 SXM, when nothing better */
 
 /* An absolute CLOCK_MONOTONIC time `ms` from now, for timed waits. */
 static void deadline_ts(struct timespec *ts, int ms)
@@ -196,7 +195,7 @@ int hr__client_sms(hr_client *c, int gpu)
     }
   }
   sms = hr__cuda_sms(gpu);
-  return sms > 0 ? sms : DEFAULT_SMS;
+  return sms > 0 ? sms : HR_POLICY_DEFAULT_SMS;
 }
 
 int hr__client_check_gpu(hr_client *c, int gpu)

@@ -260,7 +260,7 @@ out:
 int hr__daemon_start(hr__daemon *d, uv_loop_t *loop, const hr__config *cfg,
                      const hr__config_flags *flags)
 {
-  char why[256], topo[256], parts[256];
+  char why[256], topo[256], parts[256], err[HR__CONFIG_ERR_MAX];
 
   memset(d, 0, sizeof(*d));
   d->loop = loop;
@@ -279,6 +279,10 @@ int hr__daemon_start(hr__daemon *d, uv_loop_t *loop, const hr__config *cfg,
   }
   describe_topology(&d->topo, topo, sizeof(topo));
   hr__notice("topology: %s (%s)", topo, why);
+  if(hr__config_check_policy(cfg, &d->topo, err, sizeof(err))) {
+    hr__err("config: %s", err);
+    return 1;
+  }
   describe_granularity(&d->topo, d->granularity, parts, sizeof(parts));
   hr__notice("green contexts: %s%s", parts,
              cfg->partition_ignore_coscheduling ?
@@ -378,6 +382,12 @@ void hr__daemon_reload(hr__daemon *d)
     return;
   }
   keep_restart_only(d, &next);
+  /* The topology stays the one the daemon started with: the policy must
+   * hold on those GPUs, or the old one stays in force. */
+  if(hr__config_check_policy(&next, &d->topo, err, sizeof(err))) {
+    hr__err("reload failed, keeping the running configuration: %s", err);
+    return;
+  }
   hr__log_set_level(next.log_level);
   /* The file's policy wins on reload, over one set at run time too: the
    * file is what the operator wants the node to run with. */

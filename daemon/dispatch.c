@@ -433,7 +433,7 @@ static void on_policy_set(hr__conn *c, const hr_request *req)
   hr__daemon *d = c->d;
   hr__gpu_mask changed = 0;
   hr_policy p = d->state.policy;
-  char why[128];
+  char why[HR_MESSAGE_MAX];
   hr_reply rep;
 
   if(!c->is_operator) {
@@ -453,8 +453,12 @@ static void on_policy_set(hr__conn *c, const hr_request *req)
     p.min_grid = r->policy.min_grid;
   if(r->fields & HR_POLICY_INCIDENT_RAISE)
     p.incident_raise = r->policy.incident_raise;
-  if(hr__policy_validate(&p, why, sizeof(why))) {
-    send_error(c, req->id, HR_WERR_BAD_REQUEST, "%s", why);
+  /* Well formed, but a policy some GPU of this node could not run safely
+   * under: refused as a value, the policy in force unchanged. */
+  if(hr__policy_validate_for(&p, &d->topo, why, sizeof(why), NULL)) {
+    hr__notice("client %lld (pid %d, uid %d): policy refused: %s",
+               (long long)c->id, c->peer.pid, c->peer.uid, why);
+    send_error(c, req->id, HR_WERR_INVALID_VALUE, "%s", why);
     return;
   }
   hr__state_set_policy(&d->state, &p, &changed);

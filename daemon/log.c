@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "headroom.h"
+#include "hr_types.h"
 #include "log.h"
 
 static hr__log_level current_level = HR_LOG_INFO;

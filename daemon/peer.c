@@ -9,7 +9,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include "headroom.h"
+#include "hr_types.h"
 #include "peer.h"
 
 /* getgrnam_r scratch, grown on ERANGE, capped so a broken name service

@@ -204,6 +204,7 @@ static void test_names(void **state)
     { HR_WERR_UNSUPPORTED, "unsupported", HR_EUNSUPPORTED },
     { HR_WERR_SHUTTING_DOWN, "shutting_down", HR_ESHUTDOWN },
     { HR_WERR_INTERNAL, "internal", HR_EINTERNAL },
+    { HR_WERR_INVALID_VALUE, "invalid_value", HR_EINVAL },
   };
   static const char *const types[HR_MSG_COUNT] = {
     NULL, "hello", "register_comm", "unregister_comm", "lease", "release",
@@ -1240,91 +1241,6 @@ static void test_metrics_names_forward(void **state)
   assert_int_equal(rep.u.metrics.gpus[0].partition_granularity, 0);
   assert_int_equal(rep.u.metrics.gpus[0].partition_comm_sms, 0);
   assert_int_equal(rep.u.metrics.gpus[0].partition_nccl_max_ctas, 0);
-}
-
-/* The budget each lease mode gets from its GPU's budget. */
-static void test_budget_for_mode(void **state)
-{
-  hr_budget gpu, b;
-
-  (void)state;
-  sample_budget(&gpu, 1);
-  gpu.mode = HR_MODE_HEADROOM;
-  b = gpu;
-  hr_budget_for_mode(&b, HR_MODE_COOPERATIVE);
-  assert_int_equal(b.mode, HR_MODE_COOPERATIVE);
-  assert_int_equal(b.headroom, 16);
-  assert_int_equal(b.grid, 116);
-  b = gpu;
-  hr_budget_for_mode(&b, HR_MODE_AGNOSTIC);
-  assert_int_equal(b.mode, HR_MODE_AGNOSTIC);
-  assert_int_equal(b.headroom, 0);
-  assert_int_equal(b.grid, 132);
-  /* What the other leases rely on stays. */
-  assert_int_equal(b.epoch, gpu.epoch);
-  assert_int_equal(b.cluster, gpu.cluster);
-  assert_int_equal(b.nccl_min_ctas, gpu.nccl_min_ctas);
-  assert_int_equal(b.nccl_max_ctas, gpu.nccl_max_ctas);
-  assert_int_equal(b.nccl_cga_cluster_size, gpu.nccl_cga_cluster_size);
-  assert_int_equal(b.nccl_nvls_enable, gpu.nccl_nvls_enable);
-  assert_int_equal(b.degraded, gpu.degraded);
-  /* Applied again it changes nothing more. */
-  hr_budget_for_mode(&b, HR_MODE_AGNOSTIC);
-  assert_int_equal(b.grid, 132);
-  assert_int_equal(b.headroom, 0);
-
-  /* Partition: the comm partition is the headroom, NCCL gets the cap
-   * inside it (minCTAs clamped under it) and a CGA size of 1. */
-  gpu.partition_granularity = 8;
-  gpu.partition_comm_sms = 24;
-  gpu.partition_nccl_max_ctas = 4;
-  gpu.nccl_min_ctas = 6;
-  gpu.nccl_cga_cluster_size = 2;
-  b = gpu;
-  assert_int_equal(hr_budget_for_mode(&b, HR_MODE_PARTITION), HR_OK);
-  assert_int_equal(b.mode, HR_MODE_PARTITION);
-  assert_int_equal(b.headroom, 24);
-  assert_int_equal(b.grid, 108);
-  assert_int_equal(b.nccl_max_ctas, 4);
-  assert_int_equal(b.nccl_min_ctas, 4);
-  assert_int_equal(b.nccl_cga_cluster_size, 1);
-  assert_int_equal(b.epoch, gpu.epoch);
-  assert_int_equal(b.partition_comm_sms, 24);
-  /* Applied again it changes nothing more. */
-  assert_int_equal(hr_budget_for_mode(&b, HR_MODE_PARTITION), HR_OK);
-  assert_int_equal(b.grid, 108);
-  assert_int_equal(b.nccl_min_ctas, 4);
-  /* A minCTAs already under the cap stays. */
-  b = gpu;
-  b.nccl_min_ctas = 1;
-  assert_int_equal(hr_budget_for_mode(&b, HR_MODE_PARTITION), HR_OK);
-  assert_int_equal(b.nccl_min_ctas, 1);
-
-  /* A GPU that cannot be split: unsupported, and the headroom-mode
-   * numbers stay, safe for an ordinary launch. */
-  b = gpu;
-  b.partition_granularity = 0;
-  assert_int_equal(hr_budget_for_mode(&b, HR_MODE_PARTITION),
-                   HR_EUNSUPPORTED);
-  assert_int_equal(b.mode, HR_MODE_PARTITION);
-  assert_int_equal(b.headroom, gpu.headroom);
-  assert_int_equal(b.grid, gpu.grid);
-  assert_int_equal(b.nccl_max_ctas, gpu.nccl_max_ctas);
-  /* Nor is a comm partition of no SMs, or of every SM, a partition. */
-  b = gpu;
-  b.partition_comm_sms = 0;
-  assert_int_equal(hr_budget_for_mode(&b, HR_MODE_PARTITION),
-                   HR_EUNSUPPORTED);
-  b = gpu;
-  b.partition_comm_sms = b.sms;
-  assert_int_equal(hr_budget_for_mode(&b, HR_MODE_PARTITION),
-                   HR_EUNSUPPORTED);
-  assert_int_equal(b.grid, gpu.grid);
-  /* The other modes never refuse. */
-  b = gpu;
-  b.partition_granularity = 0;
-  assert_int_equal(hr_budget_for_mode(&b, HR_MODE_HEADROOM), HR_OK);
-  assert_int_equal(hr_budget_for_mode(&b, HR_MODE_AGNOSTIC), HR_OK);
 }
 
 /* ---- Bad input --------------------------------------------------------- */
@@ -2625,7 +2541,6 @@ int main(void)
     cmocka_unit_test(test_summary_always_fits),
     cmocka_unit_test(test_reply_metrics),
     cmocka_unit_test(test_metrics_names_forward),
-    cmocka_unit_test(test_budget_for_mode),
     cmocka_unit_test(test_bad_requests),
     cmocka_unit_test(test_lenient_requests),
     cmocka_unit_test(test_bad_args),
