@@ -11,7 +11,8 @@
  *  - a hello's degraded_ms is clamped before it is counted;
  *  - a state or calibration file that is a link, a FIFO, a folder or
  *    another user's is moved aside with a logged reason, and the daemon
- *    starts clean; a duplicated member makes the file corrupt.
+ *    starts clean; a duplicated member makes the file corrupt (it is read
+ *    with the wire's checked reader).
  * The tests needing a second uid or a file of another owner run as root
  * and skip visibly otherwise.
  */
@@ -452,6 +453,29 @@ static void test_calibration_file_fifo_and_link(void **state)
                                 "link, not followed; moved to"));
 }
 
+/* A member given twice: the wire refuses it, and so does the state file
+ * now. Read loosely, the first "raised" won and a planted 30 came back. */
+static void test_state_file_duplicate_member(void **state)
+{
+  char file[400], aside[1000];
+  struct stat st;
+  (void)state;
+
+  assert_int_equal(th_daemon_start(&daemon_, NULL), 0);
+  assert_int_equal(th_daemon_stop(&daemon_), 0);
+  snprintf(file, sizeof(file), "%s/state.json", daemon_.state_dir);
+  th_file_write(file, "{\"format\":1,\"next_incident\":1,\"gpus\":["
+                "{\"gpu\":1,\"sms\":132,\"raised\":30,\"raised\":0,"
+                "\"epoch\":1,\"incidents\":[]}]}\n");
+  assert_int_equal(th_daemon_restart(&daemon_), 0);
+  assert_int_equal(gpu1_raised(), 0);
+  assert_true(th_daemon_log_has(&daemon_, "state.json is corrupt "
+                                "(gpus[0].raised: given more than once)"));
+  assert_int_equal(find_aside("state.json.corrupt-", &st, aside,
+                              sizeof(aside)), 0);
+  assert_true(S_ISREG(st.st_mode));
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -467,6 +491,7 @@ int main(void)
     cmocka_unit_test_teardown(test_state_file_other_owner, teardown),
     cmocka_unit_test_teardown(test_calibration_file_fifo_and_link,
                               teardown),
+    cmocka_unit_test_teardown(test_state_file_duplicate_member, teardown),
   };
   signal(SIGPIPE, SIG_IGN);
   if(geteuid() != 0)
