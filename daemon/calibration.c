@@ -7,7 +7,6 @@
  * refuses.
  */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,20 +17,6 @@
 #include "fsutil.h"
 #include "hr_json.h"
 #include "log.h"
-
-static int fail(char *why, size_t n, const char *fmt, ...) HR__PRINTF(3, 4);
-
-static int fail(char *why, size_t n, const char *fmt, ...)
-{
-  va_list ap;
-
-  if(why && n) {
-    va_start(ap, fmt);
-    vsnprintf(why, n, fmt, ap);
-    va_end(ap);
-  }
-  return HR_EINVAL;
-}
 
 /* Through the wire's checked reader (proto/hr_json.h): exact member names,
  * a member given twice refused, integers checked as doubles (a fraction
@@ -134,15 +119,15 @@ int hr__calibration_parse(hr__calibration *out, const char *text, size_t len,
   int rc = HR_OK;
 
   if(!out || !text)
-    return fail(why, n, "no calibration text");
+    return hr__why(HR_EINVAL, why, n, "no calibration text");
   c = calloc(1, sizeof(*c));
   if(!c)
-    return fail(why, n, "out of memory");
+    return hr__why(HR_EINVAL, why, n, "out of memory");
   hr__dec_init(&d, &err);
   root = hr__dec_parse_doc(&d, text, len, HR__CALIB_FILE_MAX);
   parse_root(&d, root, c);
   if(d.rc)
-    rc = fail(why, n, "%s", err.message);
+    rc = hr__why(HR_EINVAL, why, n, "%s", err.message);
   else
     *out = *c;
   cJSON_Delete(root);
@@ -159,7 +144,7 @@ int hr__calibration_load(hr__calibration *out, const char *path,
   int rc, e;
 
   if(!out || !path)
-    return fail(why, n, "no path");
+    return hr__why(HR_EINVAL, why, n, "no path");
   /* headroom-calibrate is often run as root: root's file is trusted too,
    * as no tenant can have planted it. */
   e = hr__read_file(path, HR__CALIB_FILE_MAX, HR__OWNER_SELF_OR_ROOT, &text,
@@ -171,12 +156,12 @@ int hr__calibration_load(hr__calibration *out, const char *path,
      * run writes a real one there. */
     e = hr__set_aside(path, "refused", now_s, aside, sizeof(aside));
     if(e)
-      rc = fail(why, n, "%s; could not be moved aside (%s), left where it "
+      rc = hr__why(HR_EINVAL, why, n, "%s; could not be moved aside (%s), left where it "
                 "is", reason, strerror(e));
     else
-      rc = fail(why, n, "%s; moved to %s", reason, aside);
+      rc = hr__why(HR_EINVAL, why, n, "%s; moved to %s", reason, aside);
   } else if(e) {
-    rc = fail(why, n, "%s", reason);
+    rc = hr__why(HR_EINVAL, why, n, "%s", reason);
   } else {
     rc = hr__calibration_parse(out, text, len, why, n);
   }

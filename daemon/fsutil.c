@@ -4,7 +4,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,21 +73,6 @@ static const char *file_kind(const struct stat *st)
   return "not a regular file";
 }
 
-static int why_errno(char *why, size_t n, int e, const char *fmt, ...)
-  __attribute__((format(printf, 4, 5)));
-
-static int why_errno(char *why, size_t n, int e, const char *fmt, ...)
-{
-  va_list ap;
-
-  if(why && n) {
-    va_start(ap, fmt);
-    vsnprintf(why, n, fmt, ap);
-    va_end(ap);
-  }
-  return e;
-}
-
 int hr__read_file(const char *path, size_t max, int owners, char **out,
                   size_t *len, char *why, size_t n)
 {
@@ -105,23 +89,23 @@ int hr__read_file(const char *path, size_t max, int owners, char **out,
     if(e == ENOENT)
       return e;
     if(e == ELOOP)
-      return why_errno(why, n, EPERM, "a symbolic link, not followed");
+      return hr__why(EPERM, why, n, "a symbolic link, not followed");
     /* A socket cannot be opened at all: say what it is. */
     if(e == ENXIO && !lstat(path, &st))
-      return why_errno(why, n, EPERM, "%s", file_kind(&st));
-    return why_errno(why, n, e, "cannot open: %s", strerror(e));
+      return hr__why(EPERM, why, n, "%s", file_kind(&st));
+    return hr__why(e, why, n, "cannot open: %s", strerror(e));
   }
   if(fstat(fd, &st)) {
-    e = why_errno(why, n, errno, "cannot stat: %s", strerror(errno));
+    e = hr__why(errno, why, n, "cannot stat: %s", strerror(errno));
     goto out;
   }
   if(!S_ISREG(st.st_mode)) {
-    e = why_errno(why, n, EPERM, "%s", file_kind(&st));
+    e = hr__why(EPERM, why, n, "%s", file_kind(&st));
     goto out;
   }
   if(st.st_uid != geteuid() &&
      !(owners == HR__OWNER_SELF_OR_ROOT && st.st_uid == 0)) {
-    e = why_errno(why, n, EPERM, "owned by uid %ld, not by the daemon's "
+    e = hr__why(EPERM, why, n, "owned by uid %ld, not by the daemon's "
                   "user (uid %ld)%s", (long)st.st_uid, (long)geteuid(),
                   owners == HR__OWNER_SELF_OR_ROOT ? " or root" : "");
     goto out;
@@ -129,7 +113,7 @@ int hr__read_file(const char *path, size_t max, int owners, char **out,
   /* Read up to max + 1 bytes: getting them all says it is too large. */
   buf = malloc(max + 1);
   if(!buf) {
-    e = why_errno(why, n, ENOMEM, "out of memory");
+    e = hr__why(ENOMEM, why, n, "out of memory");
     goto out;
   }
   while(got <= max) {
@@ -137,7 +121,7 @@ int hr__read_file(const char *path, size_t max, int owners, char **out,
     if(r < 0 && errno == EINTR)
       continue;
     if(r < 0) {
-      e = why_errno(why, n, EIO, "read error: %s", strerror(errno));
+      e = hr__why(EIO, why, n, "read error: %s", strerror(errno));
       goto out;
     }
     if(r == 0)
@@ -145,7 +129,7 @@ int hr__read_file(const char *path, size_t max, int owners, char **out,
     got += (size_t)r;
   }
   if(got > max) {
-    e = why_errno(why, n, EFBIG, "larger than %zu bytes", max);
+    e = hr__why(EFBIG, why, n, "larger than %zu bytes", max);
     goto out;
   }
   buf[got] = '\0';

@@ -243,13 +243,6 @@ static void decode_gpu(hr__dec *d, const cJSON *o, const hr__state *s,
   }
 }
 
-static int why_copy(char *why, size_t n, const char *text)
-{
-  if(why && n)
-    snprintf(why, n, "%s", text);
-  return HR_EINVAL;
-}
-
 int hr__persist_decode(hr__state *s, const char *text, size_t len, char *why,
                        size_t n)
 {
@@ -262,7 +255,7 @@ int hr__persist_decode(hr__state *s, const char *text, size_t len, char *why,
   int rc = HR_EINVAL, g, count, i = 0;
 
   if(!s || !text)
-    return why_copy(why, n, "no input");
+    return hr__why(HR_EINVAL, why, n, "no input");
   all = calloc(HR_MAX_GPUS, sizeof(*all));
   if(!all)
     return HR_ENOMEM;
@@ -281,7 +274,7 @@ int hr__persist_decode(hr__state *s, const char *text, size_t len, char *why,
     hr__dec_leave(&d, mark);
   }
   if(d.rc) {
-    why_copy(why, n, err.message);
+    hr__why(HR_EINVAL, why, n, "%s", err.message);
     goto out;
   }
   /* Everything checked: only now touch the live state. A restart is a
@@ -301,7 +294,7 @@ int hr__persist_decode(hr__state *s, const char *text, size_t len, char *why,
       all[g].inc[k].client = 0;
     epoch = all[g].epoch + 1 ? all[g].epoch + 1 : 1;
     if(hr__state_restore(s, g, all[g].raised, epoch, all[g].inc, all[g].n)) {
-      snprintf(why, n, "gpu %d: cannot restore", g);
+      hr__why(HR_EINVAL, why, n, "gpu %d: cannot restore", g);
       goto out;
     }
     /* Write the moved-on epoch back, so two restarts in a row without a

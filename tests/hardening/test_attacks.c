@@ -22,7 +22,6 @@
 #include <pwd.h>
 #include <setjmp.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -39,25 +38,13 @@
 
 static hr_daemon daemon_;
 
+#define send_line(r, ...) assert_int_equal(th_raw_send_line(r, __VA_ARGS__), 0)
+
 static int teardown(void **state)
 {
   (void)state;
   th_daemon_cleanup(&daemon_);
   return 0;
-}
-
-static void send_line(th_raw *r, const char *fmt, ...)
-{
-  char line[2048];
-  va_list ap;
-  int n;
-
-  va_start(ap, fmt);
-  n = vsnprintf(line, sizeof(line) - 1, fmt, ap);
-  va_end(ap);
-  assert_true(n > 0 && (size_t)n < sizeof(line) - 1);
-  line[n++] = '\n';
-  assert_int_equal(th_raw_send(r, line, (size_t)n), 0);
 }
 
 /* ---- operators ----------------------------------------------------------- */
@@ -375,14 +362,21 @@ static void test_state_file_symlink(void **state)
   free(after);
 }
 
+/* A daemon started once (so its state folder exists) and stopped, and
+ * the path of `name` in that folder, for a test to plant something at. */
+static void stopped_daemon(const char *name, char *path, size_t n)
+{
+  assert_int_equal(th_daemon_start(&daemon_, NULL), 0);
+  assert_int_equal(th_daemon_stop(&daemon_), 0);
+  snprintf(path, n, "%s/%s", daemon_.state_dir, name);
+}
+
 static void test_state_file_fifo(void **state)
 {
   char file[400];
   (void)state;
 
-  assert_int_equal(th_daemon_start(&daemon_, NULL), 0);
-  assert_int_equal(th_daemon_stop(&daemon_), 0);
-  snprintf(file, sizeof(file), "%s/state.json", daemon_.state_dir);
+  stopped_daemon("state.json", file, sizeof(file));
   assert_int_equal(mkfifo(file, 0644), 0);
   /* Nobody writes to it: a blocking open would never return, and
    * th_daemon_restart would time out waiting for the socket. */
@@ -395,9 +389,7 @@ static void test_state_file_folder(void **state)
   char file[400];
   (void)state;
 
-  assert_int_equal(th_daemon_start(&daemon_, NULL), 0);
-  assert_int_equal(th_daemon_stop(&daemon_), 0);
-  snprintf(file, sizeof(file), "%s/state.json", daemon_.state_dir);
+  stopped_daemon("state.json", file, sizeof(file));
   assert_int_equal(mkdir(file, 0755), 0);
   assert_int_equal(th_daemon_restart(&daemon_), 0);
   expect_refused_state("a folder", S_IFDIR);
@@ -428,9 +420,7 @@ static void test_calibration_file_fifo_and_link(void **state)
   struct stat st;
   (void)state;
 
-  assert_int_equal(th_daemon_start(&daemon_, NULL), 0);
-  assert_int_equal(th_daemon_stop(&daemon_), 0);
-  snprintf(file, sizeof(file), "%s/calibration.json", daemon_.state_dir);
+  stopped_daemon("calibration.json", file, sizeof(file));
   assert_int_equal(mkfifo(file, 0644), 0);
   assert_int_equal(th_daemon_restart(&daemon_), 0);
   assert_true(th_daemon_log_has(&daemon_, "calibration.json: a FIFO; moved "
@@ -461,9 +451,7 @@ static void test_state_file_duplicate_member(void **state)
   struct stat st;
   (void)state;
 
-  assert_int_equal(th_daemon_start(&daemon_, NULL), 0);
-  assert_int_equal(th_daemon_stop(&daemon_), 0);
-  snprintf(file, sizeof(file), "%s/state.json", daemon_.state_dir);
+  stopped_daemon("state.json", file, sizeof(file));
   th_file_write(file, "{\"format\":1,\"next_incident\":1,\"gpus\":["
                 "{\"gpu\":1,\"sms\":132,\"raised\":30,\"raised\":0,"
                 "\"epoch\":1,\"incidents\":[]}]}\n");
