@@ -12,6 +12,16 @@
 #include "log.h"
 #include "options.h"
 
+/* The exit status table that headroomctl and headroom-run share
+ * (docs/operations.md): 1 an invalid value (the config), 2 usage, 3 could
+ * not serve (the daemon's side of "cannot connect": its socket, its
+ * event loop). */
+enum {
+  EXIT_INVALID = 1,
+  EXIT_USAGE = 2,
+  EXIT_CANNOT_SERVE = 3
+};
+
 int main(int argc, char **argv)
 {
   char err[HR__CONFIG_ERR_MAX];
@@ -22,7 +32,7 @@ int main(int argc, char **argv)
 
   if(hr__options_parse(&opts, argc, argv, err, sizeof(err))) {
     fprintf(stderr, "headroomd: %s\nTry 'headroomd --help'.\n", err);
-    return 1;
+    return EXIT_USAGE;
   }
   switch(opts.action) {
   case HR_ACTION_HELP:
@@ -40,7 +50,7 @@ int main(int argc, char **argv)
       fprintf(stderr, "headroomd: %s\n", err);
     else
       hr__err("config: %s", err);
-    return 1;
+    return EXIT_INVALID;
   }
   if(opts.action == HR_ACTION_CHECK_CONFIG) {
     printf("%s: OK\n", cfg.file[0] ? cfg.file : "built-in defaults");
@@ -51,13 +61,13 @@ int main(int argc, char **argv)
   signal(SIGPIPE, SIG_IGN);
   if(uv_loop_init(&loop)) {
     hr__err("cannot create the event loop");
-    return 1;
+    return EXIT_CANNOT_SERVE;
   }
   if(hr__daemon_start(&d, &loop, &cfg, &opts.flags)) {
     hr__daemon_abort(&d);
     uv_loop_close(&loop);
     hr__err("headroomd not started");
-    return 1;
+    return EXIT_CANNOT_SERVE;
   }
   hr__daemon_run(&d);
   uv_loop_close(&loop);
