@@ -11,6 +11,7 @@
 #include "daemon.h"
 #include "log.h"
 #include "options.h"
+#include "topology.h"
 
 /* The exit status table that headroomctl and headroom-run share
  * (docs/operations.md): 1 an invalid value (the config), 2 usage, 3 could
@@ -22,6 +23,26 @@ enum {
   EXIT_CANNOT_SERVE = 3
 };
 
+/* --check-config: the whole configuration, and its policy against the
+ * GPUs this node would run with. 0 good, 1 invalid (docs/config.md). */
+static int check_config(const hr__config *cfg)
+{
+  char err[HR__CONFIG_ERR_MAX], why[256];
+  static hr_topology topo;
+  int gran[HR_MAX_GPUS];
+
+  if(hr__topology_detect(cfg, &topo, gran, why, sizeof(why))) {
+    fprintf(stderr, "headroomd: topology: %s\n", why);
+    return EXIT_INVALID;
+  }
+  if(hr__config_check_policy(cfg, &topo, err, sizeof(err))) {
+    fprintf(stderr, "headroomd: %s\n", err);
+    return EXIT_INVALID;
+  }
+  printf("%s: OK\n", cfg->file[0] ? cfg->file : "built-in defaults");
+  return 0;
+}
+
 int main(int argc, char **argv)
 {
   char err[HR__CONFIG_ERR_MAX];
@@ -29,6 +50,7 @@ int main(int argc, char **argv)
   static hr__config cfg;
   hr__options opts;
   uv_loop_t loop;
+  int rc;
 
   if(hr__options_parse(&opts, argc, argv, err, sizeof(err))) {
     fprintf(stderr, "headroomd: %s\nTry 'headroomd --help'.\n", err);
@@ -52,10 +74,8 @@ int main(int argc, char **argv)
       hr__err("config: %s", err);
     return EXIT_INVALID;
   }
-  if(opts.action == HR_ACTION_CHECK_CONFIG) {
-    printf("%s: OK\n", cfg.file[0] ? cfg.file : "built-in defaults");
-    return 0;
-  }
+  if(opts.action == HR_ACTION_CHECK_CONFIG)
+    return check_config(&cfg);
 
   /* A client that vanishes mid-write must cost us an EPIPE, not our life. */
   signal(SIGPIPE, SIG_IGN);
@@ -63,11 +83,12 @@ int main(int argc, char **argv)
     hr__err("cannot create the event loop");
     return EXIT_CANNOT_SERVE;
   }
-  if(hr__daemon_start(&d, &loop, &cfg, &opts.flags)) {
+  rc = hr__daemon_start(&d, &loop, &cfg, &opts.flags);
+  if(rc) {
     hr__daemon_abort(&d);
     uv_loop_close(&loop);
     hr__err("headroomd not started");
-    return EXIT_CANNOT_SERVE;
+    return rc == HR_EINVAL ? EXIT_INVALID : EXIT_CANNOT_SERVE;
   }
   hr__daemon_run(&d);
   uv_loop_close(&loop);
