@@ -119,6 +119,8 @@ typedef struct hr_policy_input {
 #define HR_POLICY_DEFAULT_MIN_GRID 64
 #define HR_POLICY_DEFAULT_INCIDENT_RAISE 1
 #define HR_POLICY_DEFAULT_SMS 132
+/* The input cluster of a GPU with no headroom or cooperative lease. */
+#define HR_POLICY_DEFAULT_CLUSTER 2
 
 /* The defaults above into `policy`. */
 void hr__policy_default(hr_policy *policy);
