@@ -282,6 +282,11 @@ int hr__text_valid(const char *s);
  * boundary, with '?' for every byte that is not part of a character. */
 void hr__text_copy(char *dst, size_t size, const char *src);
 
+/* The same for names, which the daemon refuses with a control character
+ * in them (hr_proto_name_control): valid, and a copy with '?' for each. */
+int hr__name_valid(const char *s);
+void hr__name_copy(char *dst, size_t size, const char *src);
+
 /* ---- hr_cuda.c --------------------------------------------------------- */
 
 /* SMs of CUDA device `gpu` through the driver (dlopen'ed), or HR_ENOGPU. */

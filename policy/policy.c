@@ -1,6 +1,7 @@
 /*
  * policy.c: the budget policy (see policy.h for the rules and why).
  */
+#include <stdarg.h>
 #include <stdio.h>
 
 #include "policy.h"
@@ -19,8 +20,10 @@ int hr__policy_validate(const hr_policy *p, char *why, size_t n)
 
   if(!p)
     msg = "no policy";
-  else if(p->min_headroom < 0 || p->min_headroom > HR_MAX_SMS)
-    msg = "min_headroom must be 0..1024";
+  else if(p->min_headroom < HR__POLICY_MIN_FLOOR ||
+          p->min_headroom > HR_MAX_SMS)
+    msg = "min_headroom must be 1..1024 (0 leaves no SM free: one NCCL "
+          "CTA resident beside the grid deadlocks its barrier)";
   else if(p->max_headroom < 0 || p->max_headroom > HR_MAX_SMS)
     msg = "max_headroom must be 0..1024";
   else if(p->min_headroom > p->max_headroom)
@@ -84,6 +87,79 @@ void hr__policy_partition_size(hr_budget *b, int g, int need, int ceiling,
 
 static int round_up(int v, int m) { return (v + m - 1) / m * m; }
 static int round_down(int v, int m) { return v / m * m; }
+
+static int say(char *why, size_t n, unsigned key, unsigned *blame,
+               const char *fmt, ...)
+  __attribute__((format(printf, 5, 6)));
+
+static int say(char *why, size_t n, unsigned key, unsigned *blame,
+               const char *fmt, ...)
+{
+  va_list ap;
+
+  if(why && n) {
+    va_start(ap, fmt);
+    vsnprintf(why, n, fmt, ap);
+    va_end(ap);
+  }
+  if(blame)
+    *blame = key;
+  return HR_EINVAL;
+}
+
+int hr__policy_validate_for(const hr_policy *p, const hr_topology *topo,
+                            char *why, size_t n, unsigned *blame)
+{
+  static const int clusters[] = {8, 4, 2, 1}; /* every size a lease has */
+  int g, i;
+
+  if(blame)
+    *blame = 0;
+  if(!topo || topo->n_gpus < 0 || topo->n_gpus > HR_MAX_GPUS)
+    return say(why, n, 0, blame, "no topology");
+  if(hr__policy_validate(p, why, n)) {
+    if(blame)
+      *blame = !p || p->min_headroom < HR__POLICY_MIN_FLOOR ||
+               p->min_headroom > HR_MAX_SMS ? HR_POLICY_MIN_HEADROOM : 0;
+    return HR_EINVAL;
+  }
+  /* headroom = min(max(need, floor), ceiling) stays >= floor exactly when
+   * ceiling >= floor: a multiple of c in [min_headroom, min(max_headroom,
+   * S - min_grid)] for every cluster c a lease can have. Raised floors
+   * cannot break it: the ceiling caps them, and the ceiling is at least
+   * the policy's own floor. */
+  for(i = 0; i < (int)(sizeof(clusters) / sizeof(clusters[0])); i++) {
+    int c = clusters[i], floor_ = round_up(p->min_headroom, c);
+    if(round_down(p->max_headroom, c) >= floor_)
+      continue;
+    return say(why, n, HR_POLICY_MAX_HEADROOM, blame,
+               "max_headroom %d is below the floor of %d SMs (min_headroom "
+               "%d rounded up to a cluster of %d): max_headroom must be at "
+               "least %d", p->max_headroom, floor_, p->min_headroom, c,
+               floor_);
+  }
+  for(g = 0; g < topo->n_gpus; g++) {
+    int sms = topo->gpus[g].sms;
+    for(i = 0; i < (int)(sizeof(clusters) / sizeof(clusters[0])); i++) {
+      int c = clusters[i], floor_ = round_up(p->min_headroom, c);
+      int ceiling = round_down(hr__policy_ceiling(p, sms), c);
+      if(ceiling >= floor_)
+        continue;
+      if(sms - floor_ < 1)
+        return say(why, n, HR_POLICY_MIN_HEADROOM, blame,
+                   "min_headroom %d is the whole of gpu %d (%d SMs) once "
+                   "rounded up to a cluster of %d: min_headroom must be at "
+                   "most %d", p->min_headroom, g, sms, c,
+                   round_down(sms - 1, c));
+      return say(why, n, HR_POLICY_MIN_GRID, blame,
+                 "min_grid %d leaves gpu %d (%d SMs) a ceiling of %d SMs, "
+                 "below its floor of %d (min_headroom %d rounded up to a "
+                 "cluster of %d): min_grid must be at most %d", p->min_grid,
+                 g, sms, ceiling, floor_, p->min_headroom, c, sms - floor_);
+    }
+  }
+  return HR_OK;
+}
 
 static int input_valid(const hr_policy_input *in)
 {

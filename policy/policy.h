@@ -122,11 +122,26 @@ typedef struct hr_policy_input {
 /* The input cluster of a GPU with no headroom or cooperative lease. */
 #define HR_POLICY_DEFAULT_CLUSTER 2
 
+/* The smallest min_headroom a policy may have. Rounded up to the cluster
+ * it is one cluster of every size, so no lease ever gets headroom 0: one
+ * NCCL CTA resident beside a grid with no SM to spare deadlocks it. */
+#define HR__POLICY_MIN_FLOOR 1
+
 /* The defaults above into `policy`. */
 void hr__policy_default(hr_policy *policy);
 
 /* Check an operator's policy; on error writes why into `why` (size n). */
 int hr__policy_validate(const hr_policy *policy, char *why, size_t n);
+
+/* Check a policy against the GPUs it will run on: refused (HR_EINVAL,
+ * why naming the key, its value and the limit) when some GPU of `topo`
+ * would get a headroom below its floor for some cluster size a lease can
+ * have (1, 2, 4, 8), i.e. when for some GPU of S SMs and cluster c
+ *   round_down(min(max_headroom, S - min_grid), c) < round_up(min_headroom, c)
+ * `blame` (may be NULL) gets the HR_POLICY_* bit of the key named, 0 for
+ * none. Includes hr__policy_validate. */
+int hr__policy_validate_for(const hr_policy *policy, const hr_topology *topo,
+                            char *why, size_t n, unsigned *blame);
 
 /* Compute the budget of one GPU. Fills every field of `out` except gpu,
  * epoch and mode, which belong to the caller. HR_EINVAL on bad input. */

@@ -74,6 +74,7 @@ typedef enum hr_wire_error {
   HR_WERR_UNSUPPORTED,              /* valid but not supported (a mode) */
   HR_WERR_SHUTTING_DOWN,            /* daemon draining */
   HR_WERR_INTERNAL,                 /* daemon bug or resource failure */
+  HR_WERR_INVALID_VALUE,            /* well formed, value refused (policy) */
   HR_WERR_COUNT
 } hr_wire_error;
 
@@ -411,6 +412,14 @@ int hr_proto_decode_reply(const char *line, size_t len, hr_reply *rep,
  * (-1: no id known). */
 int hr_proto_encode_error(int64_t id, hr_wire_error code, const char *message,
                           hr_buf *out);
+
+/* The byte offset of the first control character in the name s[0..len)
+ * (C0, DEL, or C1 as UTF-8: U+0080..U+009F), or -1 when there is none.
+ * Names are shown to operators (status, the log, headroomctl): the wire
+ * refuses raw control bytes, but an escape such as \u001b decodes to ESC,
+ * so names are checked after decoding. Free text (messages) may hold
+ * them; whoever prints it escapes it. */
+long hr_proto_name_control(const char *s, size_t len);
 
 /* Name tables shared with headroom.h. */
 int hr_mode_from_name(const char *name, hr_mode *out);

@@ -204,6 +204,7 @@ static void test_names(void **state)
     { HR_WERR_UNSUPPORTED, "unsupported", HR_EUNSUPPORTED },
     { HR_WERR_SHUTTING_DOWN, "shutting_down", HR_ESHUTDOWN },
     { HR_WERR_INTERNAL, "internal", HR_EINTERNAL },
+    { HR_WERR_INVALID_VALUE, "invalid_value", HR_EINVAL },
   };
   static const char *const types[HR_MSG_COUNT] = {
     NULL, "hello", "register_comm", "unregister_comm", "lease", "release",
@@ -1336,6 +1337,25 @@ static const bad_case bad_requests[] = {
   { "{\"id\":5,\"type\":\"hello\",\"versions\":[1],\"client\":\""
     "0123456789012345678901234567890123456789012345678901234567890123\"}",
     BAD, "client: must be a string of at most 63 bytes", 5 },
+  /* Names are shown to operators: no control character, even escaped. */
+  { "{\"id\":5,\"type\":\"hello\",\"versions\":[1],\"client\":"
+    "\"x\\u001b]0;pwned\\u0007\"}", BAD,
+    "client: must not hold control characters (U+001B at byte 1)", 5 },
+  { "{\"id\":5,\"type\":\"hello\",\"versions\":[1],\"client\":"
+    "\"rank\\t0\"}", BAD,
+    "client: must not hold control characters (U+0009 at byte 4)", 5 },
+  { "{\"id\":5,\"type\":\"hello\",\"versions\":[1],\"client\":"
+    "\"\\u007f\"}", BAD,
+    "client: must not hold control characters (U+007F at byte 0)", 5 },
+  { "{\"id\":5,\"type\":\"hello\",\"versions\":[1],\"client\":"
+    "\"ab\xc2\x9b" "31m\"}", BAD,
+    "client: must not hold control characters (U+009B at byte 2)", 5 },
+  { "{\"id\":5,\"type\":\"hello\",\"versions\":[1],\"client\":"
+    "\"\\u0085\"}", BAD,
+    "client: must not hold control characters (U+0085 at byte 0)", 5 },
+  { "{\"id\":6,\"type\":\"register_comm\",\"gpu\":0,\"name\":\"dp\\n\","
+    "\"ctas\":8,\"cga\":1,\"concurrent\":1}", BAD,
+    "name: must not hold control characters (U+000A at byte 2)", 6 },
   /* register_comm. */
   { "{\"id\":6,\"type\":\"register_comm\",\"name\":\"dp\",\"ctas\":8,\"cga\":1,"
     "\"concurrent\":3}", BAD, "gpu: required", 6 },
@@ -1482,10 +1502,13 @@ static void test_lenient_requests(void **state)
     "{\"id\":1.0,\"type\":\"lease\",\"gpu\":-0,\"cluster\":2e0,"
     "\"mode\":\"headroom\"}",
     "{\"id\":9007199254740991,\"type\":\"status\"}",
-    /* Escapes, and any UTF-8, in strings. */
+    /* Escapes, and any UTF-8, in strings; control characters in free
+     * text (a name refuses them: bad_requests). */
     "{\"id\":1,\"type\":\"st\\u0061tus\"}",
-    "{\"id\":1,\"type\":\"hello\",\"versions\":[1],\"client\":\"\\u00e9\\t"
-    "\xe2\x82\xac\xf0\x9f\x98\x80\"}",
+    "{\"id\":1,\"type\":\"hello\",\"versions\":[1],\"client\":\"\\u00e9"
+    "\xe2\x82\xac\xf0\x9f\x98\x80\\u00a0\"}",
+    "{\"id\":1,\"type\":\"report\",\"gpu\":0,\"kind\":\"launch_failure\","
+    "\"message\":\"tab\\there, ESC \\u001b[31m, CSI \\u009b\"}",
     /* An escaped backslash before "u0000" is no NUL. */
     "{\"id\":1,\"type\":\"hello\",\"versions\":[1],\"client\":\"a\\\\u0000\"}",
     /* A byte-order mark is tolerated by the parser. */
@@ -1510,7 +1533,11 @@ static void test_lenient_requests(void **state)
   assert_int_equal(hr_proto_decode_request(ok[5], strlen(ok[5]), &req, &err),
                    HR_OK);
   assert_string_equal(req.u.hello.client,
-                      "\xc3\xa9\t\xe2\x82\xac\xf0\x9f\x98\x80");
+                      "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\xc2\xa0");
+  assert_int_equal(hr_proto_decode_request(ok[6], strlen(ok[6]), &req, &err),
+                   HR_OK);
+  assert_string_equal(req.u.report.message,
+                      "tab\there, ESC \x1b[31m, CSI \xc2\x9b");
 
   /* Deep nesting inside an ignored member is bounded by cJSON's limit. */
   {
