@@ -295,8 +295,10 @@ static int set_known(hr__config *cfg, hr__config_key k, const char *value,
     cfg->sms = (int)v;
     return HR_OK;
   case HR_KEY_MIN_HEADROOM:
-    if(parse_int(value, 0, HR_MAX_SMS, &v))
-      return fail(why, n, "bad min_headroom '%s' (0..%d)", value, HR_MAX_SMS);
+    if(parse_int(value, HR__POLICY_MIN_FLOOR, HR_MAX_SMS, &v))
+      return fail(why, n, "bad min_headroom '%s' (%d..%d; 0 leaves no SM "
+                  "free, and one NCCL CTA beside the grid deadlocks it)",
+                  value, HR__POLICY_MIN_FLOOR, HR_MAX_SMS);
     cfg->policy.min_headroom = (int)v;
     return HR_OK;
   case HR_KEY_MAX_HEADROOM:
@@ -579,6 +581,32 @@ int hr__config_check(const hr__config *cfg, char *err, size_t n)
   if(hr__policy_validate(p, why, sizeof(why)))
     return fail(err, n, "%s: %s", cfg->file[0] ? cfg->file : "policy", why);
   return HR_OK;
+}
+
+int hr__config_check_policy(const hr__config *cfg, const hr_topology *topo,
+                            char *err, size_t n)
+{
+  char where[HR__CONFIG_PATH_MAX + 32];
+  char why[HR__CONFIG_ERR_MAX];
+  unsigned blame = 0;
+  int from = 0;
+
+  if(!cfg || !topo)
+    return fail(err, n, "config: none");
+  if(!hr__policy_validate_for(&cfg->policy, topo, why, sizeof(why), &blame))
+    return HR_OK;
+  if(blame == HR_POLICY_MIN_HEADROOM)
+    from = cfg->from[HR_KEY_MIN_HEADROOM];
+  else if(blame == HR_POLICY_MAX_HEADROOM)
+    from = cfg->from[HR_KEY_MAX_HEADROOM];
+  else if(blame == HR_POLICY_MIN_GRID)
+    from = cfg->from[HR_KEY_MIN_GRID];
+  if(from > 0)
+    origin(cfg, from, "", where, sizeof(where));
+  else
+    snprintf(where, sizeof(where), "%s: ",
+             cfg->file[0] ? cfg->file : "policy");
+  return fail(err, n, "%s%s", where, why);
 }
 
 int hr__config_build(hr__config *cfg, const hr__config_flags *flags,

@@ -141,6 +141,12 @@ int hr__config_load(hr__config *cfg, const char *path, char *err, size_t n);
  * gpus, the policy as a whole), made once every layer is in. */
 int hr__config_check(const hr__config *cfg, char *err, size_t n);
 
+/* The policy against the GPUs it will run on (hr__policy_validate_for):
+ * "FILE:LINE: why" naming the key blamed, HR_EINVAL. Made once the
+ * topology is known: at start, on reload, by --check-config. */
+int hr__config_check_policy(const hr__config *cfg, const hr_topology *topo,
+                            char *err, size_t n);
+
 /* Defaults, then the file (flags->config or the default path; a missing
  * default file is fine, a missing explicit one is an error), then the
  * flags, then the checks. */

@@ -80,6 +80,21 @@ static void pend(hr__daemon *d, hr__gpu_mask changed)
 
 /* ---- requests ---------------------------------------------------------- */
 
+/* The most of a hello's degraded_ms that is counted: the daemon's uptime
+ * (a client may have been refused, or on a wrong socket, all along) plus
+ * a day for the outage before it started. A client's own number is all
+ * the daemon has, so one hello must not be able to saturate the counter
+ * (2^53-1 ms would) and hide every later one (PROTOCOL.md, hello). */
+#define DEGRADED_BEFORE_START_MS (24LL * 60 * 60 * 1000)
+
+static int64_t degraded_counted(const hr__daemon *d, int64_t ms)
+{
+  int64_t cap = (int64_t)((uv_hrtime() - d->start_ns) / 1000000) +
+                DEGRADED_BEFORE_START_MS;
+
+  return ms > cap ? cap : ms;
+}
+
 static void on_hello(hr__conn *c, const hr_request *req)
 {
   const hr_req_hello *h = &req->u.hello;
@@ -118,10 +133,17 @@ static void on_hello(hr__conn *c, const hr_request *req)
   if(h->degraded_ms > 0) {
     /* It ran on its fallback budget meanwhile: the time operators want
      * to see, since nothing else could have told them. */
-    hr__metrics_resumed(&d->metrics, h->degraded_ms);
-    hr__info("client %lld is '%s' (protocol %d), back after %lld ms without "
-             "a daemon", (long long)c->id, c->name, best,
-             (long long)h->degraded_ms);
+    int64_t ms = degraded_counted(d, h->degraded_ms);
+    hr__metrics_resumed(&d->metrics, ms);
+    if(ms < h->degraded_ms)
+      hr__warn("client %lld is '%s' (protocol %d), back after %lld ms "
+               "without a daemon, it says; counted as %lld ms (the "
+               "daemon's uptime plus a day)", (long long)c->id, c->name,
+               best, (long long)h->degraded_ms, (long long)ms);
+    else
+      hr__info("client %lld is '%s' (protocol %d), back after %lld ms "
+               "without a daemon", (long long)c->id, c->name, best,
+               (long long)ms);
   } else {
     hr__info("client %lld is '%s' (protocol %d)", (long long)c->id, c->name,
              best);
@@ -411,7 +433,7 @@ static void on_policy_set(hr__conn *c, const hr_request *req)
   hr__daemon *d = c->d;
   hr__gpu_mask changed = 0;
   hr_policy p = d->state.policy;
-  char why[128];
+  char why[HR_MESSAGE_MAX];
   hr_reply rep;
 
   if(!c->is_operator) {
@@ -431,8 +453,12 @@ static void on_policy_set(hr__conn *c, const hr_request *req)
     p.min_grid = r->policy.min_grid;
   if(r->fields & HR_POLICY_INCIDENT_RAISE)
     p.incident_raise = r->policy.incident_raise;
-  if(hr__policy_validate(&p, why, sizeof(why))) {
-    send_error(c, req->id, HR_WERR_BAD_REQUEST, "%s", why);
+  /* Well formed, but a policy some GPU of this node could not run safely
+   * under: refused as a value, the policy in force unchanged. */
+  if(hr__policy_validate_for(&p, &d->topo, why, sizeof(why), NULL)) {
+    hr__notice("client %lld (pid %d, uid %d): policy refused: %s",
+               (long long)c->id, c->peer.pid, c->peer.uid, why);
+    send_error(c, req->id, HR_WERR_INVALID_VALUE, "%s", why);
     return;
   }
   hr__state_set_policy(&d->state, &p, &changed);

@@ -38,6 +38,7 @@ static const char *const wire_error_names[HR_WERR_COUNT] = {
   [HR_WERR_UNSUPPORTED] = "unsupported",
   [HR_WERR_SHUTTING_DOWN] = "shutting_down",
   [HR_WERR_INTERNAL] = "internal",
+  [HR_WERR_INVALID_VALUE] = "invalid_value",
 };
 
 /* What a client library returns for each wire error. An unknown_type is a
@@ -54,6 +55,7 @@ static const int wire_error_codes[HR_WERR_COUNT] = {
   [HR_WERR_UNSUPPORTED] = HR_EUNSUPPORTED,
   [HR_WERR_SHUTTING_DOWN] = HR_ESHUTDOWN,
   [HR_WERR_INTERNAL] = HR_EINTERNAL,
+  [HR_WERR_INVALID_VALUE] = HR_EINVAL,
 };
 
 static const char *const topology_source_names[HR_TOPO_COUNT] = {

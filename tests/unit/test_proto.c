@@ -204,6 +204,7 @@ static void test_names(void **state)
     { HR_WERR_UNSUPPORTED, "unsupported", HR_EUNSUPPORTED },
     { HR_WERR_SHUTTING_DOWN, "shutting_down", HR_ESHUTDOWN },
     { HR_WERR_INTERNAL, "internal", HR_EINTERNAL },
+    { HR_WERR_INVALID_VALUE, "invalid_value", HR_EINVAL },
   };
   static const char *const types[HR_MSG_COUNT] = {
     NULL, "hello", "register_comm", "unregister_comm", "lease", "release",
@@ -1242,91 +1243,6 @@ static void test_metrics_names_forward(void **state)
   assert_int_equal(rep.u.metrics.gpus[0].partition_nccl_max_ctas, 0);
 }
 
-/* The budget each lease mode gets from its GPU's budget. */
-static void test_budget_for_mode(void **state)
-{
-  hr_budget gpu, b;
-
-  (void)state;
-  sample_budget(&gpu, 1);
-  gpu.mode = HR_MODE_HEADROOM;
-  b = gpu;
-  hr_budget_for_mode(&b, HR_MODE_COOPERATIVE);
-  assert_int_equal(b.mode, HR_MODE_COOPERATIVE);
-  assert_int_equal(b.headroom, 16);
-  assert_int_equal(b.grid, 116);
-  b = gpu;
-  hr_budget_for_mode(&b, HR_MODE_AGNOSTIC);
-  assert_int_equal(b.mode, HR_MODE_AGNOSTIC);
-  assert_int_equal(b.headroom, 0);
-  assert_int_equal(b.grid, 132);
-  /* What the other leases rely on stays. */
-  assert_int_equal(b.epoch, gpu.epoch);
-  assert_int_equal(b.cluster, gpu.cluster);
-  assert_int_equal(b.nccl_min_ctas, gpu.nccl_min_ctas);
-  assert_int_equal(b.nccl_max_ctas, gpu.nccl_max_ctas);
-  assert_int_equal(b.nccl_cga_cluster_size, gpu.nccl_cga_cluster_size);
-  assert_int_equal(b.nccl_nvls_enable, gpu.nccl_nvls_enable);
-  assert_int_equal(b.degraded, gpu.degraded);
-  /* Applied again it changes nothing more. */
-  hr_budget_for_mode(&b, HR_MODE_AGNOSTIC);
-  assert_int_equal(b.grid, 132);
-  assert_int_equal(b.headroom, 0);
-
-  /* Partition: the comm partition is the headroom, NCCL gets the cap
-   * inside it (minCTAs clamped under it) and a CGA size of 1. */
-  gpu.partition_granularity = 8;
-  gpu.partition_comm_sms = 24;
-  gpu.partition_nccl_max_ctas = 4;
-  gpu.nccl_min_ctas = 6;
-  gpu.nccl_cga_cluster_size = 2;
-  b = gpu;
-  assert_int_equal(hr_budget_for_mode(&b, HR_MODE_PARTITION), HR_OK);
-  assert_int_equal(b.mode, HR_MODE_PARTITION);
-  assert_int_equal(b.headroom, 24);
-  assert_int_equal(b.grid, 108);
-  assert_int_equal(b.nccl_max_ctas, 4);
-  assert_int_equal(b.nccl_min_ctas, 4);
-  assert_int_equal(b.nccl_cga_cluster_size, 1);
-  assert_int_equal(b.epoch, gpu.epoch);
-  assert_int_equal(b.partition_comm_sms, 24);
-  /* Applied again it changes nothing more. */
-  assert_int_equal(hr_budget_for_mode(&b, HR_MODE_PARTITION), HR_OK);
-  assert_int_equal(b.grid, 108);
-  assert_int_equal(b.nccl_min_ctas, 4);
-  /* A minCTAs already under the cap stays. */
-  b = gpu;
-  b.nccl_min_ctas = 1;
-  assert_int_equal(hr_budget_for_mode(&b, HR_MODE_PARTITION), HR_OK);
-  assert_int_equal(b.nccl_min_ctas, 1);
-
-  /* A GPU that cannot be split: unsupported, and the headroom-mode
-   * numbers stay, safe for an ordinary launch. */
-  b = gpu;
-  b.partition_granularity = 0;
-  assert_int_equal(hr_budget_for_mode(&b, HR_MODE_PARTITION),
-                   HR_EUNSUPPORTED);
-  assert_int_equal(b.mode, HR_MODE_PARTITION);
-  assert_int_equal(b.headroom, gpu.headroom);
-  assert_int_equal(b.grid, gpu.grid);
-  assert_int_equal(b.nccl_max_ctas, gpu.nccl_max_ctas);
-  /* Nor is a comm partition of no SMs, or of every SM, a partition. */
-  b = gpu;
-  b.partition_comm_sms = 0;
-  assert_int_equal(hr_budget_for_mode(&b, HR_MODE_PARTITION),
-                   HR_EUNSUPPORTED);
-  b = gpu;
-  b.partition_comm_sms = b.sms;
-  assert_int_equal(hr_budget_for_mode(&b, HR_MODE_PARTITION),
-                   HR_EUNSUPPORTED);
-  assert_int_equal(b.grid, gpu.grid);
-  /* The other modes never refuse. */
-  b = gpu;
-  b.partition_granularity = 0;
-  assert_int_equal(hr_budget_for_mode(&b, HR_MODE_HEADROOM), HR_OK);
-  assert_int_equal(hr_budget_for_mode(&b, HR_MODE_AGNOSTIC), HR_OK);
-}
-
 /* ---- Bad input --------------------------------------------------------- */
 
 #define BAD HR_WERR_BAD_REQUEST
@@ -1421,6 +1337,25 @@ static const bad_case bad_requests[] = {
   { "{\"id\":5,\"type\":\"hello\",\"versions\":[1],\"client\":\""
     "0123456789012345678901234567890123456789012345678901234567890123\"}",
     BAD, "client: must be a string of at most 63 bytes", 5 },
+  /* Names are shown to operators: no control character, even escaped. */
+  { "{\"id\":5,\"type\":\"hello\",\"versions\":[1],\"client\":"
+    "\"x\\u001b]0;pwned\\u0007\"}", BAD,
+    "client: must not hold control characters (U+001B at byte 1)", 5 },
+  { "{\"id\":5,\"type\":\"hello\",\"versions\":[1],\"client\":"
+    "\"rank\\t0\"}", BAD,
+    "client: must not hold control characters (U+0009 at byte 4)", 5 },
+  { "{\"id\":5,\"type\":\"hello\",\"versions\":[1],\"client\":"
+    "\"\\u007f\"}", BAD,
+    "client: must not hold control characters (U+007F at byte 0)", 5 },
+  { "{\"id\":5,\"type\":\"hello\",\"versions\":[1],\"client\":"
+    "\"ab\xc2\x9b" "31m\"}", BAD,
+    "client: must not hold control characters (U+009B at byte 2)", 5 },
+  { "{\"id\":5,\"type\":\"hello\",\"versions\":[1],\"client\":"
+    "\"\\u0085\"}", BAD,
+    "client: must not hold control characters (U+0085 at byte 0)", 5 },
+  { "{\"id\":6,\"type\":\"register_comm\",\"gpu\":0,\"name\":\"dp\\n\","
+    "\"ctas\":8,\"cga\":1,\"concurrent\":1}", BAD,
+    "name: must not hold control characters (U+000A at byte 2)", 6 },
   /* register_comm. */
   { "{\"id\":6,\"type\":\"register_comm\",\"name\":\"dp\",\"ctas\":8,\"cga\":1,"
     "\"concurrent\":3}", BAD, "gpu: required", 6 },
@@ -1567,10 +1502,13 @@ static void test_lenient_requests(void **state)
     "{\"id\":1.0,\"type\":\"lease\",\"gpu\":-0,\"cluster\":2e0,"
     "\"mode\":\"headroom\"}",
     "{\"id\":9007199254740991,\"type\":\"status\"}",
-    /* Escapes, and any UTF-8, in strings. */
+    /* Escapes, and any UTF-8, in strings; control characters in free
+     * text (a name refuses them: bad_requests). */
     "{\"id\":1,\"type\":\"st\\u0061tus\"}",
-    "{\"id\":1,\"type\":\"hello\",\"versions\":[1],\"client\":\"\\u00e9\\t"
-    "\xe2\x82\xac\xf0\x9f\x98\x80\"}",
+    "{\"id\":1,\"type\":\"hello\",\"versions\":[1],\"client\":\"\\u00e9"
+    "\xe2\x82\xac\xf0\x9f\x98\x80\\u00a0\"}",
+    "{\"id\":1,\"type\":\"report\",\"gpu\":0,\"kind\":\"launch_failure\","
+    "\"message\":\"tab\\there, ESC \\u001b[31m, CSI \\u009b\"}",
     /* An escaped backslash before "u0000" is no NUL. */
     "{\"id\":1,\"type\":\"hello\",\"versions\":[1],\"client\":\"a\\\\u0000\"}",
     /* A byte-order mark is tolerated by the parser. */
@@ -1595,7 +1533,11 @@ static void test_lenient_requests(void **state)
   assert_int_equal(hr_proto_decode_request(ok[5], strlen(ok[5]), &req, &err),
                    HR_OK);
   assert_string_equal(req.u.hello.client,
-                      "\xc3\xa9\t\xe2\x82\xac\xf0\x9f\x98\x80");
+                      "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\xc2\xa0");
+  assert_int_equal(hr_proto_decode_request(ok[6], strlen(ok[6]), &req, &err),
+                   HR_OK);
+  assert_string_equal(req.u.report.message,
+                      "tab\there, ESC \x1b[31m, CSI \xc2\x9b");
 
   /* Deep nesting inside an ignored member is bounded by cJSON's limit. */
   {
@@ -2599,7 +2541,6 @@ int main(void)
     cmocka_unit_test(test_summary_always_fits),
     cmocka_unit_test(test_reply_metrics),
     cmocka_unit_test(test_metrics_names_forward),
-    cmocka_unit_test(test_budget_for_mode),
     cmocka_unit_test(test_bad_requests),
     cmocka_unit_test(test_lenient_requests),
     cmocka_unit_test(test_bad_args),

@@ -57,7 +57,7 @@ static void state_split(hr__state *s, int n, int granularity)
   assert_int_equal(hr__state_init(s, &t, gran, &p), HR_OK);
 }
 
-/* An H200 node (FINDINGS 2: steps of 8). */
+/* An H200 node (docs/measurements.md §2: steps of 8). */
 static void state_of(hr__state *s, int n)
 {
   state_split(s, n, 8);
@@ -358,9 +358,9 @@ static void test_partition_leases(void **state)
 
   (void)state;
   state_of(&s, 2);
-  /* FINDINGS 2: 8 SMs for NCCL, 124 for the mega kernel. Clusters of 8
-   * inside its own partition do not touch the GPU's cluster (still 2), so
-   * nothing changes for anyone else. */
+  /* docs/measurements.md §2: 8 SMs for NCCL, 124 for the mega kernel.
+   * Clusters of 8 inside its own partition do not touch the GPU's cluster
+   * (still 2), so nothing changes for anyone else. */
   assert_int_equal(hr__state_lease_add(&s, 1, &lr, &lease, &b, &changed),
                    HR_OK);
   assert_int_equal(changed, 0);
