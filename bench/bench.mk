@@ -65,7 +65,7 @@ bench-ab:
 	sh bench/ab_builds.sh $(AB_DIR) $(AB_BUILDS)
 
 # `make gpu-report` (an H200 machine; two GPUs for the NCCL tests): the GPU
-# tests, the table against PyTorch, the GEMM variants at the goal cells
+# tests, the table against PyTorch, the normal launches at the goal cells
 # and the timeline in one command, every output and a summary in
 # GPU_REPORT_DIR (bench/gpu_report.sh; GPU_REPORT_STEPS picks steps).
 GPU_REPORT_DIR ?= $(BUILD)/gpu-report
