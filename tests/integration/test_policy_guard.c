@@ -186,6 +186,17 @@ static void test_policy_set_refuses_unsafe(void **state)
   policy_set(&r, 4, HR_POLICY_MAX_HEADROOM, &p, &rep);
   expect_invalid(&rep, 4, "max_headroom 4", "at least 8");
   expect_default_policy();
+  /* headroomctl: refused is exit 1, with the daemon's reason. */
+  {
+    const char *set[] = {"policy", "set", "min_grid=200", NULL};
+    char *err;
+    assert_int_equal(run_ctl(set, "ctlset"), 1);
+    err = read_in_dir("ctlset.err");
+    if(!strstr(err, "min_grid 200") || !strstr(err, "at most 124"))
+      fail_msg("headroomctl said: %s", err);
+    free(err);
+  }
+  expect_default_policy();
 
   p.min_grid = 124;             /* exactly one cluster of 8 left */
   policy_set(&r, 5, HR_POLICY_MIN_GRID, &p, &rep);
@@ -422,12 +433,6 @@ static void test_report_names_own_lease_only(void **state)
   th_raw_close(&b);
 }
 
-static int setup_no_interval(void **state)
-{
-  (void)state;
-  return th_daemon_start(&daemon_, "incident_raise_interval = 0");
-}
-
 static void wait_headroom(int gpu, int want, int *raised)
 {
   int headroom, n;
@@ -485,7 +490,11 @@ static void test_inflated_footprint_raises_one_step(void **state)
     return;
   }
   /* nobody holds 8 CTAs on GPU 1 (16 SMs with pairs): root's timeout is
-   * one cluster above that, 18, and stays after nobody has gone. */
+   * one cluster above that, 18, and stays after nobody has gone. (A
+   * restart first: root raised GPU 1 just now, and the rate limit is not
+   * kept across one.) */
+  assert_int_equal(th_daemon_stop(&daemon_), 0);
+  assert_int_equal(th_daemon_restart(&daemon_), 0);
   assert_int_equal(pipe(to_child), 0);
   assert_int_equal(pipe(from_child), 0);
   pid = fork();
@@ -762,7 +771,7 @@ int main(void)
     cmocka_unit_test_setup_teardown(test_report_names_own_lease_only, setup,
                                     teardown),
     cmocka_unit_test_setup_teardown(test_inflated_footprint_raises_one_step,
-                                    setup_no_interval, teardown),
+                                    setup, teardown),
     cmocka_unit_test_setup_teardown(test_raises_rate_limited_per_uid, setup,
                                     teardown),
     cmocka_unit_test_setup_teardown(test_incidents_kept_per_kind_and_uid,
