@@ -31,6 +31,9 @@ static int check_config(const hr__config *cfg)
   static hr_topology topo;
   int gran[HR_MAX_GPUS];
 
+  /* The detection's own notes are for a starting daemon's log; a check
+   * says only what is wrong, or OK. */
+  hr__log_set_level(HR_LOG_WARNING);
   if(hr__topology_detect(cfg, &topo, gran, why, sizeof(why))) {
     fprintf(stderr, "headroomd: topology: %s\n", why);
     return EXIT_INVALID;
