@@ -35,7 +35,8 @@ extern "C" {
 
 enum {
   HR_OK = 0,
-  HR_EINVAL = -1,          /* an argument is out of range or NULL */
+  HR_EINVAL = -1,          /* an argument is out of range or NULL, or a
+                            * value the daemon refused (invalid_value) */
   HR_ENOMEM = -2,          /* out of memory */
   HR_ECONNECT = -3,        /* no daemon answered on the socket */
   HR_EPROTO = -4,          /* malformed message or protocol violation */
