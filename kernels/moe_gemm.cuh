@@ -15,8 +15,8 @@
  * claimed in order (the big tile's, on the TMA pipeline of
  * moe_gemm_tma.cuh; the agnostic kernel's; the barrier kernel's from
  * H = HR__MOE_CLAIM_MIN_H, moe_gemm_claim.cuh). Within an
- * expert, units that share weight rows are adjacent (the big tile: units
- * that share a token tile), so the CTAs that read the same tile run side
+ * expert, units that share weight rows are adjacent (the 128-token tiles:
+ * units that share a token tile), so the CTAs that read the same tile run side
  * by side and share it in L2; at small T (a few tokens per expert) every
  * expert's rows are spread over all CTAs and each weight byte is streamed
  * from memory once.
@@ -27,12 +27,11 @@
  * indices it gathers are fetched one unit ahead). Shared tiles are rows of
  * BK bf16 with the 16-byte chunks XOR-swizzled by row, so ldmatrix reads
  * are free of bank conflicts; with BK = 64 (rows of 128 bytes) that is
- * wgmma's 128-byte swizzle, and the mid and big tiles hand the tiles to
- * wgmma as they are (tile_wgmma). mma.sync warps split the tile WM x WN
- * ways and, for
- * the narrow tiles of small T, also split each stage's K WK ways; the WK
- * partial sums meet in shared memory at the end of the unit, always added
- * in the same order. So the K order of every sum depends on the tile shape
+ * wgmma's 128-byte swizzle, and the wgmma tiles hand the tiles to wgmma
+ * as they are (tile_wgmma). mma.sync warps split the tile WM x WN ways
+ * and may split each stage's K WK ways (the tiny and narrow tiles: 1);
+ * WK partial sums meet in shared memory at the end of the unit, always
+ * added in the same order. So the K order of every sum depends on the tile shape
  * alone, and the tile shape on the routing alone: results never depend on
  * the grid.
  *
@@ -274,8 +273,8 @@ static __device__ __forceinline__ int moe_tile_bn(int tile)
                                    : 128;  /* the big tile (moe_gemm_tma.cuh) */
 }
 
-/* Weight rows per unit as the launch runs them (moe_tile_tall): 256, or
- * the 128 of the other tiles but the big one. */
+/* Weight rows per unit as the launch runs them: 256 for the big tile and
+ * the 256-row ones (moe_tile_tall), 128 for the others. */
 static __device__ __forceinline__ int moe_unit_rows(int tile, unsigned flags, int agnostic)
 {
   return moe_tile_tall(tile, flags, agnostic) || tile == MOE_TILE_BIG ? 256 : 128;
