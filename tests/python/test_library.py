@@ -125,6 +125,7 @@ int main(void)
   F(hr_incident_detail, expected); F(hr_incident_detail, sm);
   F(hr_incident_detail, grid); F(hr_incident_detail, timeout_ms);
   F(hr_incident_detail, cuda_error);
+  F(hr_client_options, size);
   F(hr_client_options, name); F(hr_client_options, request_timeout_ms);
   F(hr_client_options, reconnect_ms); F(hr_client_options, quiet);
 #ifdef WITH_MOE
