@@ -225,6 +225,27 @@ class TestPrototypes(unittest.TestCase):
         self.assertIn("/nonexistent/libheadroom.so.0", p.stderr)
         self.assertIn("$HEADROOM_LIB", p.stderr)
 
+    def test_not_found_says_what_to_do(self):
+        # Outside the source tree (no build/lib beside the package), with
+        # nothing installed: the error names the variable, make install
+        # and ldconfig, not only the files it tried.
+        try:
+            ctypes.CDLL("libheadroom.so.0")
+            self.skipTest("libheadroom.so.0 is installed on this machine")
+        except OSError:
+            pass
+        env = hrtest.clean_env(HEADROOM_BUILD="no-such-build-dir")
+        env.pop("HEADROOM_LIB", None)
+        p = subprocess.run(
+            [sys.executable, "-c", "import headroom; headroom.Client()"],
+            env=env, capture_output=True, text=True, timeout=30,
+            cwd=tempfile.gettempdir())
+        self.assertNotEqual(p.returncode, 0)
+        last = p.stderr.strip().splitlines()[-1]
+        self.assertIn("cannot load libheadroom", last)
+        for hint in ("HEADROOM_LIB", "make install", "ldconfig"):
+            self.assertIn(hint, last)
+
     def test_import_does_not_load_torch(self):
         out, _ = hrtest.run_child("""
             import json, sys
