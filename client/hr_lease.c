@@ -58,8 +58,7 @@ void hr__lease_set_budget(hr_lease *l, const hr_budget *b)
 
 void hr__lease_close_word(hr_lease *l)
 {
-  /* Grid and headroom 0 as well: a reader that ignores the error still
-   * launches nothing. */
+  /* Only the closed bit: no budget is left to read. */
   atomic_store_explicit(&l->word, (uint64_t)1 << 30, memory_order_release);
 }
 
