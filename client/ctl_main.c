@@ -30,6 +30,8 @@ static const char usage_text[] =
 "    headroomctl [--socket PATH] [--timeout MS] watch [--gpu N]\n"
 "    headroomctl [--socket PATH] [--timeout MS] policy get\n"
 "    headroomctl [--socket PATH] [--timeout MS] policy set KEY=VALUE...\n"
+"    headroomctl [--socket PATH] [--timeout MS] raises [--json]\n"
+"    headroomctl [--socket PATH] [--timeout MS] raises clear (--gpu N | --all)\n"
 "    headroomctl --help | --version\n"
 "\n"
 "DESCRIPTION\n"
@@ -84,6 +86,15 @@ static const char usage_text[] =
 "                  incident_raise=yes|no\n"
 "                                      a reported barrier timeout raises\n"
 "                                      the GPU's headroom by one cluster\n"
+"    raises [--json]\n"
+"                Per GPU the headroom that reported barrier timeouts added\n"
+"                to its floor, the number of raises and the latest (time,\n"
+"                uid, incident), as a table, or one JSON line (operators\n"
+"                only).\n"
+"    raises clear (--gpu N | --all)\n"
+"                Forget what timeouts taught GPU N (or every GPU): its\n"
+"                floor goes back to the policy's, at once and across\n"
+"                restarts; the incidents stay listed (operators only).\n"
 "\n"
 "OPTIONS\n"
 "    -s, --socket PATH   the daemon's socket (default: $HEADROOM_SOCKET,\n"
@@ -108,7 +119,8 @@ static const char usage_text[] =
 "    headroomctl status --summary --pretty\n"
 "    headroomctl metrics > h.prom.$$ && mv h.prom.$$ h.prom\n"
 "    headroomctl watch --gpu 0\n"
-"    sudo headroomctl policy set max_headroom=24 incident_raise=no\n";
+"    sudo headroomctl policy set max_headroom=24 incident_raise=no\n"
+"    sudo headroomctl raises clear --gpu 3\n";
 
 
 int ctl_timeout_ms = DEFAULT_TIMEOUT_MS;
@@ -119,6 +131,7 @@ static const ctl_command *const commands[] = {
   &ctl_metrics_command,
   &ctl_watch_command,
   &ctl_policy_command,
+  &ctl_raises_command,
   NULL
 };
 
@@ -178,7 +191,7 @@ int main(int argc, char **argv)
     }
   }
   if(optind >= argc)
-    return ctl_usage_error("%s", "no command (status, metrics, watch, policy)");
+    return ctl_usage_error("%s", "no command (status, metrics, watch, policy, raises)");
   memset(&cmd, 0, sizeof(cmd));
   cmd.gpu = -1;
   name = argv[optind++];

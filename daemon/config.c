@@ -22,6 +22,7 @@ static const char *const key_names[HR_KEY_COUNT] = {
   [HR_KEY_MAX_HEADROOM] = "max_headroom",
   [HR_KEY_MIN_GRID] = "min_grid",
   [HR_KEY_INCIDENT_RAISE] = "incident_raise",
+  [HR_KEY_INCIDENT_RAISE_INTERVAL] = "incident_raise_interval",
   [HR_KEY_MAX_CLIENTS] = "max_clients",
   [HR_KEY_MAX_COMMS_PER_CLIENT] = "max_comms_per_client",
   [HR_KEY_MAX_LEASES_PER_CLIENT] = "max_leases_per_client",
@@ -74,6 +75,7 @@ void hr__config_default(hr__config *cfg)
   cfg->gpus = 0;
   cfg->sms = HR_POLICY_DEFAULT_SMS;
   hr__policy_default(&cfg->policy);
+  cfg->incident_raise_interval = HR__DEFAULT_RAISE_INTERVAL;
   cfg->max_clients = HR__DEFAULT_MAX_CLIENTS;
   cfg->max_comms_per_client = HR__DEFAULT_MAX_COMMS;
   cfg->max_leases_per_client = HR__DEFAULT_MAX_LEASES;
@@ -303,6 +305,12 @@ static int set_known(hr__config *cfg, hr__config_key k, const char *value,
     if(parse_yes_no(value, &t))
       return fail(why, n, "bad incident_raise '%s' (yes or no)", value);
     cfg->policy.incident_raise = t;
+    return HR_OK;
+  case HR_KEY_INCIDENT_RAISE_INTERVAL:
+    if(parse_int(value, 0, HR__RAISE_INTERVAL_LIMIT, &v))
+      return fail(why, n, "bad incident_raise_interval '%s' (seconds, "
+                  "0..%d; 0: no limit)", value, HR__RAISE_INTERVAL_LIMIT);
+    cfg->incident_raise_interval = (int)v;
     return HR_OK;
   case HR_KEY_PARTITION_IGNORE_COSCHEDULING:
     if(parse_yes_no(value, &t))

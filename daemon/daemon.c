@@ -292,6 +292,9 @@ int hr__daemon_start(hr__daemon *d, uv_loop_t *loop, const hr__config *cfg,
     hr__err("cannot set up per-GPU state");
     return 1;
   }
+  d->state.raise_interval_ms = (int64_t)cfg->incident_raise_interval * 1000;
+  d->state.uid_of = hr__dispatch_uid_of;
+  d->state.uid_ctx = d;
   /* Before the learned state, whose restore recomputes without bumping
    * the epoch it restores. */
   load_calibration(d, cfg, NULL);
@@ -389,6 +392,7 @@ void hr__daemon_reload(hr__daemon *d)
     return;
   }
   hr__log_set_level(next.log_level);
+  d->state.raise_interval_ms = (int64_t)next.incident_raise_interval * 1000;
   /* The file's policy wins on reload, over one set at run time too: the
    * file is what the operator wants the node to run with. */
   if(!policy_equal(&next.policy, &d->state.policy)) {

@@ -57,7 +57,7 @@ static int add_num(cJSON *o, const char *key, double v)
   return cJSON_AddNumberToObject(o, key, v) ? 0 : -1;
 }
 
-static cJSON *incident_json(const hr_status_incident *inc)
+static cJSON *incident_json(const hr_status_incident *inc, int uid)
 {
   cJSON *o = cJSON_CreateObject(), *d;
   const char *kind = hr_incident_kind_name(inc->kind);
@@ -69,6 +69,7 @@ static cJSON *incident_json(const hr_status_incident *inc)
   bad |= add_num(o, "time_ms", (double)inc->time_ms);
   bad |= add_num(o, "client", (double)inc->client);
   bad |= add_num(o, "lease", (double)inc->lease);
+  bad |= add_num(o, "uid", uid);    /* whose quota it counts in */
   bad |= !cJSON_AddStringToObject(o, "kind", kind ? kind : "?");
   bad |= !cJSON_AddStringToObject(o, "message", inc->message);
   d = cJSON_AddObjectToObject(o, "detail");
@@ -92,7 +93,7 @@ static cJSON *incident_json(const hr_status_incident *inc)
 
 int hr__persist_encode(const hr__state *s, long long now_ms, char **out)
 {
-  cJSON *root = NULL, *gpus, *g, *incs, *inc;
+  cJSON *root = NULL, *gpus, *g, *incs, *inc, *raise;
   int rc = HR_ENOMEM, gi, i, bad = 0;
 
   if(!s || !out)
@@ -117,11 +118,19 @@ int hr__persist_encode(const hr__state *s, long long now_ms, char **out)
     bad |= add_num(g, "sms", gp->info.sms);
     bad |= add_num(g, "raised", gp->raised);
     bad |= add_num(g, "epoch", gp->epoch);
+    /* What raised it, for the operator's raises_get after a restart. */
+    raise = cJSON_AddObjectToObject(g, "raise");
+    if(!raise)
+      goto out;
+    bad |= add_num(raise, "raises", gp->raise.raises);
+    bad |= add_num(raise, "last_ms", (double)gp->raise.last_ms);
+    bad |= add_num(raise, "last_uid", gp->raise.last_uid);
+    bad |= add_num(raise, "last_incident", (double)gp->raise.last_incident);
     incs = cJSON_AddArrayToObject(g, "incidents");
     if(bad || !incs)
       goto out;
     for(i = 0; i < gp->n_incidents; i++) {
-      inc = incident_json(&gp->incidents[i]);
+      inc = incident_json(&gp->incidents[i], gp->incident_uid[i]);
       if(!inc)
         goto out;
       cJSON_AddItemToArray(incs, inc);
@@ -153,10 +162,12 @@ typedef struct learned {
   uint32_t epoch;
   int n;
   hr_status_incident inc[HR__INCIDENTS_KEPT];
+  int uid[HR__INCIDENTS_KEPT];
+  hr__raise_rec raise;
 } learned;
 
 static void decode_incident(hr__dec *d, const cJSON *o,
-                            hr_status_incident *inc)
+                            hr_status_incident *inc, int *uid)
 {
   static const struct { const char *key; size_t off; } det[] = {
     {"barrier", offsetof(hr_incident_detail, barrier)},
@@ -179,6 +190,9 @@ static void decode_incident(hr__dec *d, const cJSON *o,
   hr__dec_i64(d, o, "client", HR__REQUIRED, 0, HR_PROTO_MAX_ID,
               &inc->client);
   hr__dec_i64(d, o, "lease", HR__REQUIRED, 0, HR_PROTO_MAX_ID, &inc->lease);
+  /* Absent in a file from before per-uid quotas: unknown. */
+  *uid = -1;
+  hr__dec_int(d, o, "uid", HR__OPTIONAL, -1, 2147483647LL, uid);
   hr__dec_enum(d, o, "kind", HR__REQUIRED, kind_name_i, HR_INCIDENT_COUNT,
                &kind);
   inc->kind = (hr_incident_kind)kind;
@@ -189,6 +203,27 @@ static void decode_incident(hr__dec *d, const cJSON *o,
   for(i = 0; dt && i < sizeof(det) / sizeof(det[0]); i++)
     hr__dec_int(d, dt, det[i].key, HR__REQUIRED, -2147483648LL, 2147483647LL,
                 (int *)((char *)&inc->detail + det[i].off));
+  hr__dec_leave(d, mark);
+}
+
+/* The GPU's raise record, optional (absent in a file from before it). */
+static void decode_raise(hr__dec *d, const cJSON *o, hr__raise_rec *r)
+{
+  const cJSON *ro = hr__dec_object(d, o, "raise", HR__OPTIONAL);
+  int64_t v = 0;
+  size_t mark;
+
+  r->last_uid = -1;
+  if(!ro)
+    return;
+  mark = hr__dec_enter(d, "raise");
+  hr__dec_int(d, ro, "raises", HR__REQUIRED, 0, 2147483647LL, &r->raises);
+  hr__dec_i64(d, ro, "last_ms", HR__REQUIRED, 0, HR_PROTO_MAX_ID, &v);
+  r->last_ms = v;
+  hr__dec_int(d, ro, "last_uid", HR__REQUIRED, -1, 2147483647LL,
+              &r->last_uid);
+  hr__dec_i64(d, ro, "last_incident", HR__REQUIRED, 0, HR_PROTO_MAX_ID, &v);
+  r->last_incident = v;
   hr__dec_leave(d, mark);
 }
 
@@ -213,6 +248,7 @@ static void decode_gpu(hr__dec *d, const cJSON *o, const hr__state *s,
   l->present = 1;
   hr__dec_i64(d, o, "raised", HR__REQUIRED, 0, HR_MAX_SMS, &v);
   l->raised = (int)v;
+  decode_raise(d, o, &l->raise);
   hr__dec_i64(d, o, "epoch", HR__REQUIRED, 1, 4294967295LL, &v);
   l->epoch = (uint32_t)v;
   /* As many as the file holds (its size caps them); the newest kept. */
@@ -223,10 +259,12 @@ static void decode_gpu(hr__dec *d, const cJSON *o, const hr__state *s,
     if(i == HR__INCIDENTS_KEPT) {
       memmove(&l->inc[0], &l->inc[1],
               (HR__INCIDENTS_KEPT - 1) * sizeof(l->inc[0]));
+      memmove(&l->uid[0], &l->uid[1],
+              (HR__INCIDENTS_KEPT - 1) * sizeof(l->uid[0]));
       i--;
     }
     mark = hr__dec_enter_index(d, "incidents", i);
-    decode_incident(d, it, &l->inc[i]);
+    decode_incident(d, it, &l->inc[i], &l->uid[i]);
     hr__dec_leave(d, mark);
     i++;
   }
@@ -293,7 +331,9 @@ int hr__persist_decode(hr__state *s, const char *text, size_t len, char *why,
     for(k = 0; k < all[g].n; k++)
       all[g].inc[k].client = 0;
     epoch = all[g].epoch + 1 ? all[g].epoch + 1 : 1;
-    if(hr__state_restore(s, g, all[g].raised, epoch, all[g].inc, all[g].n)) {
+    if(hr__state_restore(s, g, all[g].raised, epoch, all[g].inc, all[g].uid,
+                         all[g].n) ||
+       hr__state_restore_raise(s, g, &all[g].raise)) {
       hr__why(HR_EINVAL, why, n, "gpu %d: cannot restore", g);
       goto out;
     }

@@ -12,7 +12,7 @@
 
 static int is_request_type(hr_msg_type t)
 {
-  return t >= HR_MSG_HELLO && t <= HR_MSG_METRICS;
+  return t >= HR_MSG_HELLO && t <= HR_MSG_LAST_REQUEST;
 }
 
 /* ---- Encoding ---------------------------------------------------------- */
@@ -101,7 +101,10 @@ static void encode_body(hr__enc *e, cJSON *o, const hr_request *req)
     hr__policy_encode(e, o, "policy", &req->u.policy_set.policy,
                       req->u.policy_set.fields);
     break;
-  default:                          /* policy_get, metrics */
+  case HR_MSG_RAISES_CLEAR:
+    hr__enc_i64(e, o, "gpu", req->u.raises_clear.gpu, -1, HR_MAX_GPUS - 1);
+    break;
+  default:                          /* policy_get, metrics, raises_get */
     break;
   }
 }
@@ -239,7 +242,13 @@ static void decode_body(hr__dec *d, const cJSON *o, hr_request *req)
   case HR_MSG_POLICY_SET:
     decode_policy_set(d, o, &req->u.policy_set);
     break;
-  default:                          /* policy_get, metrics */
+  case HR_MSG_RAISES_CLEAR:
+    /* Required: clearing every GPU must be asked for (-1), never be what
+     * a missing member means. */
+    hr__dec_int(d, o, "gpu", HR__REQUIRED, -1, HR_MAX_GPUS - 1,
+                &req->u.raises_clear.gpu);
+    break;
+  default:                          /* policy_get, metrics, raises_get */
     break;
   }
 }
