@@ -53,7 +53,8 @@ typedef struct hr_comm hr_comm;
 typedef struct hr_lease hr_lease;
 
 typedef struct hr_client_options {
-  const char *name;     /* shown in status; default: program name */
+  const char *name;     /* shown in status, no control characters;
+                           default: program name */
   int request_timeout_ms; /* per request; default 5000 */
   int reconnect_ms;     /* delay between reconnect attempts; default 200 */
   int quiet;            /* 1: do not print the one-time degraded notice
