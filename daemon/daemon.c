@@ -275,13 +275,13 @@ int hr__daemon_start(hr__daemon *d, uv_loop_t *loop, const hr__config *cfg,
 
   if(hr__topology_detect(cfg, &d->topo, d->granularity, why, sizeof(why))) {
     hr__err("topology: %s", why);
-    return 1;
+    return HR_EINVAL;
   }
   describe_topology(&d->topo, topo, sizeof(topo));
   hr__notice("topology: %s (%s)", topo, why);
   if(hr__config_check_policy(cfg, &d->topo, err, sizeof(err))) {
     hr__err("config: %s", err);
-    return 1;
+    return HR_EINVAL;
   }
   describe_granularity(&d->topo, d->granularity, parts, sizeof(parts));
   hr__notice("green contexts: %s%s", parts,

@@ -206,31 +206,10 @@ static void decode_incident(hr__dec *d, const cJSON *o,
   hr__dec_leave(d, mark);
 }
 
-/* The GPU's raise record, optional (absent in a file from before it). */
-static void decode_raise(hr__dec *d, const cJSON *o, hr__raise_rec *r)
-{
-  const cJSON *ro = hr__dec_object(d, o, "raise", HR__OPTIONAL);
-  int64_t v = 0;
-  size_t mark;
-
-  r->last_uid = -1;
-  if(!ro)
-    return;
-  mark = hr__dec_enter(d, "raise");
-  hr__dec_int(d, ro, "raises", HR__REQUIRED, 0, 2147483647LL, &r->raises);
-  hr__dec_i64(d, ro, "last_ms", HR__REQUIRED, 0, HR_PROTO_MAX_ID, &v);
-  r->last_ms = v;
-  hr__dec_int(d, ro, "last_uid", HR__REQUIRED, -1, 2147483647LL,
-              &r->last_uid);
-  hr__dec_i64(d, ro, "last_incident", HR__REQUIRED, 0, HR_PROTO_MAX_ID, &v);
-  r->last_incident = v;
-  hr__dec_leave(d, mark);
-}
-
 static void decode_gpu(hr__dec *d, const cJSON *o, const hr__state *s,
                        learned *all)
 {
-  const cJSON *incs, *it;
+  const cJSON *incs, *it, *r;
   learned *l;
   int64_t idx = 0, sms = 0, v = 0;
   int i = 0, n;
@@ -248,7 +227,20 @@ static void decode_gpu(hr__dec *d, const cJSON *o, const hr__state *s,
   l->present = 1;
   hr__dec_i64(d, o, "raised", HR__REQUIRED, 0, HR_MAX_SMS, &v);
   l->raised = (int)v;
-  decode_raise(d, o, &l->raise);
+  l->raise.last_uid = -1;
+  r = hr__dec_object(d, o, "raise", HR__OPTIONAL);
+  if(r) {
+    size_t mark = hr__dec_enter(d, "raise");
+    hr__dec_int(d, r, "raises", HR__REQUIRED, 0, 2147483647LL,
+                &l->raise.raises);
+    hr__dec_i64(d, r, "last_ms", HR__REQUIRED, 0, HR_PROTO_MAX_ID,
+                &l->raise.last_ms);
+    hr__dec_int(d, r, "last_uid", HR__REQUIRED, -1, 2147483647LL,
+                &l->raise.last_uid);
+    hr__dec_i64(d, r, "last_incident", HR__REQUIRED, 0, HR_PROTO_MAX_ID,
+                &l->raise.last_incident);
+    hr__dec_leave(d, mark);
+  }
   hr__dec_i64(d, o, "epoch", HR__REQUIRED, 1, 4294967295LL, &v);
   l->epoch = (uint32_t)v;
   /* As many as the file holds (its size caps them); the newest kept. */

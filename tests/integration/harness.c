@@ -441,3 +441,23 @@ int th_status_validate(const char *path)
 
   return th_run(argv, NULL, 20000);
 }
+
+int th_ctl_decode(const char *line, size_t n, hr_reply *rep)
+{
+  static const char id[] = "{\"id\":0,";
+  hr_proto_error perr;
+  char *text;
+  int err;
+
+  /* An id of its own would be a wire id: headroomctl must leave it out. */
+  if(n < 2 || line[0] != '{' || !strncmp(line, "{\"id\"", 5))
+    return -1;
+  text = malloc(n + sizeof(id));
+  if(!text)
+    return -1;
+  memcpy(text, id, sizeof(id) - 1);
+  memcpy(text + sizeof(id) - 1, line + 1, n - 1);
+  err = hr_proto_decode_reply(text, n + sizeof(id) - 2, rep, &perr);
+  free(text);
+  return err ? -1 : 0;
+}

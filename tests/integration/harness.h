@@ -82,6 +82,10 @@ int th_run(char *const argv[], const char *out_path, int timeout_ms);
  * proto/status.schema.json (tests/integration/validate_json.py); the
  * checker's exit code, 0 when it is valid. */
 int th_status_validate(const char *path);
+/* Decode one line that `headroomctl --json` printed (`n` bytes, no
+ * newline): the protocol's reply without its wire id, so the id is put
+ * back for the protocol's own decoder. 0, or -1 when it does not decode. */
+int th_ctl_decode(const char *line, size_t n, hr_reply *rep);
 
 /* Wait until the lease's grid is `grid`, from pushed updates only (the
  * caller never asks the daemon); 0, or -1 after `timeout_ms`. */
