@@ -27,7 +27,10 @@ static hr_daemon daemon_;
 static int setup(void **state)
 {
   (void)state;
-  return th_daemon_start(&daemon_, NULL);
+  /* test_status_too_large_is_summarized connects 560 clients, all of
+   * this one uid: more than max_clients_per_uid lets one uid hold. */
+  return th_daemon_start(&daemon_, "max_clients_per_uid = 1024\n"
+                         "reserved_clients = 0\n");
 }
 
 static int teardown(void **state)
