@@ -11,7 +11,7 @@
 #   make clean
 #
 # Each directory adds its targets in its own .mk fragments (every *.mk in
-# proto/, client/, daemon/, kernels/, tests/, tests/*/ and bench/ is
+# proto/, policy/, client/, daemon/, kernels/, tests/, tests/*/ and bench/ is
 # included below); a fragment appends to these lists:
 #   BINS         programs built into build/bin
 #   UNIT_TESTS   test programs run by `make test` (cmocka)
@@ -29,7 +29,7 @@ CSTD     := -std=c11 -D_GNU_SOURCE
 WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes
 OPT      ?= -O2 -g
 CFLAGS   += $(CSTD) $(WARN) $(OPT) -fPIC -pthread
-CPPFLAGS += -Iproto -Iclient -Idaemon -Ikernels
+CPPFLAGS += -Iproto -Ipolicy -Iclient -Idaemon -Ikernels
 # DEPS_PREFIX: a folder where the Debian packages were unpacked (dpkg -x),
 # for machines where they cannot be installed (see tests/gpu/device_env.sh).
 ifneq ($(DEPS_PREFIX),)
@@ -67,8 +67,8 @@ GPU_TESTS :=
 .PHONY: all run test gpu-test gpu-test-one clean deps deps-test install
 all:
 
-include $(sort $(wildcard proto/*.mk client/*.mk daemon/*.mk kernels/*.mk \
-                          tests/*.mk tests/*/*.mk bench/*.mk))
+include $(sort $(wildcard proto/*.mk policy/*.mk client/*.mk daemon/*.mk \
+                          kernels/*.mk tests/*.mk tests/*/*.mk bench/*.mk))
 
 all: $(BINS)
 
@@ -121,7 +121,7 @@ I_INC   := $(PREFIX)/include
 I_DOC   := $(PREFIX)/share/doc/headroom
 I_UNIT  := $(PREFIX)/lib/systemd/system
 I_USERS := $(PREFIX)/lib/sysusers.d
-VERSION := $(shell sed -n 's/^\#define HR_VERSION_STRING "\(.*\)"/\1/p' client/headroom.h)
+VERSION := $(shell sed -n 's/^\#define HR_VERSION_STRING "\(.*\)"/\1/p' proto/hr_types.h)
 SUBST   := sed -e 's|@BINDIR@|$(I_SBIN)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
              -e 's|@DOCDIR@|$(I_DOC)|g' -e 's|@PREFIX@|$(PREFIX)|g' \
              -e 's|@LIBDIR@|$(I_LIB)|g' -e 's|@INCLUDEDIR@|$(I_INC)|g' \
@@ -135,7 +135,7 @@ install: all
 	install -m 0755 $(BINDIR)/headroomctl $(BINDIR)/headroom-run $(DESTDIR)$(I_BIN)/
 	cp -P $(LIBDIR)/libheadroom.so* $(DESTDIR)$(I_LIB)/
 	install -m 0644 $(LIBDIR)/libheadroom.a $(DESTDIR)$(I_LIB)/
-	install -m 0644 client/headroom.h $(DESTDIR)$(I_INC)/
+	install -m 0644 $(BUILD)/include/headroom.h $(DESTDIR)$(I_INC)/
 	if [ -x $(BINDIR)/headroom-calibrate ]; then \
 	  install -m 0755 $(BINDIR)/headroom-calibrate $(DESTDIR)$(I_BIN)/; fi
 	if [ -f $(LIBDIR)/libheadroom_moe.a ]; then \

@@ -40,7 +40,7 @@ SHAPES = {
     "deepseek-v3": (256, 7168, 2048, 8),
 }
 
-# The reference as FINDINGS.md section 5 measured it on an H200 (ms).
+# The reference as docs/measurements.md §5 measured it on an H200 (ms).
 PUBLISHED_REF = {
     "small": [0.059, 0.061, 0.082, 0.103, 0.271],
     "qwen3-30b-a3b": [0.106, 0.371, 0.518, 0.744, 3.01],
@@ -365,7 +365,7 @@ def main():
         "",
         "| shape | T | reference ms | barrier ms | agnostic ms | ref / barrier "
         "| ref / agnostic | barrier TFLOP/s | agnostic TFLOP/s | floor ms "
-        "| barrier / floor | agnostic / floor | ref / floor | ref in FINDINGS ms "
+        "| barrier / floor | agnostic / floor | ref / floor | ref in measurements §5 ms "
         "| rel err vs ref | agn = barrier |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]

@@ -21,7 +21,6 @@
 
 #define DEFAULT_REQUEST_TIMEOUT_MS 5000
 #define DEFAULT_RECONNECT_MS 200
-#define DEFAULT_SMS 132          /* H100/H200 SXM, when nothing better */
 
 /* An absolute CLOCK_MONOTONIC time `ms` from now, for timed waits. */
 static void deadline_ts(struct timespec *ts, int ms)
@@ -196,7 +195,7 @@ int hr__client_sms(hr_client *c, int gpu)
     }
   }
   sms = hr__cuda_sms(gpu);
-  return sms > 0 ? sms : DEFAULT_SMS;
+  return sms > 0 ? sms : HR_POLICY_DEFAULT_SMS;
 }
 
 int hr__client_check_gpu(hr_client *c, int gpu)
@@ -232,7 +231,7 @@ static int check_options(const hr_client_options *o)
     return HR_OK;
   if(o->request_timeout_ms < 0 || o->reconnect_ms < 0)
     return HR_EINVAL;
-  if(o->name && (strlen(o->name) >= HR_NAME_MAX || !hr__text_valid(o->name)))
+  if(o->name && (strlen(o->name) >= HR_NAME_MAX || !hr__name_valid(o->name)))
     return HR_EINVAL;
   return HR_OK;
 }
@@ -329,7 +328,7 @@ int hr_client_open(hr_client **out, const char *socket_path,
   }
   c->conn.intr_fd = c->wake[0];
   /* The program's name is whatever exec was given: make it a valid one. */
-  hr__text_copy(c->name, sizeof(c->name),
+  hr__name_copy(c->name, sizeof(c->name),
                 opts && opts->name ? opts->name : program_invocation_short_name);
   c->request_timeout_ms = opts && opts->request_timeout_ms ?
                           opts->request_timeout_ms : DEFAULT_REQUEST_TIMEOUT_MS;

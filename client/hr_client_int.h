@@ -30,6 +30,7 @@
 #include "headroom.h"
 #include "hr_conn.h"
 #include "hr_proto.h"
+#include "policy.h"
 
 enum { HR__DOWN = 0, HR__SYNCING, HR__UP };
 
@@ -197,7 +198,7 @@ void hr__fallback_read(hr__fallback *f, int quiet);
 
 /* The degraded budget of a GPU of `sms` SMs for a lease of `cluster`.
  * HR_EUNSUPPORTED for a partition lease where no split fits (the budget
- * then keeps the headroom-mode numbers, as hr_budget_for_mode does). */
+ * then keeps the headroom-mode numbers, as hr__policy_for_mode does). */
 int hr__fallback_budget(const hr__fallback *f, int gpu, int sms,
                         int cluster, hr_mode mode, hr_budget *out);
 
@@ -230,6 +231,11 @@ int hr__text_valid(const char *s);
 /* Copy `src` into `dst` (size bytes, '\0' included): cut at a character
  * boundary, with '?' for every byte that is not part of a character. */
 void hr__text_copy(char *dst, size_t size, const char *src);
+
+/* The same for names, which the daemon refuses with a control character
+ * in them (hr_proto_name_control): valid, and a copy with '?' for each. */
+int hr__name_valid(const char *s);
+void hr__name_copy(char *dst, size_t size, const char *src);
 
 /* ---- hr_cuda.c --------------------------------------------------------- */
 

@@ -38,7 +38,7 @@ int hr_comm_register(hr_client *c, int gpu, const char *name, int ctas,
 
   if(!c || ctas < 1 || ctas > HR_MAX_CTAS || cga < 1 || cga > HR_MAX_CGA ||
      concurrent < 1 || concurrent > HR_MAX_CONCURRENT ||
-     (name && (strlen(name) >= HR_NAME_MAX || !hr__text_valid(name))))
+     (name && (strlen(name) >= HR_NAME_MAX || !hr__name_valid(name))))
     return HR_EINVAL;
   pthread_mutex_lock(&c->mu);
   err = hr__client_check_gpu(c, gpu);

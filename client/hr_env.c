@@ -70,12 +70,12 @@ void hr__partition_fields(hr_budget *b, int sms, int granularity, int need,
                           int collectives, int ceiling, int nccl_max_ctas)
 {
   if(sms < 2) {
-    hr_partition_size(b, 0, 0, 0, 0, 0);    /* no partition at all */
+    hr__policy_partition_size(b, 0, 0, 0, 0, 0);    /* no partition at all */
     return;
   }
   if(ceiling > sms - 1)
     ceiling = sms - 1;      /* the mega partition keeps an SM at least */
-  hr_partition_size(b, granularity, need, ceiling, collectives, HR_MAX_CTAS);
+  hr__policy_partition_size(b, granularity, need, ceiling, collectives, HR_MAX_CTAS);
   /* NCCL_MAX_CTAS from the environment caps it as it stands, even where
    * it is no power of two: what the operator set is what NCCL will do. */
   if(nccl_max_ctas > 0 && b->partition_nccl_max_ctas > nccl_max_ctas)
@@ -109,7 +109,7 @@ int hr__fallback_budget(const hr__fallback *f, int gpu, int sms,
                        f->nccl_max_ctas);
   /* Without a daemon too, an agnostic kernel needs no headroom, and a
    * partition lease takes the partition's numbers. */
-  return hr_budget_for_mode(out, mode);
+  return hr__policy_for_mode(out, mode);
 }
 
 void hr__fallback_notice(const hr__fallback *f, const char *path,

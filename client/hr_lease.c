@@ -46,7 +46,7 @@ void hr__lease_set_budget(hr_lease *l, const hr_budget *b)
    * lease's mode decides what it takes from them (an agnostic one keeps
    * grid = SMs and headroom 0, with the NCCL fields and the epoch). */
   mine.gpu = l->gpu;
-  hr_budget_for_mode(&mine, l->mode);
+  hr__policy_for_mode(&mine, l->mode);
   pthread_mutex_lock(&l->mu);
   l->budget = mine;
   pthread_mutex_unlock(&l->mu);

@@ -90,3 +90,22 @@ void hr__text_copy(char *dst, size_t size, const char *src)
   }
   dst[out] = '\0';
 }
+
+int hr__name_valid(const char *s)
+{
+  return hr__text_valid(s) && hr_proto_name_control(s, strlen(s)) < 0;
+}
+
+void hr__name_copy(char *dst, size_t size, const char *src)
+{
+  long at;
+
+  hr__text_copy(dst, size, src);
+  /* A C1 control's two bytes become "??", as a C0 one's byte becomes '?':
+   * the result stays UTF-8. */
+  while((at = hr_proto_name_control(dst, strlen(dst))) >= 0) {
+    if((unsigned char)dst[at] == 0xc2)
+      dst[at++] = '?';
+    dst[at] = '?';
+  }
+}

@@ -23,6 +23,7 @@ static const char *const key_names[HR_KEY_COUNT] = {
   [HR_KEY_MAX_HEADROOM] = "max_headroom",
   [HR_KEY_MIN_GRID] = "min_grid",
   [HR_KEY_INCIDENT_RAISE] = "incident_raise",
+  [HR_KEY_INCIDENT_RAISE_INTERVAL] = "incident_raise_interval",
   [HR_KEY_MAX_CLIENTS] = "max_clients",
   [HR_KEY_MAX_COMMS_PER_CLIENT] = "max_comms_per_client",
   [HR_KEY_MAX_LEASES_PER_CLIENT] = "max_leases_per_client",
@@ -82,6 +83,7 @@ void hr__config_default(hr__config *cfg)
   cfg->gpus = 0;
   cfg->sms = HR__DEFAULT_SMS;
   hr__policy_default(&cfg->policy);
+  cfg->incident_raise_interval = HR__DEFAULT_RAISE_INTERVAL;
   cfg->max_clients = HR__DEFAULT_MAX_CLIENTS;
   cfg->max_comms_per_client = HR__DEFAULT_MAX_COMMS;
   cfg->max_leases_per_client = HR__DEFAULT_MAX_LEASES;
@@ -307,8 +309,10 @@ static int set_known(hr__config *cfg, hr__config_key k, const char *value,
     cfg->sms = (int)v;
     return HR_OK;
   case HR_KEY_MIN_HEADROOM:
-    if(parse_int(value, 0, HR_MAX_SMS, &v))
-      return fail(why, n, "bad min_headroom '%s' (0..%d)", value, HR_MAX_SMS);
+    if(parse_int(value, HR__POLICY_MIN_FLOOR, HR_MAX_SMS, &v))
+      return fail(why, n, "bad min_headroom '%s' (%d..%d; 0 leaves no SM "
+                  "free, and one NCCL CTA beside the grid deadlocks it)",
+                  value, HR__POLICY_MIN_FLOOR, HR_MAX_SMS);
     cfg->policy.min_headroom = (int)v;
     return HR_OK;
   case HR_KEY_MAX_HEADROOM:
@@ -325,6 +329,12 @@ static int set_known(hr__config *cfg, hr__config_key k, const char *value,
     if(parse_yes_no(value, &t))
       return fail(why, n, "bad incident_raise '%s' (yes or no)", value);
     cfg->policy.incident_raise = t;
+    return HR_OK;
+  case HR_KEY_INCIDENT_RAISE_INTERVAL:
+    if(parse_int(value, 0, HR__RAISE_INTERVAL_LIMIT, &v))
+      return fail(why, n, "bad incident_raise_interval '%s' (seconds, "
+                  "0..%d; 0: no limit)", value, HR__RAISE_INTERVAL_LIMIT);
+    cfg->incident_raise_interval = (int)v;
     return HR_OK;
   case HR_KEY_PARTITION_IGNORE_COSCHEDULING:
     if(parse_yes_no(value, &t))
@@ -621,6 +631,32 @@ int hr__config_check(const hr__config *cfg, char *err, size_t n)
   if(hr__policy_validate(p, why, sizeof(why)))
     return fail(err, n, "%s: %s", cfg->file[0] ? cfg->file : "policy", why);
   return HR_OK;
+}
+
+int hr__config_check_policy(const hr__config *cfg, const hr_topology *topo,
+                            char *err, size_t n)
+{
+  char where[HR__CONFIG_PATH_MAX + 32];
+  char why[HR__CONFIG_ERR_MAX];
+  unsigned blame = 0;
+  int from = 0;
+
+  if(!cfg || !topo)
+    return fail(err, n, "config: none");
+  if(!hr__policy_validate_for(&cfg->policy, topo, why, sizeof(why), &blame))
+    return HR_OK;
+  if(blame == HR_POLICY_MIN_HEADROOM)
+    from = cfg->from[HR_KEY_MIN_HEADROOM];
+  else if(blame == HR_POLICY_MAX_HEADROOM)
+    from = cfg->from[HR_KEY_MAX_HEADROOM];
+  else if(blame == HR_POLICY_MIN_GRID)
+    from = cfg->from[HR_KEY_MIN_GRID];
+  if(from > 0)
+    origin(cfg, from, "", where, sizeof(where));
+  else
+    snprintf(where, sizeof(where), "%s: ",
+             cfg->file[0] ? cfg->file : "policy");
+  return fail(err, n, "%s%s", where, why);
 }
 
 int hr__config_build(hr__config *cfg, const hr__config_flags *flags,

@@ -36,6 +36,9 @@
 #define HR__DEFAULT_MAX_COMMS_PER_UID 512
 #define HR__DEFAULT_MAX_COMM_CTAS_PER_UID 256 /* per GPU */
 #define HR__DEFAULT_HELLO_TIMEOUT_MS 5000
+/* Seconds between two raises of one GPU by one uid's barrier timeouts. */
+#define HR__DEFAULT_RAISE_INTERVAL 60
+#define HR__RAISE_INTERVAL_LIMIT 86400
 
 /* A config file larger than this is refused: it cannot be a real one. */
 #define HR__CONFIG_FILE_MAX (1024 * 1024)
@@ -70,6 +73,7 @@ typedef enum hr__config_key {
   HR_KEY_MAX_HEADROOM,
   HR_KEY_MIN_GRID,
   HR_KEY_INCIDENT_RAISE,
+  HR_KEY_INCIDENT_RAISE_INTERVAL,
   HR_KEY_MAX_CLIENTS,
   HR_KEY_MAX_COMMS_PER_CLIENT,
   HR_KEY_MAX_LEASES_PER_CLIENT,
@@ -100,6 +104,7 @@ typedef struct hr__config {
   int sms;                          /* SMs of each GPU in the config */
   int gpu_sms[HR_MAX_GPUS];         /* gpu.N.sms; 0 = use `sms` */
   hr_policy policy;
+  int incident_raise_interval;      /* seconds; 0: no limit */
   int max_clients;
   int max_comms_per_client;
   int max_leases_per_client;
@@ -158,6 +163,12 @@ int hr__config_load(hr__config *cfg, const char *path, char *err, size_t n);
 /* Checks between keys (gpu.N.sms against gpus, topology = config without
  * gpus, the policy as a whole), made once every layer is in. */
 int hr__config_check(const hr__config *cfg, char *err, size_t n);
+
+/* The policy against the GPUs it will run on (hr__policy_validate_for):
+ * "FILE:LINE: why" naming the key blamed, HR_EINVAL. Made once the
+ * topology is known: at start, on reload, by --check-config. */
+int hr__config_check_policy(const hr__config *cfg, const hr_topology *topo,
+                            char *err, size_t n);
 
 /* Defaults, then the file (flags->config or the default path; a missing
  * default file is fine, a missing explicit one is an error), then the

@@ -654,8 +654,20 @@ static int admit(hr__daemon *d, hr__conn *c)
   d->n_clients++;
   note_clients(d);
   c->id = hr__state_client_id(&d->state);
-  c->is_operator = hr__peer_is_operator(&c->peer, d->cfg.operator_group);
+  hr__conn_check_operator(c);
   return 0;
+}
+
+void hr__conn_check_operator(hr__conn *c)
+{
+  uv_os_fd_t fd = -1;
+
+  /* A detached connection has no socket: its uid and gid alone count. */
+  if(!c->sink && uv_fileno((uv_handle_t *)&c->pipe, &fd))
+    fd = -1;
+  c->is_operator = hr__peer_is_operator(&c->peer, fd,
+                                        c->d->has_operator_gid ?
+                                        c->d->operator_gid : -1);
 }
 
 void hr__conn_accept(hr__daemon *d)

@@ -105,6 +105,10 @@ void hr__conn_hold(hr__conn *c);
  * the number of connections released. */
 int hr__conn_release_all(hr__daemon *d);
 
+/* Set c->is_operator from its peer's credentials and the daemon's
+ * operator_gid (at admission, and again when a reload changes it). */
+void hr__conn_check_operator(hr__conn *c);
+
 /* Close after what is queued has been flushed (bounded by a timer). */
 void hr__conn_drain(hr__conn *c, const char *why);
 

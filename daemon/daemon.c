@@ -169,13 +169,18 @@ static void start_notify_timers(hr__daemon *d)
   }
 }
 
-/* A group that does not resolve makes only root an operator: say so, or
- * an operator would find out from a permission_denied. */
-static void check_operator_group(const char *group)
+/* The operator group's gid, looked up here (config load and reload) so
+ * that no connection waits on the group database. A group that does not
+ * resolve makes only root an operator: say so, or an operator would find
+ * out from a permission_denied. */
+static long resolve_operator_group(const char *group)
 {
-  if(group[0] && hr__peer_group_gid(group) < 0)
+  long gid = hr__peer_group_gid(group);
+
+  if(group[0] && gid < 0)
     hr__warn("operator_group '%s' does not exist: only root may set policy",
              group);
+  return gid;
 }
 
 /* Each client costs a descriptor. Raise the soft limit toward the hard
@@ -268,7 +273,7 @@ out:
 int hr__daemon_start(hr__daemon *d, uv_loop_t *loop, const hr__config *cfg,
                      const hr__config_flags *flags)
 {
-  char why[256], topo[256], parts[256];
+  char why[256], topo[256], parts[256], err[HR__CONFIG_ERR_MAX];
 
   memset(d, 0, sizeof(*d));
   d->loop = loop;
@@ -287,6 +292,10 @@ int hr__daemon_start(hr__daemon *d, uv_loop_t *loop, const hr__config *cfg,
   }
   describe_topology(&d->topo, topo, sizeof(topo));
   hr__notice("topology: %s (%s)", topo, why);
+  if(hr__config_check_policy(cfg, &d->topo, err, sizeof(err))) {
+    hr__err("config: %s", err);
+    return 1;
+  }
   describe_granularity(&d->topo, d->granularity, parts, sizeof(parts));
   hr__notice("green contexts: %s%s", parts,
              cfg->partition_ignore_coscheduling ?
@@ -296,6 +305,9 @@ int hr__daemon_start(hr__daemon *d, uv_loop_t *loop, const hr__config *cfg,
     hr__err("cannot set up per-GPU state");
     return 1;
   }
+  d->state.raise_interval_ms = (int64_t)cfg->incident_raise_interval * 1000;
+  d->state.uid_of = hr__dispatch_uid_of;
+  d->state.uid_ctx = d;
   /* Before the learned state, whose restore recomputes without bumping
    * the epoch it restores. */
   load_calibration(d, cfg, NULL);
@@ -311,6 +323,8 @@ int hr__daemon_start(hr__daemon *d, uv_loop_t *loop, const hr__config *cfg,
   watch_signal(d, &d->sig_hup, SIGHUP);
   watch_signal(d, &d->sig_term, SIGTERM);
   watch_signal(d, &d->sig_int, SIGINT);
+  d->operator_gid = resolve_operator_group(cfg->operator_group);
+  d->has_operator_gid = d->operator_gid >= 0;
   if(hr__server_listen(d))
     return 1;
 
@@ -324,7 +338,6 @@ int hr__daemon_start(hr__daemon *d, uv_loop_t *loop, const hr__config *cfg,
   d->save_timer_on = 1;
   start_notify_timers(d);
 
-  check_operator_group(cfg->operator_group);
   hr__notice("policy: min_headroom %d, max_headroom %d, min_grid %d, "
              "incident_raise %s", d->state.policy.min_headroom,
              d->state.policy.max_headroom, d->state.policy.min_grid,
@@ -378,6 +391,7 @@ void hr__daemon_reload(hr__daemon *d)
   hr__gpu_mask changed = 0;
   hr__config next;
   hr__conn *c;
+  long gid;
 
   if(d->stopping)
     return;
@@ -388,7 +402,14 @@ void hr__daemon_reload(hr__daemon *d)
     return;
   }
   keep_restart_only(d, &next);
+  /* The topology stays the one the daemon started with: the policy must
+   * hold on those GPUs, or the old one stays in force. */
+  if(hr__config_check_policy(&next, &d->topo, err, sizeof(err))) {
+    hr__err("reload failed, keeping the running configuration: %s", err);
+    return;
+  }
   hr__log_set_level(next.log_level);
+  d->state.raise_interval_ms = (int64_t)next.incident_raise_interval * 1000;
   /* The file's policy wins on reload, over one set at run time too: the
    * file is what the operator wants the node to run with. */
   if(!policy_equal(&next.policy, &d->state.policy)) {
@@ -401,11 +422,15 @@ void hr__daemon_reload(hr__daemon *d)
   /* Re-read even when the path is the same: calibrating a node rewrites
    * the file in place, then signals the daemon. */
   load_calibration(d, &next, &changed);
-  check_operator_group(next.operator_group);
-  if(strcmp(next.operator_group, d->cfg.operator_group)) {
+  /* Looked up again even when the name is the same: the group database
+   * may have changed under it. */
+  gid = resolve_operator_group(next.operator_group);
+  if(gid != (d->has_operator_gid ? d->operator_gid : -1)) {
+    d->operator_gid = gid;
+    d->has_operator_gid = gid >= 0;
     for(c = d->conns; c; c = c->next)
       if(!c->closing && c->id)
-        c->is_operator = hr__peer_is_operator(&c->peer, next.operator_group);
+        hr__conn_check_operator(c);
   }
   d->cfg = next;
   hr__notice("reload done (log level %s)",

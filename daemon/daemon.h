@@ -31,6 +31,10 @@ typedef struct hr__daemon {
   int granularity[HR_MAX_GPUS];     /* green-context step of each GPU */
   hr__state state;
   hr__persist persist;
+  /* cfg.operator_group resolved at load and reload. A daemon zeroed and
+   * never started (the fuzz target's) has no operator group: root only. */
+  int has_operator_gid;
+  long operator_gid;
 
   /* The listener (server.c). */
   uv_pipe_t listener;

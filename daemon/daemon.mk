@@ -1,11 +1,10 @@
 # daemon/: headroomd.
 DAEMON_SRCS := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
 DAEMON_OBJS := $(patsubst %.c,$(OBJDIR)/%.o,$(DAEMON_SRCS))
-# The policy is pure: its object is also linked into the unit tests alone.
-POLICY_OBJS := $(OBJDIR)/daemon/policy.o $(PROTO_OBJS)
-# hr_strerror() is a table with no dependencies: the daemon takes that one
-# object from client/ rather than a copy of it.
-DAEMON_EXTRA_OBJS := $(OBJDIR)/client/hr_error.o
+# What it links from outside daemon/: the policy module (policy/), and the
+# codec (proto/). Nothing from client/: the daemon builds against the
+# protocol's own types (proto/hr_types.h).
+DAEMON_EXTRA_OBJS := $(OBJDIR)/policy/policy.o
 DAEMON_LDLIBS := $(LDLIBS_UV) $(LDLIBS_CJSON) -ldl
 
 BINS += $(BINDIR)/headroomd

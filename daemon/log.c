@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "headroom.h"
+#include "hr_types.h"
 #include "log.h"
 
 static hr__log_level current_level = HR_LOG_INFO;
@@ -51,25 +51,45 @@ const char *hr__log_level_name(hr__log_level level)
   return level_names[level];
 }
 
+/* Copy `src` to `dst` (size bytes) with every control character written
+ * out as an escape: C0 and DEL as \xNN, C1 (UTF-8 c2 80..c2 9f) as
+ * \u00NN. A client-supplied name or message must not split one event into
+ * two journal entries, forge a second one with its own level prefix, or
+ * send escape sequences to an operator's terminal; and an operator
+ * reading the log should see what was sent, not a blank. */
+static void escape_controls(char *dst, size_t size, const char *src)
+{
+  const unsigned char *p = (const unsigned char *)src;
+  size_t n = 0;
+
+  for(; *p && n + 1 < size; p++) {
+    if(*p < 0x20 || *p == 0x7f || (*p == 0xc2 && p[1] >= 0x80 &&
+                                   p[1] <= 0x9f)) {
+      int c1 = *p == 0xc2;
+      if(n + 7 >= size)
+        break;
+      if(c1)
+        p++;
+      n += (size_t)snprintf(dst + n, size - n, c1 ? "\\u%04x" : "\\x%02x",
+                            *p);
+      continue;
+    }
+    dst[n++] = (char)*p;
+  }
+  dst[n] = '\0';
+}
+
 void hr__log(hr__log_level level, const char *fmt, ...)
 {
-  char line[1024];
+  char line[1024], out[1024];
   va_list ap;
-  int n;
-  char *p;
 
   if(level > current_level)
     return;
-  n = snprintf(line, sizeof(line), "<%d>", (int)level);
   va_start(ap, fmt);
-  vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+  vsnprintf(line, sizeof(line), fmt, ap);
   va_end(ap);
-  /* A client-supplied name or message must not split one event into two
-   * journal entries, forge a second one with its own level prefix, or
-   * send escape sequences to an operator's terminal. */
-  for(p = line + n; *p; p++)
-    if((unsigned char)*p < 0x20 || *p == 0x7f)
-      *p = ' ';
+  escape_controls(out, sizeof(out), line);
   /* One write per line: a line is never interleaved with another. */
-  fprintf(stderr, "%s\n", line);
+  fprintf(stderr, "<%d>%s\n", (int)level, out);
 }

@@ -11,6 +11,27 @@
 #include "daemon.h"
 #include "log.h"
 #include "options.h"
+#include "topology.h"
+
+/* --check-config: the whole configuration, and its policy against the
+ * GPUs this node would run with. 0 good, 1 invalid (docs/config.md). */
+static int check_config(const hr__config *cfg)
+{
+  char err[HR__CONFIG_ERR_MAX], why[256];
+  static hr_topology topo;
+  int gran[HR_MAX_GPUS];
+
+  if(hr__topology_detect(cfg, &topo, gran, why, sizeof(why))) {
+    fprintf(stderr, "headroomd: topology: %s\n", why);
+    return 1;
+  }
+  if(hr__config_check_policy(cfg, &topo, err, sizeof(err))) {
+    fprintf(stderr, "headroomd: %s\n", err);
+    return 1;
+  }
+  printf("%s: OK\n", cfg->file[0] ? cfg->file : "built-in defaults");
+  return 0;
+}
 
 int main(int argc, char **argv)
 {
@@ -22,7 +43,7 @@ int main(int argc, char **argv)
 
   if(hr__options_parse(&opts, argc, argv, err, sizeof(err))) {
     fprintf(stderr, "headroomd: %s\nTry 'headroomd --help'.\n", err);
-    return 1;
+    return 2; /* usage, as every headroom tool */
   }
   switch(opts.action) {
   case HR_ACTION_HELP:
@@ -42,10 +63,8 @@ int main(int argc, char **argv)
       hr__err("config: %s", err);
     return 1;
   }
-  if(opts.action == HR_ACTION_CHECK_CONFIG) {
-    printf("%s: OK\n", cfg.file[0] ? cfg.file : "built-in defaults");
-    return 0;
-  }
+  if(opts.action == HR_ACTION_CHECK_CONFIG)
+    return check_config(&cfg);
 
   /* A client that vanishes mid-write must cost us an EPIPE, not our life. */
   signal(SIGPIPE, SIG_IGN);

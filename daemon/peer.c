@@ -3,18 +3,17 @@
  */
 #include <errno.h>
 #include <grp.h>
-#include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <unistd.h>
 
-#include "headroom.h"
+#include "hr_types.h"
 #include "peer.h"
 
-/* getpwuid_r/getgrnam_r scratch: sysconf's hint, grown on ERANGE, capped
- * so a broken name service cannot make us allocate without bound. */
+/* getgrnam_r scratch, grown on ERANGE, capped so a broken name service
+ * cannot make us allocate without bound. */
 #define NSS_BUF_FIRST 4096
 #define NSS_BUF_MAX (1024 * 1024)
 #define GROUPS_MAX 65536
@@ -75,51 +74,27 @@ long hr__peer_group_gid(const char *group)
   return gid;
 }
 
-/* Whether user `uid` (primary group `gid`) is in group `want`, counting
- * the supplementary groups of its passwd entry. */
-static int user_in_group(int uid, int gid, long want)
+/* Whether the peer of `fd` had group `want` among its supplementary
+ * groups when it connected. The kernel answers ERANGE with the size it
+ * needs when the buffer is short; the list is capped, so a peer cannot
+ * make us allocate without bound. */
+static int peer_has_group(int fd, long want)
 {
-  struct passwd pw, *res = NULL;
-  size_t size = NSS_BUF_FIRST;
-  char *buf = NULL;
-  gid_t *groups = NULL;
-  int found = 0, n, i, e;
+  gid_t small[64], *groups = small;
+  socklen_t len = sizeof(small);
+  size_t i, n;
+  int found = 0;
 
-  if(gid == want)
-    return 1;
-  for(;;) {
-    char *p = realloc(buf, size);
-    if(!p)
+  if(getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len)) {
+    if(errno != ERANGE || len > GROUPS_MAX * sizeof(gid_t))
+      return 0;
+    groups = malloc(len);
+    if(!groups)
+      return 0;
+    if(getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len))
       goto out;
-    buf = p;
-    e = getpwuid_r((uid_t)uid, &pw, buf, size, &res);
-    if(e == ERANGE && size < NSS_BUF_MAX) {
-      size *= 2;
-      continue;
-    }
-    if(e || !res)
-      goto out; /* no passwd entry: only the primary gid counted */
-    break;
   }
-  if((long)pw.pw_gid == want) {
-    found = 1;
-    goto out;
-  }
-  n = 64;
-  for(;;) {
-    int got = n;
-    gid_t *g = realloc(groups, (size_t)n * sizeof(*g));
-    if(!g)
-      goto out;
-    groups = g;
-    if(getgrouplist(pw.pw_name, pw.pw_gid, groups, &got) >= 0) {
-      n = got;
-      break;
-    }
-    if(got <= n || got > GROUPS_MAX)
-      goto out;
-    n = got;
-  }
+  n = len / sizeof(gid_t);
   for(i = 0; i < n; i++) {
     if((long)groups[i] == want) {
       found = 1;
@@ -127,21 +102,20 @@ static int user_in_group(int uid, int gid, long want)
     }
   }
 out:
-  free(groups);
-  free(buf);
+  if(groups != small)
+    free(groups);
   return found;
 }
 
-int hr__peer_is_operator(const hr__peer *peer, const char *operator_group)
+int hr__peer_is_operator(const hr__peer *peer, int fd, long operator_gid)
 {
-  long want;
-
   if(!peer)
     return 0;
   if(peer->uid == 0)
     return 1;
-  want = hr__peer_group_gid(operator_group);
-  if(want < 0)
+  if(operator_gid < 0)
     return 0;
-  return user_in_group(peer->uid, peer->gid, want);
+  if((long)peer->gid == operator_gid)
+    return 1;
+  return fd >= 0 && peer_has_group(fd, operator_gid);
 }

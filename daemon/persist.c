@@ -56,7 +56,7 @@ static int add_num(cJSON *o, const char *key, double v)
   return cJSON_AddNumberToObject(o, key, v) ? 0 : -1;
 }
 
-static cJSON *incident_json(const hr_status_incident *inc)
+static cJSON *incident_json(const hr_status_incident *inc, int uid)
 {
   cJSON *o = cJSON_CreateObject(), *d;
   const char *kind = hr_incident_kind_name(inc->kind);
@@ -68,6 +68,7 @@ static cJSON *incident_json(const hr_status_incident *inc)
   bad |= add_num(o, "time_ms", (double)inc->time_ms);
   bad |= add_num(o, "client", (double)inc->client);
   bad |= add_num(o, "lease", (double)inc->lease);
+  bad |= add_num(o, "uid", uid);    /* whose quota it counts in */
   bad |= !cJSON_AddStringToObject(o, "kind", kind ? kind : "?");
   bad |= !cJSON_AddStringToObject(o, "message", inc->message);
   d = cJSON_AddObjectToObject(o, "detail");
@@ -91,7 +92,7 @@ static cJSON *incident_json(const hr_status_incident *inc)
 
 int hr__persist_encode(const hr__state *s, long long now_ms, char **out)
 {
-  cJSON *root = NULL, *gpus, *g, *incs, *inc;
+  cJSON *root = NULL, *gpus, *g, *incs, *inc, *raise;
   int rc = HR_ENOMEM, gi, i, bad = 0;
 
   if(!s || !out)
@@ -116,11 +117,19 @@ int hr__persist_encode(const hr__state *s, long long now_ms, char **out)
     bad |= add_num(g, "sms", gp->info.sms);
     bad |= add_num(g, "raised", gp->raised);
     bad |= add_num(g, "epoch", gp->epoch);
+    /* What raised it, for the operator's raises_get after a restart. */
+    raise = cJSON_AddObjectToObject(g, "raise");
+    if(!raise)
+      goto out;
+    bad |= add_num(raise, "raises", gp->raise.raises);
+    bad |= add_num(raise, "last_ms", (double)gp->raise.last_ms);
+    bad |= add_num(raise, "last_uid", gp->raise.last_uid);
+    bad |= add_num(raise, "last_incident", (double)gp->raise.last_incident);
     incs = cJSON_AddArrayToObject(g, "incidents");
     if(bad || !incs)
       goto out;
     for(i = 0; i < gp->n_incidents; i++) {
-      inc = incident_json(&gp->incidents[i]);
+      inc = incident_json(&gp->incidents[i], gp->incident_uid[i]);
       if(!inc)
         goto out;
       cJSON_AddItemToArray(incs, inc);
@@ -175,10 +184,12 @@ typedef struct learned {
   uint32_t epoch;
   int n;
   hr_status_incident inc[HR__INCIDENTS_KEPT];
+  int uid[HR__INCIDENTS_KEPT];
+  hr__raise_rec raise;
 } learned;
 
 static int decode_incident(const cJSON *o, hr_status_incident *inc,
-                           char *why, size_t n)
+                           int *uid, char *why, size_t n)
 {
   static const struct { const char *key; size_t off; } det[] = {
     {"barrier", offsetof(hr_incident_detail, barrier)},
@@ -209,6 +220,13 @@ static int decode_incident(const cJSON *o, hr_status_incident *inc,
   if(get_int(o, "lease", 0, HR_PROTO_MAX_ID, &v))
     return fail(why, n, "incident %lld: lease", (long long)inc->id);
   inc->lease = v;
+  /* Absent in a file from before per-uid quotas: unknown. */
+  *uid = -1;
+  if(cJSON_GetObjectItemCaseSensitive(o, "uid")) {
+    if(get_int(o, "uid", -1, 2147483647.0, &v))
+      return fail(why, n, "incident %lld: uid", (long long)inc->id);
+    *uid = (int)v;
+  }
   kind = cJSON_GetObjectItemCaseSensitive(o, "kind");
   if(!cJSON_IsString(kind) ||
      hr_incident_kind_from_name(kind->valuestring, &k))
@@ -233,7 +251,7 @@ static int decode_incident(const cJSON *o, hr_status_incident *inc,
 static int decode_gpu(const cJSON *o, const hr__state *s, learned *all,
                       char *why, size_t n)
 {
-  const cJSON *incs, *it;
+  const cJSON *incs, *it, *r;
   learned *l;
   long long idx, sms, v;
   int i;
@@ -251,6 +269,21 @@ static int decode_gpu(const cJSON *o, const hr__state *s, learned *all,
   if(get_int(o, "raised", 0, HR_MAX_SMS, &v))
     return fail(why, n, "gpu %lld: raised", idx);
   l->raised = (int)v;
+  l->raise.last_uid = -1;
+  if((r = cJSON_GetObjectItemCaseSensitive(o, "raise"))) {
+    if(!cJSON_IsObject(r) || get_int(r, "raises", 0, 2147483647.0, &v))
+      return fail(why, n, "gpu %lld: raise.raises", idx);
+    l->raise.raises = (int)v;
+    if(get_int(r, "last_ms", 0, HR_PROTO_MAX_ID, &v))
+      return fail(why, n, "gpu %lld: raise.last_ms", idx);
+    l->raise.last_ms = v;
+    if(get_int(r, "last_uid", -1, 2147483647.0, &v))
+      return fail(why, n, "gpu %lld: raise.last_uid", idx);
+    l->raise.last_uid = (int)v;
+    if(get_int(r, "last_incident", 0, HR_PROTO_MAX_ID, &v))
+      return fail(why, n, "gpu %lld: raise.last_incident", idx);
+    l->raise.last_incident = v;
+  }
   if(get_int(o, "epoch", 1, 4294967295.0, &v))
     return fail(why, n, "gpu %lld: epoch", idx);
   l->epoch = (uint32_t)v;
@@ -263,9 +296,11 @@ static int decode_gpu(const cJSON *o, const hr__state *s, learned *all,
     if(i == HR__INCIDENTS_KEPT) {
       memmove(&l->inc[0], &l->inc[1],
               (HR__INCIDENTS_KEPT - 1) * sizeof(l->inc[0]));
+      memmove(&l->uid[0], &l->uid[1],
+              (HR__INCIDENTS_KEPT - 1) * sizeof(l->uid[0]));
       i--;
     }
-    if(decode_incident(it, &l->inc[i], why, n))
+    if(decode_incident(it, &l->inc[i], &l->uid[i], why, n))
       return HR_EINVAL;
     i++;
   }
@@ -336,7 +371,9 @@ int hr__persist_decode(hr__state *s, const char *text, size_t len, char *why,
     for(i = 0; i < all[g].n; i++)
       all[g].inc[i].client = 0;
     epoch = all[g].epoch + 1 ? all[g].epoch + 1 : 1;
-    if(hr__state_restore(s, g, all[g].raised, epoch, all[g].inc, all[g].n)) {
+    if(hr__state_restore(s, g, all[g].raised, epoch, all[g].inc, all[g].uid,
+                         all[g].n) ||
+       hr__state_restore_raise(s, g, &all[g].raise)) {
       fail(why, n, "gpu %d: cannot restore", g);
       goto out;
     }

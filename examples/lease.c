@@ -4,10 +4,11 @@
  * an ncclConfig_t (when nccl.h is available), and print the grid to launch
  * the mega kernel with.
  *
- * Build, from the repository root after `make` (tests/python/run.sh builds
- * it with exactly this line):
+ * Build, from the repository root after `make` (which writes the header as
+ * installed, build/include/headroom.h; tests/python/run.sh builds it with
+ * exactly this line):
  *
- *   mkdir -p build/examples && cc -std=c11 -Wall -Wextra -Iclient -o build/examples/lease examples/lease.c -Lbuild/lib -lheadroom -Wl,-rpath,'$ORIGIN/../lib'
+ *   mkdir -p build/examples && cc -std=c11 -Wall -Wextra -Ibuild/include -o build/examples/lease examples/lease.c -Lbuild/lib -lheadroom -Wl,-rpath,'$ORIGIN/../lib'
  *
  * With NCCL, add its and CUDA's include folders (for example
  * -I/usr/local/cuda/include -I$NCCL_HOME/include) and the program also

@@ -92,6 +92,13 @@ void hr__metrics_encode(hr__enc *e, cJSON *parent, const char *name,
 void hr__metrics_decode(hr__dec *d, const cJSON *parent, const char *name,
                         hr_metrics *m);
 
+/* The body of a raises_get or (`cleared` 1) raises_clear reply, as
+ * members of `o` itself (hr_raises.c). */
+void hr__raises_encode(hr__enc *e, cJSON *o, int cleared,
+                       const hr_rep_raises *r);
+void hr__raises_decode(hr__dec *d, const cJSON *o, int cleared,
+                       hr_rep_raises *r);
+
 /* Replies and events (hr_reply.c, hr_fastenc.c). hr_proto_encode_reply()
  * takes the direct encoder for the types hr__reply_fast() names and the
  * cJSON tree for the others; both give the same bytes for the same struct,

@@ -291,6 +291,31 @@ void hr__dec_string(hr__dec *d, const cJSON *obj, const char *name,
   memcpy(dst, it->valuestring, n + 1);
 }
 
+void hr__dec_name(hr__dec *d, const cJSON *obj, const char *name,
+                  int required, char *dst, size_t size)
+{
+  char copy[HR_MESSAGE_MAX];
+  long at;
+
+  if(d->rc || size > sizeof(copy))
+    return;
+  copy[0] = '\0';
+  hr__dec_string(d, obj, name, required, copy, size);
+  if(d->rc)
+    return;
+  at = hr_proto_name_control(copy, strlen(copy));
+  if(at >= 0) {
+    unsigned c = (unsigned char)copy[at];
+    /* A C1 control is two bytes in UTF-8: U+0080..U+009F. */
+    if(c == 0xc2)
+      c = (unsigned char)copy[at + 1];
+    hr__dec_field_fail(d, name, "must not hold control characters "
+                       "(U+%04X at byte %ld)", c, at);
+    return;
+  }
+  memcpy(dst, copy, strlen(copy) + 1);
+}
+
 void hr__dec_enum(hr__dec *d, const cJSON *obj, const char *name,
                   int required, const char *(*name_of)(int), int count,
                   int *out)
@@ -474,6 +499,16 @@ void hr__enc_string(hr__enc *e, cJSON *obj, const char *name, const char *s,
   enc_attach(e, obj, name, cJSON_CreateString(s));
 }
 
+void hr__enc_name_string(hr__enc *e, cJSON *obj, const char *name,
+                         const char *s, size_t size)
+{
+  const char *nul = s ? memchr(s, '\0', size) : NULL;
+
+  if(nul && hr_proto_name_control(s, (size_t)(nul - s)) >= 0)
+    hr__enc_fail(e, HR_EINVAL);
+  hr__enc_string(e, obj, name, s, size);
+}
+
 void hr__enc_name(hr__enc *e, cJSON *obj, const char *name,
                   const char *wire_name)
 {
@@ -554,6 +589,22 @@ int hr__utf8_valid(const char *s, size_t len)
     i += need + 1;
   }
   return 1;
+}
+
+long hr_proto_name_control(const char *s, size_t len)
+{
+  const unsigned char *p = (const unsigned char *)s;
+  size_t i;
+
+  if(!s)
+    return -1;
+  for(i = 0; i < len; i++) {
+    if(p[i] < 0x20 || p[i] == 0x7f)
+      return (long)i;
+    if(p[i] == 0xc2 && i + 1 < len && p[i + 1] >= 0x80 && p[i + 1] <= 0x9f)
+      return (long)i;
+  }
+  return -1;
 }
 
 void hr__quote(char *dst, size_t size, const char *src, size_t max)

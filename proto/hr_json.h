@@ -68,6 +68,10 @@ void hr__dec_bool(hr__dec *d, const cJSON *obj, const char *name,
                   int required, bool *out);
 void hr__dec_string(hr__dec *d, const cJSON *obj, const char *name,
                     int required, char *dst, size_t size);
+/* The same, for a name that is shown to operators: a control character
+ * in it (hr_proto_name_control) is refused, naming the member. */
+void hr__dec_name(hr__dec *d, const cJSON *obj, const char *name,
+                  int required, char *dst, size_t size);
 /* A string from a name table: name_of(0..count-1). */
 void hr__dec_enum(hr__dec *d, const cJSON *obj, const char *name,
                   int required, const char *(*name_of)(int), int count,
@@ -109,6 +113,9 @@ void hr__enc_string(hr__enc *e, cJSON *obj, const char *name, const char *s,
                     size_t size);
 void hr__enc_name(hr__enc *e, cJSON *obj, const char *name,
                   const char *wire_name);
+/* A string that hr__dec_name must read back: no control characters. */
+void hr__enc_name_string(hr__enc *e, cJSON *obj, const char *name,
+                         const char *s, size_t size);
 /* Fail the encoder (HR_EINVAL for a bad struct). */
 void hr__enc_fail(hr__enc *e, int rc);
 

@@ -21,6 +21,8 @@ static const char *const msg_type_names[HR_MSG_COUNT] = {
   [HR_MSG_POLICY_GET] = "policy_get",
   [HR_MSG_POLICY_SET] = "policy_set",
   [HR_MSG_METRICS] = "metrics",
+  [HR_MSG_RAISES_GET] = "raises_get",
+  [HR_MSG_RAISES_CLEAR] = "raises_clear",
   [HR_MSG_BUDGET] = "budget",
   [HR_MSG_SHUTDOWN] = "shutdown",
   [HR_MSG_ERROR] = "error",
@@ -38,6 +40,7 @@ static const char *const wire_error_names[HR_WERR_COUNT] = {
   [HR_WERR_UNSUPPORTED] = "unsupported",
   [HR_WERR_SHUTTING_DOWN] = "shutting_down",
   [HR_WERR_INTERNAL] = "internal",
+  [HR_WERR_INVALID_VALUE] = "invalid_value",
 };
 
 /* What a client library returns for each wire error. An unknown_type is a
@@ -54,6 +57,7 @@ static const int wire_error_codes[HR_WERR_COUNT] = {
   [HR_WERR_UNSUPPORTED] = HR_EUNSUPPORTED,
   [HR_WERR_SHUTTING_DOWN] = HR_ESHUTDOWN,
   [HR_WERR_INTERNAL] = HR_EINTERNAL,
+  [HR_WERR_INVALID_VALUE] = HR_EINVAL,
 };
 
 static const char *const topology_source_names[HR_TOPO_COUNT] = {

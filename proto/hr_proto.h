@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "headroom.h"
+#include "hr_types.h"
 
 #define HR_PROTO_VERSION 1          /* the version this build speaks best */
 #define HR_PROTO_VERSION_MIN 1      /* the oldest it still speaks */
@@ -50,12 +50,17 @@ typedef enum hr_msg_type {
   HR_MSG_POLICY_GET,
   HR_MSG_POLICY_SET,
   HR_MSG_METRICS,
+  HR_MSG_RAISES_GET,                /* operators: learned raises, per GPU */
+  HR_MSG_RAISES_CLEAR,              /* operators: forget them */
   /* daemon-to-client only */
   HR_MSG_BUDGET,                    /* event: a GPU's budget changed */
   HR_MSG_SHUTDOWN,                  /* event: the daemon is stopping */
   HR_MSG_ERROR,                     /* reply: a request failed */
   HR_MSG_COUNT
 } hr_msg_type;
+
+/* The last request type: requests are HR_MSG_HELLO..HR_MSG_LAST_REQUEST. */
+#define HR_MSG_LAST_REQUEST HR_MSG_RAISES_CLEAR
 
 /* Wire name of a type ("register_comm"); NULL when out of range. */
 const char *hr_msg_type_name(hr_msg_type type);
@@ -74,6 +79,7 @@ typedef enum hr_wire_error {
   HR_WERR_UNSUPPORTED,              /* valid but not supported (a mode) */
   HR_WERR_SHUTTING_DOWN,            /* daemon draining */
   HR_WERR_INTERNAL,                 /* daemon bug or resource failure */
+  HR_WERR_INVALID_VALUE,            /* well formed, value refused (policy) */
   HR_WERR_COUNT
 } hr_wire_error;
 
@@ -128,75 +134,6 @@ typedef struct hr_policy {
   int min_grid;                     /* never leave the mega kernel less */
   int incident_raise;               /* 1: a barrier timeout raises headroom */
 } hr_policy;
-
-/* The budget a lease in `mode` gets, from its GPU's budget `b` (the one
- * computed for headroom-mode leases, which events and status carry).
- * Headroom and cooperative leases take the numbers as they are. An
- * agnostic lease runs a kernel with no grid barrier, which cannot deadlock
- * on partial residency: it gets headroom 0 and grid = sms. It keeps the
- * NCCL fields and the epoch, since the headroom of the GPU's other leases
- * holds only while every communicator keeps to that cap. A partition
- * lease gets the comm partition as its headroom (grid = sms - that),
- * NCCL's cap inside the partition, and cgaClusterSize 1: NCCL and the mega
- * kernel run in disjoint green contexts, so the partition fields, not the
- * cluster-based headroom, are what holds. Both sides apply it: the daemon
- * to the budget in a lease or report reply, the client library to every
- * budget it stores into a lease.
- *
- * Returns HR_EUNSUPPORTED for a partition lease on a GPU whose budget has
- * partition_granularity 0 (the GPU cannot be split under the policy, or
- * the daemon predates partition mode); the budget then keeps the GPU's
- * headroom-mode numbers, which are safe for an ordinary launch, with the
- * mode set. HR_OK otherwise. */
-static inline int hr_budget_for_mode(hr_budget *b, hr_mode mode)
-{
-  b->mode = mode;
-  if(mode == HR_MODE_AGNOSTIC) {
-    b->headroom = 0;
-    b->grid = b->sms;
-  } else if(mode == HR_MODE_PARTITION) {
-    if(b->partition_granularity <= 0 || b->partition_comm_sms <= 0 ||
-       b->partition_comm_sms >= b->sms)
-      return HR_EUNSUPPORTED;
-    b->headroom = b->partition_comm_sms;
-    b->grid = b->sms - b->partition_comm_sms;
-    b->nccl_max_ctas = b->partition_nccl_max_ctas;
-    if(b->nccl_min_ctas > b->nccl_max_ctas)
-      b->nccl_min_ctas = b->nccl_max_ctas;
-    b->nccl_cga_cluster_size = 1;
-  }
-  return HR_OK;
-}
-
-/* The partition rule, one for the daemon's policy and the client's
- * degraded budgets: a comm partition of `need` SMs (at least 1) rounded up
- * to the green-context step `g`, under `ceiling` rounded down to it, and
- * NCCL's cap inside it: the largest power of two p <= cap_limit with
- * p x `collectives` <= the partition (one NCCL CTA per SM, FINDINGS 4),
- * 1 at the least. All three fields 0 when not even one step fits. */
-static inline void hr_partition_size(hr_budget *b, int g, int need,
-                                     int ceiling, int collectives,
-                                     int cap_limit)
-{
-  int comm, cap = 1;
-
-  b->partition_granularity = 0;
-  b->partition_comm_sms = 0;
-  b->partition_nccl_max_ctas = 0;
-  if(g < 1 || collectives < 1)
-    return;
-  ceiling = ceiling / g * g;
-  if(ceiling < g)
-    return;
-  if(need < 1)
-    need = 1;
-  comm = need >= ceiling ? ceiling : (need + g - 1) / g * g;
-  while(cap * 2 * collectives <= comm && cap * 2 <= cap_limit)
-    cap *= 2;
-  b->partition_granularity = g;
-  b->partition_comm_sms = comm;
-  b->partition_nccl_max_ctas = cap;
-}
 
 /* Which fields of an hr_policy a policy_set carries. */
 enum {
@@ -270,6 +207,10 @@ typedef struct hr_req_policy_set {
   hr_policy policy;
 } hr_req_policy_set;
 
+typedef struct hr_req_raises_clear {
+  int gpu;                          /* -1: every GPU */
+} hr_req_raises_clear;
+
 typedef struct hr_request {
   hr_msg_type type;
   int64_t id;                       /* 0..HR_PROTO_MAX_ID, echoed */
@@ -283,7 +224,8 @@ typedef struct hr_request {
     hr_req_subscribe subscribe;
     hr_req_status status;
     hr_req_policy_set policy_set;
-    /* policy_get and metrics carry nothing */
+    hr_req_raises_clear raises_clear;
+    /* policy_get, metrics and raises_get carry nothing */
   } u;
 } hr_request;
 
@@ -430,6 +372,25 @@ typedef struct hr_rep_report {
   hr_budget budget;                 /* the GPU's budget after the report */
 } hr_rep_report;
 
+/* One GPU's learned raise: the headroom barrier timeouts added to its
+ * floor, and the latest raise (PROTOCOL.md §5.10). */
+typedef struct hr_raise {
+  int gpu;
+  int raised;                       /* SMs added to the floor */
+  int headroom;                     /* the GPU's headroom now */
+  int raises;                       /* timeouts that raised it since the
+                                     * last clear */
+  int64_t last_time_ms;             /* Unix ms of the latest; 0: none */
+  int last_uid;                     /* its reporter's uid; -1: unknown */
+  int64_t last_incident;            /* its incident id; 0: none */
+} hr_raise;
+
+typedef struct hr_rep_raises {
+  int cleared;                      /* raises_clear: GPUs it cleared */
+  int n_gpus;
+  hr_raise gpus[HR_MAX_GPUS];       /* every GPU of the node, in order */
+} hr_rep_raises;
+
 typedef struct hr_reply {
   hr_msg_type type;                 /* type of the request, or an event */
   int64_t id;                       /* echoed; -1 for events */
@@ -441,6 +402,7 @@ typedef struct hr_reply {
     hr_status status;               /* owns arrays: hr_status_free */
     hr_metrics metrics;             /* metrics */
     hr_policy policy;               /* policy_get and policy_set */
+    hr_rep_raises raises;           /* raises_get and raises_clear */
     hr_budget budget;               /* HR_MSG_BUDGET event */
     hr_proto_error error;           /* HR_MSG_ERROR */
     char shutdown_reason[HR_MESSAGE_MAX]; /* HR_MSG_SHUTDOWN event */
@@ -486,6 +448,14 @@ int hr_proto_decode_reply(const char *line, size_t len, hr_reply *rep,
  * (-1: no id known). */
 int hr_proto_encode_error(int64_t id, hr_wire_error code, const char *message,
                           hr_buf *out);
+
+/* The byte offset of the first control character in the name s[0..len)
+ * (C0, DEL, or C1 as UTF-8: U+0080..U+009F), or -1 when there is none.
+ * Names are shown to operators (status, the log, headroomctl): the wire
+ * refuses raw control bytes, but an escape such as \u001b decodes to ESC,
+ * so names are checked after decoding. Free text (messages) may hold
+ * them; whoever prints it escapes it. */
+long hr_proto_name_control(const char *s, size_t len);
 
 /* Name tables shared with headroom.h. */
 int hr_mode_from_name(const char *name, hr_mode *out);

@@ -72,6 +72,11 @@ static void encode_body(hr__enc *e, cJSON *o, const hr_reply *rep)
   case HR_MSG_POLICY_SET:
     hr__policy_encode(e, o, "policy", &rep->u.policy, HR__POLICY_ALL);
     break;
+  case HR_MSG_RAISES_GET:
+  case HR_MSG_RAISES_CLEAR:
+    hr__raises_encode(e, o, rep->type == HR_MSG_RAISES_CLEAR,
+                      &rep->u.raises);
+    break;
   case HR_MSG_BUDGET:
     hr__budget_encode(e, o, "budget", &rep->u.budget);
     break;
@@ -194,6 +199,11 @@ static void decode_body(hr__dec *d, const cJSON *o, hr_reply *rep)
   case HR_MSG_POLICY_SET:
     hr__policy_decode(d, o, "policy", &rep->u.policy, HR__POLICY_ALL,
                       &fields);
+    break;
+  case HR_MSG_RAISES_GET:
+  case HR_MSG_RAISES_CLEAR:
+    hr__raises_decode(d, o, rep->type == HR_MSG_RAISES_CLEAR,
+                      &rep->u.raises);
     break;
   case HR_MSG_BUDGET:
     hr__budget_decode(d, o, "budget", &rep->u.budget);

@@ -12,7 +12,7 @@
 
 static int is_request_type(hr_msg_type t)
 {
-  return t >= HR_MSG_HELLO && t <= HR_MSG_METRICS;
+  return t >= HR_MSG_HELLO && t <= HR_MSG_LAST_REQUEST;
 }
 
 /* ---- Encoding ---------------------------------------------------------- */
@@ -28,7 +28,7 @@ static void encode_hello(hr__enc *e, cJSON *o, const hr_req_hello *r)
   for(i = 0; !e->rc && i < r->n_versions; i++)
     hr__enc_i64(e, versions, NULL, r->versions[i], 1, HR__VERSION_MAX);
   if(r->client[0])
-    hr__enc_string(e, o, "client", r->client, sizeof(r->client));
+    hr__enc_name_string(e, o, "client", r->client, sizeof(r->client));
   if(r->degraded_ms)                /* 0: was not degraded, left out */
     hr__enc_i64(e, o, "degraded_ms", r->degraded_ms, 1, HR__MAX_ID);
 }
@@ -37,7 +37,7 @@ static void encode_register_comm(hr__enc *e, cJSON *o,
                                  const hr_req_register_comm *r)
 {
   hr__enc_i64(e, o, "gpu", r->gpu, 0, HR_MAX_GPUS - 1);
-  hr__enc_string(e, o, "name", r->name, sizeof(r->name));
+  hr__enc_name_string(e, o, "name", r->name, sizeof(r->name));
   hr__enc_i64(e, o, "ctas", r->ctas, 1, HR_MAX_CTAS);
   hr__enc_i64(e, o, "cga", r->cga, 1, HR_MAX_CGA);
   hr__enc_i64(e, o, "concurrent", r->concurrent, 1, HR_MAX_CONCURRENT);
@@ -101,7 +101,10 @@ static void encode_body(hr__enc *e, cJSON *o, const hr_request *req)
     hr__policy_encode(e, o, "policy", &req->u.policy_set.policy,
                       req->u.policy_set.fields);
     break;
-  default:                          /* policy_get, metrics */
+  case HR_MSG_RAISES_CLEAR:
+    hr__enc_i64(e, o, "gpu", req->u.raises_clear.gpu, -1, HR_MAX_GPUS - 1);
+    break;
+  default:                          /* policy_get, metrics, raises_get */
     break;
   }
 }
@@ -141,7 +144,7 @@ static void decode_hello(hr__dec *d, const cJSON *o, hr_req_hello *r)
     r->versions[i] = (int)v;
   }
   r->n_versions = d->rc ? 0 : n;
-  hr__dec_string(d, o, "client", HR__OPTIONAL, r->client, sizeof(r->client));
+  hr__dec_name(d, o, "client", HR__OPTIONAL, r->client, sizeof(r->client));
   r->degraded_ms = 0;
   hr__dec_i64(d, o, "degraded_ms", HR__OPTIONAL, 0, HR__MAX_ID,
               &r->degraded_ms);
@@ -151,7 +154,7 @@ static void decode_register_comm(hr__dec *d, const cJSON *o,
                                  hr_req_register_comm *r)
 {
   hr__dec_int(d, o, "gpu", HR__REQUIRED, 0, HR_MAX_GPUS - 1, &r->gpu);
-  hr__dec_string(d, o, "name", HR__REQUIRED, r->name, sizeof(r->name));
+  hr__dec_name(d, o, "name", HR__REQUIRED, r->name, sizeof(r->name));
   hr__dec_int(d, o, "ctas", HR__REQUIRED, 1, HR_MAX_CTAS, &r->ctas);
   hr__dec_int(d, o, "cga", HR__REQUIRED, 1, HR_MAX_CGA, &r->cga);
   hr__dec_int(d, o, "concurrent", HR__REQUIRED, 1, HR_MAX_CONCURRENT,
@@ -239,7 +242,13 @@ static void decode_body(hr__dec *d, const cJSON *o, hr_request *req)
   case HR_MSG_POLICY_SET:
     decode_policy_set(d, o, &req->u.policy_set);
     break;
-  default:                          /* policy_get, metrics */
+  case HR_MSG_RAISES_CLEAR:
+    /* Required: clearing every GPU must be asked for (-1), never be what
+     * a missing member means. */
+    hr__dec_int(d, o, "gpu", HR__REQUIRED, -1, HR_MAX_GPUS - 1,
+                &req->u.raises_clear.gpu);
+    break;
+  default:                          /* policy_get, metrics, raises_get */
     break;
   }
 }

@@ -307,7 +307,8 @@ static void nccl_environment(void)
       unsetenv(overrides[i]);
     }
   }
-  /* FINDINGS 4: NVLink SHARP kernels take 16+ CTAs, outside any budget. */
+  /* NVLink SHARP kernels take 16+ CTAs, outside any budget
+   * (docs/measurements.md §4). */
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   /* One node: NCCL's bootstrap stays on loopback unless told otherwise. */
   setenv("NCCL_SOCKET_IFNAME", getenv("NCCL_SOCKET_IFNAME") ?

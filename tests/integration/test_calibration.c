@@ -25,8 +25,8 @@ static hr_daemon daemon_;
 static char cal_dir[64];
 static char cal_path[128];
 
-/* FINDINGS 3 as headroom-calibrate would write it, for GPU 0: with NCCL's
- * CGA size at 1, a headroom of 2 was safe at every CTA cap. */
+/* docs/measurements.md §3 as headroom-calibrate would write it, for GPU 0:
+ * with NCCL's CGA size at 1, a headroom of 2 was safe at every CTA cap. */
 static const char good_file[] =
   "{\"version\":1,\"date\":\"2026-12-01T10:00:00Z\",\"node\":\"test\","
   "\"nccl_version\":\"2.28.9\","

@@ -6,9 +6,10 @@
  * partition_ignore_coscheduling, and the refusal where no step fits.
  *
  * The daemon's topology is the harness's (2 GPUs of 132 SMs, from the
- * config), so each GPU splits in the H100/H200's steps: 8 SMs (FINDINGS
- * 2), or 2 ignoring co-scheduling. Policy: the default (min_headroom 2,
- * max_headroom 32, min_grid 64) unless a test says otherwise.
+ * config), so each GPU splits in the H100/H200's steps: 8 SMs
+ * (docs/measurements.md §2), or 2 ignoring co-scheduling. Policy: the
+ * default (min_headroom 2, max_headroom 32, min_grid 64) unless a test
+ * says otherwise.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -233,8 +234,8 @@ static void test_operators_see_partitions(void **state)
   hr_client_close(b);
 }
 
-/* partition_ignore_coscheduling = true: steps of 2 (FINDINGS 2: a 2-SM
- * comm partition, 130 SMs left), said in the start-up log. */
+/* partition_ignore_coscheduling = true: steps of 2 (docs/measurements.md
+ * §2: a 2-SM comm partition, 130 SMs left), said in the start-up log. */
 static void test_ignore_coscheduling(void **state)
 {
   hr_client *a;

@@ -30,8 +30,11 @@ def header_functions(path):
 
 class TestPrototypes(unittest.TestCase):
     def test_every_function_of_headroom_h_is_declared(self):
+        # headroom.h and the shared types it includes (proto/hr_types.h).
         names = header_functions(os.path.join(hrtest.ROOT, "client",
                                               "headroom.h"))
+        names |= header_functions(os.path.join(hrtest.ROOT, "proto",
+                                               "hr_types.h"))
         self.assertIn("hr_client_open", names)
         self.assertIn("hr_lease_fill_nccl_config", names)
         # The inline one is not in the library: nccl_options() does its job.
@@ -163,6 +166,7 @@ class TestLayout(unittest.TestCase):
                 f.write(LAYOUT_C)
             subprocess.run([cc, "-std=c11", "-DWITH_MOE", "-I",
                             os.path.join(hrtest.ROOT, "client"), "-I",
+                            os.path.join(hrtest.ROOT, "proto"), "-I",
                             os.path.join(hrtest.ROOT, "kernels"), "-o", exe,
                             src], check=True)
             out = subprocess.run([exe], check=True, capture_output=True,

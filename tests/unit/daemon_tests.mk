@@ -7,13 +7,13 @@ UNIT_TESTS += $(TESTBIN)/test_config $(TESTBIN)/test_state \
               $(TESTBIN)/test_topology
 
 TEST_CONFIG_OBJS := $(OBJDIR)/daemon/config.o $(OBJDIR)/daemon/options.o \
-                    $(OBJDIR)/daemon/log.o $(OBJDIR)/daemon/policy.o
+                    $(OBJDIR)/daemon/log.o $(OBJDIR)/policy/policy.o
 TEST_STATE_OBJS := $(OBJDIR)/daemon/state.o $(OBJDIR)/daemon/persist.o \
                    $(OBJDIR)/daemon/calibration.o \
                    $(OBJDIR)/daemon/fsutil.o $(OBJDIR)/daemon/log.o \
-                   $(OBJDIR)/daemon/policy.o $(OBJDIR)/client/hr_error.o
+                   $(OBJDIR)/policy/policy.o
 TEST_TOPOLOGY_OBJS := $(OBJDIR)/daemon/topology.o $(OBJDIR)/daemon/config.o \
-                      $(OBJDIR)/daemon/log.o $(OBJDIR)/daemon/policy.o
+                      $(OBJDIR)/daemon/log.o $(OBJDIR)/policy/policy.o
 DAEMON_TEST_LDLIBS := $(LDLIBS_UV) $(LDLIBS_CJSON) $(LDLIBS_CMOCKA) -ldl
 
 .SECONDEXPANSION:

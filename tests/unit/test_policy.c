@@ -1,11 +1,11 @@
 /*
  * test_policy.c: the budget policy against a table of cases, including
- * every one-GPU case measured in FINDINGS.md sections 1 and 3, and the
- * partition fields against the green-context splits of section 2.
+ * every one-GPU case measured in docs/measurements.md §1 and §3, and the
+ * partition fields against the green-context splits of §2.
  *
- * A "hog" of k SMs in FINDINGS is modelled as one footprint of k CTAs,
- * one collective in flight: k SMs held by something else when the mega
- * grid launches.
+ * A "hog" of k SMs in docs/measurements.md §1 is modelled as one
+ * footprint of k CTAs, one collective in flight: k SMs held by something
+ * else when the mega grid launches.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -31,20 +31,22 @@ typedef struct policy_case {
 static const policy_case cases[] = {
   /* Nothing registered: the floor, one cluster. */
   {"idle GPU", 132, 2, 0, DEF, 0, {{0}}, 2, 130, 16},
-  /* FINDINGS 1: cluster of 2 against k hog SMs needs 2k (pair waste). */
+  /* docs/measurements.md §1: cluster of 2 against k hog SMs needs 2k
+   * (pair waste). */
   {"F1 cluster2 hog1: grid 130 completes", 132, 2, 0, DEF, 1,
    {{1, 1, 1}}, 2, 130, 16},
   {"F1 cluster2 hog3 scattered: 128 timed out, 126 completes", 132, 2, 0, DEF,
    1, {{3, 1, 1}}, 6, 126, 16},
   {"F1 cluster2 hog8: 2k", 132, 2, 0, DEF, 1, {{8, 1, 1}}, 16, 116, 16},
-  /* FINDINGS 1: an ordinary grid (cluster 1) needs exactly k; the floor
-   * still keeps one cluster free when k is smaller. */
+  /* docs/measurements.md §1: an ordinary grid (cluster 1) needs exactly
+   * k; the floor still keeps one cluster free when k is smaller. */
   {"F1 plain hog1 (floor)", 132, 1, 0, DEF, 1, {{1, 1, 1}}, 2, 130, 32},
   {"F1 plain hog4", 132, 1, 0, DEF, 1, {{4, 1, 1}}, 4, 128, 32},
   {"F1 plain hog16", 132, 1, 0, DEF, 1, {{16, 1, 1}}, 16, 116, 32},
-  /* FINDINGS 3: 3 concurrent all-reduces of 8 CTAs = 24 comm CTAs: the
-   * theory wants 48 SMs; the default ceiling holds it at 32 and tells NCCL
-   * to create further communicators with 4 CTAs (3 x 4 x 2 <= 32). */
+  /* docs/measurements.md §3: 3 concurrent all-reduces of 8 CTAs = 24
+   * comm CTAs: the theory wants 48 SMs; the default ceiling holds it at
+   * 32 and tells NCCL to create further communicators with 4 CTAs
+   * (3 x 4 x 2 <= 32). */
   {"F3 3x8 CTAs, default ceiling", 132, 2, 0, DEF, 1, {{8, 1, 3}}, 32, 100, 4},
   {"F3 3x8 CTAs, ceiling 64", 132, 2, 0, 2, 64, 64, 1, {{8, 1, 3}}, 48, 84, 8},
   {"F3 3x4 CTAs", 132, 2, 0, DEF, 1, {{4, 1, 3}}, 24, 108, 4},
@@ -117,8 +119,9 @@ typedef struct partition_case {
 } partition_case;
 
 static const partition_case partition_cases[] = {
-  /* FINDINGS 2: an H200 splits in steps of 8 (minSmPartitionSize and
-   * smCoscheduledAlignment); an idle GPU gets one step for NCCL. */
+  /* docs/measurements.md §2: an H200 splits in steps of 8
+   * (minSmPartitionSize and smCoscheduledAlignment); an idle GPU gets one
+   * step for NCCL. */
   {"F2 H200 idle, g 8", 132, 2, 0, DEF, 8, 0, {{0}}, 8, 124, 8},
   /* ... and in steps of 2 when co-scheduling is ignored. */
   {"F2 H200 idle, g 2", 132, 2, 0, DEF, 2, 0, {{0}}, 2, 130, 2},
@@ -139,8 +142,8 @@ static const partition_case partition_cases[] = {
   {"raised 10, g 8", 132, 2, 10, DEF, 8, 0, {{0}}, 16, 116, 16},
   {"raised 10, g 2", 132, 2, 10, DEF, 2, 0, {{0}}, 12, 120, 8},
   {"raised past the ceiling", 132, 2, 100, DEF, 8, 0, {{0}}, 32, 100, 16},
-  /* A floor of 0 still leaves NCCL one step. */
-  {"floor 0, g 8", 132, 2, 0, 0, 32, 64, 8, 0, {{0}}, 8, 124, 8},
+  /* The smallest floor, 1, still leaves NCCL one step. */
+  {"floor 1, g 8", 132, 2, 0, 1, 32, 64, 8, 0, {{0}}, 8, 124, 8},
   /* The ceiling, rounded down to g: max_headroom 20 -> 16; NCCL 4 x 3
    * <= 16, but the GPU's own cap is 20 / 2 / 3 -> 2. */
   {"ceiling 20 -> 16", 132, 2, 0, 2, 20, 64, 8, 1, {{8, 1, 3}}, 16, 116, 2},
@@ -254,8 +257,8 @@ static void test_partition_ignores_cluster(void **state)
 
 /* ---- calibration ------------------------------------------------------ */
 
-/* FINDINGS 3's table as a calibration file would carry it: the budget,
- * then the smallest headroom with no deadlock. */
+/* docs/measurements.md §3's table as a calibration file would carry it:
+ * the budget, then the smallest headroom with no deadlock. */
 static const hr_calib_budget f3_table[] = {
   {0, 0, 6, 0.62, 3, 1},      /* default / default */
   {0, 1, 2, 0.64, 3, 1},      /* default / 1 */
@@ -281,7 +284,7 @@ typedef struct calib_case {
 } calib_case;
 
 static const calib_case calib_cases[] = {
-  /* FINDINGS 3: cga 1 at maxCTAs 8 was safe at headroom 2. Two
+  /* docs/measurements.md §3: cga 1 at maxCTAs 8 was safe at headroom 2. Two
    * collectives in flight make the cap 32 / 2 / 2 = 8: theory wants
    * 2 x 16 = 32 SMs, the calibration 2. */
   {"F3 8/1 calibrated", 132, 2, 0, DEF, 1, {{8, 1, 2}}, F3_N, 2, 130, 8,
@@ -389,6 +392,7 @@ static void test_validate_rejects(void **state)
     const char *word;           /* the message names the field */
   } bad[] = {
     {{-1, 32, 64, 1}, "min_headroom"},
+    {{0, 32, 64, 1}, "min_headroom must be 1"},
     {{2, 2000, 64, 1}, "max_headroom"},
     {{40, 32, 64, 1}, "exceed"},
     {{2, 32, 0, 1}, "min_grid"},
@@ -404,6 +408,130 @@ static void test_validate_rejects(void **state)
     assert_non_null(strstr(why, bad[i].word));
   }
   assert_int_equal(hr__policy_validate(NULL, why, sizeof(why)), HR_EINVAL);
+}
+
+/* ---- the policy against the topology ---------------------------------- */
+
+static hr_topology topo_of(int n, const int *sms)
+{
+  hr_topology t;
+  int g;
+
+  memset(&t, 0, sizeof(t));
+  t.n_gpus = n;
+  for(g = 0; g < n; g++) {
+    t.gpus[g].index = g;
+    t.gpus[g].sms = sms[g];
+  }
+  return t;
+}
+
+/* Each refusal names the key, its value and the limit; the limit itself
+ * passes. */
+static void test_validate_for(void **state)
+{
+  static const int h200[8] = {132, 132, 132, 132, 132, 132, 132, 132};
+  static const int mixed[2] = {132, 114};
+  static const struct {
+    hr_policy p;
+    int mixed;
+    unsigned blame;               /* 0: valid */
+    const char *words;            /* key and value, then the limit */
+    const char *limit;
+  } vcases[] = {
+    {{2, 32, 64, 1}, 0, 0, NULL, NULL},
+    /* The reported attack: headroom 0, grid 132 on every GPU. */
+    {{2, 32, 200, 1}, 0, HR_POLICY_MIN_GRID, "min_grid 200", "at most 124"},
+    {{2, 32, 124, 1}, 0, 0, NULL, NULL},    /* ceiling 8: one cluster of 8 */
+    {{2, 32, 125, 1}, 0, HR_POLICY_MIN_GRID, "min_grid 125", "at most 124"},
+    {{9, 32, 116, 1}, 0, 0, NULL, NULL},    /* floor 16, ceiling 16 */
+    {{9, 32, 117, 1}, 0, HR_POLICY_MIN_GRID, "min_grid 117", "at most 116"},
+    {{2, 7, 64, 1}, 0, HR_POLICY_MAX_HEADROOM, "max_headroom 7",
+     "at least 8"},
+    {{2, 8, 64, 1}, 0, 0, NULL, NULL},
+    {{0, 32, 64, 1}, 0, HR_POLICY_MIN_HEADROOM, "min_headroom", "1..1024"},
+    /* A smaller GPU decides: 114 - 110 = 4 SMs, under a cluster of 8. */
+    {{2, 32, 110, 1}, 1, HR_POLICY_MIN_GRID, "gpu 1 (114 SMs)",
+     "at most 106"},
+    {{2, 32, 120, 1}, 0, 0, NULL, NULL},
+  };
+  char why[256];
+  unsigned blame;
+  size_t i;
+  hr_topology t;
+
+  (void)state;
+  for(i = 0; i < sizeof(vcases) / sizeof(vcases[0]); i++) {
+    t = vcases[i].mixed ? topo_of(2, mixed) : topo_of(8, h200);
+    why[0] = '\0';
+    blame = 99;
+    if(!vcases[i].blame) {
+      if(hr__policy_validate_for(&vcases[i].p, &t, why, sizeof(why), &blame))
+        fail_msg("case %zu refused: %s", i, why);
+      assert_int_equal(blame, 0);
+      continue;
+    }
+    assert_int_equal(hr__policy_validate_for(&vcases[i].p, &t, why,
+                                             sizeof(why), &blame), HR_EINVAL);
+    assert_int_equal(blame, vcases[i].blame);
+    if(!strstr(why, vcases[i].words) || !strstr(why, vcases[i].limit))
+      fail_msg("case %zu: '%s' lacks '%s' or '%s'", i, why, vcases[i].words,
+               vcases[i].limit);
+  }
+  t = topo_of(8, h200);
+  assert_int_equal(hr__policy_validate_for(NULL, &t, why, sizeof(why), NULL),
+                   HR_EINVAL);
+  assert_int_equal(hr__policy_validate_for(&vcases[0].p, NULL, why,
+                                           sizeof(why), NULL), HR_EINVAL);
+}
+
+/* The condition is exact: over a grid of policies and GPU sizes, a policy
+ * passes if and only if every cluster size, every raise and every load
+ * gets a headroom of at least its floor (so never 0, never the full grid),
+ * by the budget function itself. */
+static void test_validate_for_exact(void **state)
+{
+  static const int sizes[] = {132, 114, 78, 16, 9};
+  static const int grids[] = {1, 8, 60, 64, 100, 106, 110, 120, 124, 125,
+                              128, 131, 132};
+  static const int clusters[] = {1, 2, 4, 8};
+  static const hr_footprint loads[] = {{1, 1, 1}, {64, 8, 64}};
+  hr_policy p;
+  hr_topology t;
+  hr_budget b;
+  int si, mh, xh, gi, ci, li, raised;
+
+  (void)state;
+  for(si = 0; si < (int)(sizeof(sizes) / sizeof(sizes[0])); si++) {
+    t = topo_of(1, &sizes[si]);
+    for(mh = 1; mh <= 12; mh++)
+      for(xh = mh; xh <= 40; xh++)
+        for(gi = 0; gi < (int)(sizeof(grids) / sizeof(grids[0])); gi++) {
+          int ok = 1, valid;
+          p.min_headroom = mh;
+          p.max_headroom = xh;
+          p.min_grid = grids[gi];
+          p.incident_raise = 1;
+          valid = !hr__policy_validate_for(&p, &t, NULL, 0, NULL);
+          for(ci = 0; ci < 4; ci++)
+            for(li = -1; li < 2; li++)
+              for(raised = 0; raised <= 64; raised += 16) {
+                int c = clusters[ci];
+                hr_policy_input in = {sizes[si], c, raised, li < 0 ? 0 : 1,
+                                      li < 0 ? NULL : &loads[li], 0, NULL,
+                                      0};
+                assert_int_equal(hr__policy_budget(&p, &in, &b), HR_OK);
+                if(b.headroom < (mh + c - 1) / c * c || b.headroom < 1 ||
+                   b.grid >= sizes[si])
+                  ok = 0;
+              }
+          if(ok != valid)
+            fail_msg("sms %d min_headroom %d max_headroom %d min_grid %d: "
+                     "validate says %s, budgets say %s", sizes[si], mh, xh,
+                     grids[gi], valid ? "valid" : "invalid",
+                     ok ? "safe" : "unsafe");
+        }
+  }
 }
 
 static void test_bad_input(void **state)
@@ -489,7 +617,8 @@ static void test_comm_ctas(void **state)
  * cap the footprints on the GPU were sized for. */
 static void test_lease_budget(void **state)
 {
-  /* FINDINGS 3's shape: 3 all-reduces of 8 CTAs beside the mega kernel. */
+  /* docs/measurements.md §3's shape: 3 all-reduces of 8 CTAs beside the
+   * mega kernel. */
   hr_footprint fp = {8, 1, 3};
   hr_policy_input in = {132, 2, 0, 1, &fp, 0, NULL, 0};
   hr_budget gpu, b;
@@ -564,6 +693,104 @@ static void test_lease_budget(void **state)
                    HR_EINVAL);
 }
 
+/* The budget each lease mode gets from its GPU's budget. */
+static void test_budget_for_mode(void **state)
+{
+  hr_budget gpu, b;
+
+  (void)state;
+  memset(&gpu, 0, sizeof(gpu));
+  gpu.gpu = 1;
+  gpu.epoch = 4000000000u;
+  gpu.sms = 132;
+  gpu.cluster = 2;
+  gpu.headroom = 16;
+  gpu.grid = 116;
+  gpu.nccl_min_ctas = 1;
+  gpu.nccl_max_ctas = 8;
+  gpu.nccl_cga_cluster_size = 1;
+  gpu.degraded = 1;
+  gpu.partition_granularity = 8;
+  gpu.partition_comm_sms = 16;
+  gpu.partition_nccl_max_ctas = 8;
+  gpu.mode = HR_MODE_HEADROOM;
+  b = gpu;
+  hr__policy_for_mode(&b, HR_MODE_COOPERATIVE);
+  assert_int_equal(b.mode, HR_MODE_COOPERATIVE);
+  assert_int_equal(b.headroom, 16);
+  assert_int_equal(b.grid, 116);
+  b = gpu;
+  hr__policy_for_mode(&b, HR_MODE_AGNOSTIC);
+  assert_int_equal(b.mode, HR_MODE_AGNOSTIC);
+  assert_int_equal(b.headroom, 0);
+  assert_int_equal(b.grid, 132);
+  /* What the other leases rely on stays. */
+  assert_int_equal(b.epoch, gpu.epoch);
+  assert_int_equal(b.cluster, gpu.cluster);
+  assert_int_equal(b.nccl_min_ctas, gpu.nccl_min_ctas);
+  assert_int_equal(b.nccl_max_ctas, gpu.nccl_max_ctas);
+  assert_int_equal(b.nccl_cga_cluster_size, gpu.nccl_cga_cluster_size);
+  assert_int_equal(b.nccl_nvls_enable, gpu.nccl_nvls_enable);
+  assert_int_equal(b.degraded, gpu.degraded);
+  /* Applied again it changes nothing more. */
+  hr__policy_for_mode(&b, HR_MODE_AGNOSTIC);
+  assert_int_equal(b.grid, 132);
+  assert_int_equal(b.headroom, 0);
+
+  /* Partition: the comm partition is the headroom, NCCL gets the cap
+   * inside it (minCTAs clamped under it) and a CGA size of 1. */
+  gpu.partition_granularity = 8;
+  gpu.partition_comm_sms = 24;
+  gpu.partition_nccl_max_ctas = 4;
+  gpu.nccl_min_ctas = 6;
+  gpu.nccl_cga_cluster_size = 2;
+  b = gpu;
+  assert_int_equal(hr__policy_for_mode(&b, HR_MODE_PARTITION), HR_OK);
+  assert_int_equal(b.mode, HR_MODE_PARTITION);
+  assert_int_equal(b.headroom, 24);
+  assert_int_equal(b.grid, 108);
+  assert_int_equal(b.nccl_max_ctas, 4);
+  assert_int_equal(b.nccl_min_ctas, 4);
+  assert_int_equal(b.nccl_cga_cluster_size, 1);
+  assert_int_equal(b.epoch, gpu.epoch);
+  assert_int_equal(b.partition_comm_sms, 24);
+  /* Applied again it changes nothing more. */
+  assert_int_equal(hr__policy_for_mode(&b, HR_MODE_PARTITION), HR_OK);
+  assert_int_equal(b.grid, 108);
+  assert_int_equal(b.nccl_min_ctas, 4);
+  /* A minCTAs already under the cap stays. */
+  b = gpu;
+  b.nccl_min_ctas = 1;
+  assert_int_equal(hr__policy_for_mode(&b, HR_MODE_PARTITION), HR_OK);
+  assert_int_equal(b.nccl_min_ctas, 1);
+
+  /* A GPU that cannot be split: unsupported, and the headroom-mode
+   * numbers stay, safe for an ordinary launch. */
+  b = gpu;
+  b.partition_granularity = 0;
+  assert_int_equal(hr__policy_for_mode(&b, HR_MODE_PARTITION),
+                   HR_EUNSUPPORTED);
+  assert_int_equal(b.mode, HR_MODE_PARTITION);
+  assert_int_equal(b.headroom, gpu.headroom);
+  assert_int_equal(b.grid, gpu.grid);
+  assert_int_equal(b.nccl_max_ctas, gpu.nccl_max_ctas);
+  /* Nor is a comm partition of no SMs, or of every SM, a partition. */
+  b = gpu;
+  b.partition_comm_sms = 0;
+  assert_int_equal(hr__policy_for_mode(&b, HR_MODE_PARTITION),
+                   HR_EUNSUPPORTED);
+  b = gpu;
+  b.partition_comm_sms = b.sms;
+  assert_int_equal(hr__policy_for_mode(&b, HR_MODE_PARTITION),
+                   HR_EUNSUPPORTED);
+  assert_int_equal(b.grid, gpu.grid);
+  /* The other modes never refuse. */
+  b = gpu;
+  b.partition_granularity = 0;
+  assert_int_equal(hr__policy_for_mode(&b, HR_MODE_HEADROOM), HR_OK);
+  assert_int_equal(hr__policy_for_mode(&b, HR_MODE_AGNOSTIC), HR_OK);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -574,10 +801,13 @@ int main(void)
     cmocka_unit_test(test_calibration_ceiling_and_raise),
     cmocka_unit_test(test_default_policy),
     cmocka_unit_test(test_validate_rejects),
+    cmocka_unit_test(test_validate_for),
+    cmocka_unit_test(test_validate_for_exact),
     cmocka_unit_test(test_bad_input),
     cmocka_unit_test(test_raise),
     cmocka_unit_test(test_comm_ctas),
     cmocka_unit_test(test_lease_budget),
+    cmocka_unit_test(test_budget_for_mode),
   };
   return cmocka_run_group_tests_name("policy", tests, NULL, NULL);
 }

@@ -204,11 +204,12 @@ static void test_names(void **state)
     { HR_WERR_UNSUPPORTED, "unsupported", HR_EUNSUPPORTED },
     { HR_WERR_SHUTTING_DOWN, "shutting_down", HR_ESHUTDOWN },
     { HR_WERR_INTERNAL, "internal", HR_EINTERNAL },
+    { HR_WERR_INVALID_VALUE, "invalid_value", HR_EINVAL },
   };
   static const char *const types[HR_MSG_COUNT] = {
     NULL, "hello", "register_comm", "unregister_comm", "lease", "release",
     "report", "status", "subscribe", "policy_get", "policy_set", "metrics",
-    "budget", "shutdown", "error",
+    "raises_get", "raises_clear", "budget", "shutdown", "error",
   };
   hr_wire_error code;
   hr_incident_kind kind;
@@ -519,6 +520,73 @@ static void expect_request_bytes(const hr_request *in, const char *want)
     print_error("encoded %.*s\n   want %s", (int)b.len, b.data, want);
   assert_int_equal(b.len, strlen(want));
   assert_memory_equal(b.data, want, b.len);
+  hr_buf_free(&b);
+}
+
+/* raises_clear: gpu required, -1..63; the reply's list is checked like
+ * any other. */
+static void test_raises(void **state)
+{
+  static const struct { const char *line; const char *why; } bad[] = {
+    {"{\"id\":1,\"type\":\"raises_clear\"}", "gpu"},
+    {"{\"id\":1,\"type\":\"raises_clear\",\"gpu\":-2}", "gpu"},
+    {"{\"id\":1,\"type\":\"raises_clear\",\"gpu\":64}", "gpu"},
+    {"{\"id\":1,\"type\":\"raises_clear\",\"gpu\":\"all\"}", "gpu"},
+  };
+  static const struct { const char *line; const char *why; } bad_rep[] = {
+    {"{\"id\":1,\"type\":\"raises_get\"}", "raises"},
+    {"{\"id\":1,\"type\":\"raises_get\",\"raises\":[{\"gpu\":0,"
+     "\"raised\":2000,\"headroom\":4,\"raises\":1}]}", "raises[0].raised"},
+    {"{\"id\":1,\"type\":\"raises_get\",\"raises\":[7]}", "raises[0]"},
+    {"{\"id\":1,\"type\":\"raises_clear\",\"raises\":[]}", "cleared"},
+  };
+  hr_request req;
+  hr_reply rep;
+  hr_proto_error err;
+  hr_buf b;
+  size_t i;
+
+  (void)state;
+  for(i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    assert_int_equal(hr_proto_decode_request(bad[i].line, strlen(bad[i].line),
+                                             &req, &err), HR_EPROTO);
+    assert_int_equal(err.code, HR_WERR_BAD_REQUEST);
+    assert_non_null(strstr(err.message, bad[i].why));
+  }
+  for(i = 0; i < sizeof(bad_rep) / sizeof(bad_rep[0]); i++) {
+    assert_int_equal(hr_proto_decode_reply(bad_rep[i].line,
+                                           strlen(bad_rep[i].line), &rep,
+                                           &err), HR_EPROTO);
+    if(!strstr(err.message, bad_rep[i].why))
+      fail_msg("'%s': %s", bad_rep[i].line, err.message);
+  }
+  /* The encoder refuses what the decoder would. */
+  hr_buf_init(&b, HR_PROTO_MAX_LINE);
+  memset(&req, 0, sizeof(req));
+  req.type = HR_MSG_RAISES_CLEAR;
+  req.u.raises_clear.gpu = -2;
+  assert_int_equal(hr_proto_encode_request(&req, &b), HR_EINVAL);
+  memset(&rep, 0, sizeof(rep));
+  rep.type = HR_MSG_RAISES_GET;
+  rep.u.raises.n_gpus = HR_MAX_GPUS + 1;
+  assert_int_equal(hr_proto_encode_reply(&rep, &b), HR_EINVAL);
+  /* Every GPU of a full node fits a line. */
+  rep.u.raises.n_gpus = HR_MAX_GPUS;
+  for(i = 0; i < HR_MAX_GPUS; i++) {
+    rep.u.raises.gpus[i].gpu = (int)i;
+    rep.u.raises.gpus[i].raised = HR_MAX_SMS;
+    rep.u.raises.gpus[i].headroom = HR_MAX_SMS;
+    rep.u.raises.gpus[i].raises = 2147483647;
+    rep.u.raises.gpus[i].last_time_ms = HR_PROTO_MAX_ID;
+    rep.u.raises.gpus[i].last_uid = 2147483647;
+    rep.u.raises.gpus[i].last_incident = HR_PROTO_MAX_ID;
+  }
+  hr_buf_reset(&b);
+  assert_int_equal(hr_proto_encode_reply(&rep, &b), HR_OK);
+  assert_int_equal(hr_proto_decode_reply(b.data, b.len - 1, &rep, &err),
+                   HR_OK);
+  assert_int_equal(rep.u.raises.n_gpus, HR_MAX_GPUS);
+  assert_int_equal(rep.u.raises.gpus[63].last_uid, 2147483647);
   hr_buf_free(&b);
 }
 
@@ -1242,91 +1310,6 @@ static void test_metrics_names_forward(void **state)
   assert_int_equal(rep.u.metrics.gpus[0].partition_nccl_max_ctas, 0);
 }
 
-/* The budget each lease mode gets from its GPU's budget. */
-static void test_budget_for_mode(void **state)
-{
-  hr_budget gpu, b;
-
-  (void)state;
-  sample_budget(&gpu, 1);
-  gpu.mode = HR_MODE_HEADROOM;
-  b = gpu;
-  hr_budget_for_mode(&b, HR_MODE_COOPERATIVE);
-  assert_int_equal(b.mode, HR_MODE_COOPERATIVE);
-  assert_int_equal(b.headroom, 16);
-  assert_int_equal(b.grid, 116);
-  b = gpu;
-  hr_budget_for_mode(&b, HR_MODE_AGNOSTIC);
-  assert_int_equal(b.mode, HR_MODE_AGNOSTIC);
-  assert_int_equal(b.headroom, 0);
-  assert_int_equal(b.grid, 132);
-  /* What the other leases rely on stays. */
-  assert_int_equal(b.epoch, gpu.epoch);
-  assert_int_equal(b.cluster, gpu.cluster);
-  assert_int_equal(b.nccl_min_ctas, gpu.nccl_min_ctas);
-  assert_int_equal(b.nccl_max_ctas, gpu.nccl_max_ctas);
-  assert_int_equal(b.nccl_cga_cluster_size, gpu.nccl_cga_cluster_size);
-  assert_int_equal(b.nccl_nvls_enable, gpu.nccl_nvls_enable);
-  assert_int_equal(b.degraded, gpu.degraded);
-  /* Applied again it changes nothing more. */
-  hr_budget_for_mode(&b, HR_MODE_AGNOSTIC);
-  assert_int_equal(b.grid, 132);
-  assert_int_equal(b.headroom, 0);
-
-  /* Partition: the comm partition is the headroom, NCCL gets the cap
-   * inside it (minCTAs clamped under it) and a CGA size of 1. */
-  gpu.partition_granularity = 8;
-  gpu.partition_comm_sms = 24;
-  gpu.partition_nccl_max_ctas = 4;
-  gpu.nccl_min_ctas = 6;
-  gpu.nccl_cga_cluster_size = 2;
-  b = gpu;
-  assert_int_equal(hr_budget_for_mode(&b, HR_MODE_PARTITION), HR_OK);
-  assert_int_equal(b.mode, HR_MODE_PARTITION);
-  assert_int_equal(b.headroom, 24);
-  assert_int_equal(b.grid, 108);
-  assert_int_equal(b.nccl_max_ctas, 4);
-  assert_int_equal(b.nccl_min_ctas, 4);
-  assert_int_equal(b.nccl_cga_cluster_size, 1);
-  assert_int_equal(b.epoch, gpu.epoch);
-  assert_int_equal(b.partition_comm_sms, 24);
-  /* Applied again it changes nothing more. */
-  assert_int_equal(hr_budget_for_mode(&b, HR_MODE_PARTITION), HR_OK);
-  assert_int_equal(b.grid, 108);
-  assert_int_equal(b.nccl_min_ctas, 4);
-  /* A minCTAs already under the cap stays. */
-  b = gpu;
-  b.nccl_min_ctas = 1;
-  assert_int_equal(hr_budget_for_mode(&b, HR_MODE_PARTITION), HR_OK);
-  assert_int_equal(b.nccl_min_ctas, 1);
-
-  /* A GPU that cannot be split: unsupported, and the headroom-mode
-   * numbers stay, safe for an ordinary launch. */
-  b = gpu;
-  b.partition_granularity = 0;
-  assert_int_equal(hr_budget_for_mode(&b, HR_MODE_PARTITION),
-                   HR_EUNSUPPORTED);
-  assert_int_equal(b.mode, HR_MODE_PARTITION);
-  assert_int_equal(b.headroom, gpu.headroom);
-  assert_int_equal(b.grid, gpu.grid);
-  assert_int_equal(b.nccl_max_ctas, gpu.nccl_max_ctas);
-  /* Nor is a comm partition of no SMs, or of every SM, a partition. */
-  b = gpu;
-  b.partition_comm_sms = 0;
-  assert_int_equal(hr_budget_for_mode(&b, HR_MODE_PARTITION),
-                   HR_EUNSUPPORTED);
-  b = gpu;
-  b.partition_comm_sms = b.sms;
-  assert_int_equal(hr_budget_for_mode(&b, HR_MODE_PARTITION),
-                   HR_EUNSUPPORTED);
-  assert_int_equal(b.grid, gpu.grid);
-  /* The other modes never refuse. */
-  b = gpu;
-  b.partition_granularity = 0;
-  assert_int_equal(hr_budget_for_mode(&b, HR_MODE_HEADROOM), HR_OK);
-  assert_int_equal(hr_budget_for_mode(&b, HR_MODE_AGNOSTIC), HR_OK);
-}
-
 /* ---- Bad input --------------------------------------------------------- */
 
 #define BAD HR_WERR_BAD_REQUEST
@@ -1421,6 +1404,25 @@ static const bad_case bad_requests[] = {
   { "{\"id\":5,\"type\":\"hello\",\"versions\":[1],\"client\":\""
     "0123456789012345678901234567890123456789012345678901234567890123\"}",
     BAD, "client: must be a string of at most 63 bytes", 5 },
+  /* Names are shown to operators: no control character, even escaped. */
+  { "{\"id\":5,\"type\":\"hello\",\"versions\":[1],\"client\":"
+    "\"x\\u001b]0;pwned\\u0007\"}", BAD,
+    "client: must not hold control characters (U+001B at byte 1)", 5 },
+  { "{\"id\":5,\"type\":\"hello\",\"versions\":[1],\"client\":"
+    "\"rank\\t0\"}", BAD,
+    "client: must not hold control characters (U+0009 at byte 4)", 5 },
+  { "{\"id\":5,\"type\":\"hello\",\"versions\":[1],\"client\":"
+    "\"\\u007f\"}", BAD,
+    "client: must not hold control characters (U+007F at byte 0)", 5 },
+  { "{\"id\":5,\"type\":\"hello\",\"versions\":[1],\"client\":"
+    "\"ab\xc2\x9b" "31m\"}", BAD,
+    "client: must not hold control characters (U+009B at byte 2)", 5 },
+  { "{\"id\":5,\"type\":\"hello\",\"versions\":[1],\"client\":"
+    "\"\\u0085\"}", BAD,
+    "client: must not hold control characters (U+0085 at byte 0)", 5 },
+  { "{\"id\":6,\"type\":\"register_comm\",\"gpu\":0,\"name\":\"dp\\n\","
+    "\"ctas\":8,\"cga\":1,\"concurrent\":1}", BAD,
+    "name: must not hold control characters (U+000A at byte 2)", 6 },
   /* register_comm. */
   { "{\"id\":6,\"type\":\"register_comm\",\"name\":\"dp\",\"ctas\":8,\"cga\":1,"
     "\"concurrent\":3}", BAD, "gpu: required", 6 },
@@ -1567,10 +1569,13 @@ static void test_lenient_requests(void **state)
     "{\"id\":1.0,\"type\":\"lease\",\"gpu\":-0,\"cluster\":2e0,"
     "\"mode\":\"headroom\"}",
     "{\"id\":9007199254740991,\"type\":\"status\"}",
-    /* Escapes, and any UTF-8, in strings. */
+    /* Escapes, and any UTF-8, in strings; control characters in free
+     * text (a name refuses them: bad_requests). */
     "{\"id\":1,\"type\":\"st\\u0061tus\"}",
-    "{\"id\":1,\"type\":\"hello\",\"versions\":[1],\"client\":\"\\u00e9\\t"
-    "\xe2\x82\xac\xf0\x9f\x98\x80\"}",
+    "{\"id\":1,\"type\":\"hello\",\"versions\":[1],\"client\":\"\\u00e9"
+    "\xe2\x82\xac\xf0\x9f\x98\x80\\u00a0\"}",
+    "{\"id\":1,\"type\":\"report\",\"gpu\":0,\"kind\":\"launch_failure\","
+    "\"message\":\"tab\\there, ESC \\u001b[31m, CSI \\u009b\"}",
     /* An escaped backslash before "u0000" is no NUL. */
     "{\"id\":1,\"type\":\"hello\",\"versions\":[1],\"client\":\"a\\\\u0000\"}",
     /* A byte-order mark is tolerated by the parser. */
@@ -1595,7 +1600,11 @@ static void test_lenient_requests(void **state)
   assert_int_equal(hr_proto_decode_request(ok[5], strlen(ok[5]), &req, &err),
                    HR_OK);
   assert_string_equal(req.u.hello.client,
-                      "\xc3\xa9\t\xe2\x82\xac\xf0\x9f\x98\x80");
+                      "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\xc2\xa0");
+  assert_int_equal(hr_proto_decode_request(ok[6], strlen(ok[6]), &req, &err),
+                   HR_OK);
+  assert_string_equal(req.u.report.message,
+                      "tab\there, ESC \x1b[31m, CSI \xc2\x9b");
 
   /* Deep nesting inside an ignored member is bounded by cJSON's limit. */
   {
@@ -2591,6 +2600,7 @@ int main(void)
     cmocka_unit_test(test_request_leases),
     cmocka_unit_test(test_request_report),
     cmocka_unit_test(test_request_small),
+    cmocka_unit_test(test_raises),
     cmocka_unit_test(test_reply_hello),
     cmocka_unit_test(test_reply_others),
     cmocka_unit_test(test_reply_events_and_errors),
@@ -2599,7 +2609,6 @@ int main(void)
     cmocka_unit_test(test_summary_always_fits),
     cmocka_unit_test(test_reply_metrics),
     cmocka_unit_test(test_metrics_names_forward),
-    cmocka_unit_test(test_budget_for_mode),
     cmocka_unit_test(test_bad_requests),
     cmocka_unit_test(test_lenient_requests),
     cmocka_unit_test(test_bad_args),

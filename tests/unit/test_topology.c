@@ -2,8 +2,9 @@
  * test_topology.c: each GPU's green-context step, without a GPU.
  *
  * The driver is stood in for by functions that answer as an H200 did
- * (FINDINGS 2: minSmPartitionSize and smCoscheduledAlignment 8, splits of
- * 2 ignoring co-scheduling), then as drivers that fail or lack the calls.
+ * (docs/measurements.md §2: minSmPartitionSize and smCoscheduledAlignment
+ * 8, splits of 2 ignoring co-scheduling), then as drivers that fail or
+ * lack the calls.
  * Where cuda.h is installed, the daemon's copy of CUdevResource is held
  * to it field by field, since the driver writes into that struct.
  */
@@ -178,7 +179,8 @@ static void test_no_partition(void **state)
 }
 
 /* A split that fails or says nothing useful: 2 on compute capability 9.x
- * (FINDINGS 2), the co-scheduled step elsewhere, never a step above it. */
+ * (docs/measurements.md §2), the co-scheduled step elsewhere, never a step
+ * above it. */
 static void test_split_fallbacks(void **state)
 {
   (void)state;
