@@ -249,4 +249,6 @@ static int metrics_run(hr__conn *c, ctl_cmd *cmd)
 }
 
 
-const ctl_command ctl_metrics_command = {"metrics", metrics_parse, metrics_run};
+const ctl_command ctl_metrics_command = {
+  "metrics", metrics_parse, metrics_run
+};

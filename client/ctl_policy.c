@@ -1,10 +1,21 @@
 /*
- * ctl_policy.c: `headroomctl policy get` and `policy set KEY=VALUE...`.
+ * ctl_policy.c: `headroomctl policy get` and `policy set KEY=VALUE...`:
+ * the policy (the new one, after set) as KEY VALUE lines or as JSON.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "ctl.h"
+
+/* A known key with a value that cannot be one: "invalid value" in the
+ * exit status table, as when the daemon refuses it. */
+static int invalid_value(const char *fmt, const char *arg)
+{
+  fprintf(stderr, "headroomctl: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\n");
+  return EXIT_REFUSED;
+}
 
 /* One KEY=VALUE of `policy set` into the request. */
 static int policy_arg(const char *arg, hr_req_policy_set *ps)
@@ -40,13 +51,13 @@ static int policy_arg(const char *arg, hr_req_policy_set *ps)
     else if(!strcmp(v, "no") || !strcmp(v, "false") || !strcmp(v, "0"))
       n = 0;
     else
-      return ctl_usage_error("policy set: incident_raise wants yes or no, not "
-                         "'%s'", v);
+      return invalid_value("policy set: incident_raise wants yes or no, "
+                           "not '%s'", v);
     ps->policy.incident_raise = n;
   }
   else {
     if(hr__parse_int(v, 0, HR_MAX_SMS, &n))
-      return ctl_usage_error("policy set: '%s' wants a number of SMs", arg);
+      return invalid_value("policy set: '%s' wants a number of SMs", arg);
     if(keys[i].bit == HR_POLICY_MIN_HEADROOM)
       ps->policy.min_headroom = n;
     else if(keys[i].bit == HR_POLICY_MAX_HEADROOM)
@@ -61,11 +72,20 @@ static int policy_arg(const char *arg, hr_req_policy_set *ps)
 static int policy_parse(int argc, char **argv, ctl_cmd *cmd)
 {
   hr_request *req = &cmd->req;
-  int i, rc;
+  int i, rc, n = 0;
 
   memset(req, 0, sizeof(*req));
+  /* --json anywhere after `policy`; the rest is the subcommand. */
+  for(i = 0; i < argc; i++) {
+    if(!strcmp(argv[i], "--json"))
+      cmd->json = 1;
+    else
+      argv[n++] = argv[i];
+  }
+  argc = n;
   if(argc < 1)
-    return ctl_usage_error("policy: %s", "expected 'get' or 'set KEY=VALUE...'");
+    return ctl_usage_error("policy: %s",
+                           "expected 'get' or 'set KEY=VALUE...'");
   if(!strcmp(argv[0], "get")) {
     if(argc > 1)
       return ctl_usage_error("policy get: unknown argument '%s'", argv[1]);
@@ -93,9 +113,15 @@ static int policy_run(hr__conn *c, ctl_cmd *cmd)
                        "policy get" : "policy set");
   if(rc)
     return rc;
-  rc = ctl_print_json(&rep);
+  if(cmd->json)
+    rc = ctl_print_json(&rep);
+  else
+    ctl_print_policy(&rep.u.policy);
+  fflush(stdout);
   hr_reply_free(&rep);
   return rc;
 }
 
-const ctl_command ctl_policy_command = {"policy", policy_parse, policy_run};
+const ctl_command ctl_policy_command = {
+  "policy", policy_parse, policy_run
+};

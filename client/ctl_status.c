@@ -1,5 +1,5 @@
 /*
- * ctl_status.c: `headroomctl status`, as JSON or as tables (--pretty).
+ * ctl_status.c: `headroomctl status`, as tables or as JSON (--json).
  */
 #include <stdio.h>
 #include <string.h>
@@ -28,9 +28,11 @@ static void print_pretty(const hr_status *st)
 {
   const char *src = hr_topology_source_name(st->topology_source);
   int summary = st->detail == HR_STATUS_SUMMARY;
+  char text[4 * HR_MESSAGE_MAX];
   int i, j, any;
 
-  printf("%s, up ", st->daemon);
+  ctl_escape(text, sizeof(text), st->daemon);
+  printf("%s, up ", text);
   ctl_print_uptime(st->uptime_ms);
   printf(", %lld requests served, topology from %s, %d client%s\n",
          (long long)st->requests, src ? src : "?", st->client_count,
@@ -103,9 +105,10 @@ static void print_pretty(const hr_status *st)
     const hr_status_gpu *g = &st->gpus[i];
     for(j = 0; j < g->n_comms; j++, any++) {
       const hr_status_comm *m = &g->comms[j];
+      ctl_escape(text, sizeof(text), m->name[0] ? m->name : "-");
       printf("%-4d %6lld %7lld %-20s %5d %4d %11d\n", g->info.index,
-             (long long)m->id, (long long)m->client,
-             m->name[0] ? m->name : "-", m->ctas, m->cga, m->concurrent);
+             (long long)m->id, (long long)m->client, text, m->ctas, m->cga,
+             m->concurrent);
     }
   }
   if(!any)
@@ -131,6 +134,7 @@ static void print_pretty(const hr_status *st)
     for(j = 0; j < g->n_incidents; j++, any++) {
       const hr_status_incident *in = &g->incidents[j];
       const char *kind = hr_incident_kind_name(in->kind);
+      ctl_escape(text, sizeof(text), in->message);
       printf("GPU %d #%lld ", g->info.index, (long long)in->id);
       ctl_print_time(in->time_ms);
       printf(" %s client %lld lease %lld: barrier %d, %d of %d arrived, "
@@ -138,7 +142,7 @@ static void print_pretty(const hr_status *st)
              kind ? kind : "?", (long long)in->client, (long long)in->lease,
              in->detail.barrier, in->detail.arrived, in->detail.expected,
              in->detail.sm, in->detail.grid, in->detail.timeout_ms,
-             in->detail.cuda_error, in->message[0] ? ": " : "", in->message);
+             in->detail.cuda_error, text[0] ? ": " : "", text);
     }
   }
   if(!any)
@@ -149,8 +153,9 @@ static void print_pretty(const hr_status *st)
          "NAME", "OPERATOR", "SUBSCRIBED");
   for(i = 0; i < st->n_clients; i++) {
     const hr_status_client *c = &st->clients[i];
+    ctl_escape(text, sizeof(text), c->name[0] ? c->name : "-");
     printf("%6lld %8d %6d %6d %-20s %8s %10s\n", (long long)c->id, c->pid,
-           c->uid, c->gid, c->name[0] ? c->name : "-", ctl_yes_no(c->operator_),
+           c->uid, c->gid, text, ctl_yes_no(c->operator_),
            ctl_yes_no(c->subscribed));
   }
   if(!st->n_clients)
@@ -161,8 +166,12 @@ static int status_parse(int argc, char **argv, ctl_cmd *cmd)
 {
   int i;
   for(i = 0; i < argc; i++) {
+    /* --pretty: the tables, which are the default now; still taken so
+     * that scripts written for it keep working. */
     if(!strcmp(argv[i], "--pretty") || !strcmp(argv[i], "-p"))
-      cmd->pretty = 1;
+      cmd->json = 0;
+    else if(!strcmp(argv[i], "--json"))
+      cmd->json = 1;
     else if(!strcmp(argv[i], "--summary"))
       cmd->summary = 1;
     else
@@ -190,16 +199,18 @@ static int status_run(hr__conn *c, ctl_cmd *cmd)
             "clients would pass the %d-byte message limit; the daemon sent "
             "the summary (budgets and counts, no lists)\n",
             rep.u.status.client_count, HR_PROTO_MAX_LINE);
-  if(cmd->pretty) {
-    print_pretty(&rep.u.status);
-    fflush(stdout);
+  if(cmd->json) {
+    rc = ctl_print_json(&rep);
   }
   else {
-    rc = ctl_print_json(&rep);
+    print_pretty(&rep.u.status);
+    fflush(stdout);
   }
   hr_reply_free(&rep);
   return rc;
 }
 
 
-const ctl_command ctl_status_command = {"status", status_parse, status_run};
+const ctl_command ctl_status_command = {
+  "status", status_parse, status_run
+};

@@ -1,6 +1,6 @@
 /*
- * ctl_watch.c: `headroomctl watch`: budget events as they come, until
- * SIGINT or SIGTERM.
+ * ctl_watch.c: `headroomctl watch`: the budgets as they are, then each
+ * change as it comes, until SIGINT or SIGTERM.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -42,6 +42,10 @@ static int watch_parse(int argc, char **argv, ctl_cmd *cmd)
   const char *v;
   int i;
   for(i = 0; i < argc; i++) {
+    if(!strcmp(argv[i], "--json")) {
+      cmd->json = 1;
+      continue;
+    }
     if(!strcmp(argv[i], "--gpu") && i + 1 < argc)
       v = argv[++i];
     else if(!strncmp(argv[i], "--gpu=", 6))
@@ -54,12 +58,62 @@ static int watch_parse(int argc, char **argv, ctl_cmd *cmd)
   return EXIT_OK;
 }
 
-static int watch_run(hr__conn *c, ctl_cmd *cmd)
+/* One budget, as a line of text or as the protocol's budget event. */
+static void print_budget(const ctl_cmd *cmd, const hr_budget *b)
+{
+  hr_reply ev;
+
+  if(!cmd->json) {
+    ctl_print_budget(b);
+    fflush(stdout);
+    return;
+  }
+  memset(&ev, 0, sizeof(ev));
+  ev.type = HR_MSG_BUDGET;
+  ev.id = -1;
+  ev.u.budget = *b;
+  ctl_print_json(&ev);
+}
+
+/* The budgets as they are now, before any change: asked for after
+ * subscribing, so that no change falls between the two (an event that
+ * arrives first is older than the status, which already holds it).
+ * `epochs`: what was printed, per GPU, so that such an event is not
+ * printed again. */
+static int print_current(hr__conn *c, const ctl_cmd *cmd, int64_t *epochs)
 {
   hr_request req;
   hr_reply rep;
-  int rc, err;
+  int i, rc;
 
+  memset(&req, 0, sizeof(req));
+  req.type = HR_MSG_STATUS;
+  req.u.status.detail = HR_STATUS_SUMMARY;
+  rc = ctl_request(c, &req, &rep, "status");
+  if(rc)
+    return rc;
+  for(i = 0; i < rep.u.status.n_gpus; i++) {
+    const hr_budget *b = &rep.u.status.gpus[i].budget;
+    if(cmd->gpu >= 0 && b->gpu != cmd->gpu)
+      continue;
+    print_budget(cmd, b);
+    if(b->gpu >= 0 && b->gpu < HR_MAX_GPUS)
+      epochs[b->gpu] = b->epoch;
+  }
+  hr_reply_free(&rep);
+  return EXIT_OK;
+}
+
+static int watch_run(hr__conn *c, ctl_cmd *cmd)
+{
+  int64_t epochs[HR_MAX_GPUS];
+  char text[4 * HR_MESSAGE_MAX];
+  hr_request req;
+  hr_reply rep;
+  int i, rc, err, g;
+
+  for(i = 0; i < HR_MAX_GPUS; i++)
+    epochs[i] = -1;
   if(watch_signals(c))
     return ctl_fail("watch", HR_ENOMEM, NULL);
   memset(&req, 0, sizeof(req));
@@ -69,6 +123,9 @@ static int watch_run(hr__conn *c, ctl_cmd *cmd)
   if(rc)
     return rc;
   hr_reply_free(&rep);
+  rc = print_current(c, cmd, epochs);
+  if(rc)
+    return rc;
   for(;;) {
     err = hr__conn_read_reply(c, -1, &rep);
     if(err == HR__EINTR)
@@ -80,12 +137,27 @@ static int watch_run(hr__conn *c, ctl_cmd *cmd)
               hr_strerror(err));
       return EXIT_CONNECT;
     }
-    if(rep.id < 0 && rep.type != HR_MSG_ERROR)
+    if(rep.type == HR_MSG_BUDGET) {
+      g = rep.u.budget.gpu;
+      /* Epochs only go up (a restarted daemon is a new connection). */
+      if(g >= 0 && g < HR_MAX_GPUS &&
+         (int64_t)rep.u.budget.epoch > epochs[g]) {
+        print_budget(cmd, &rep.u.budget);
+        epochs[g] = rep.u.budget.epoch;
+      }
+    }
+    else if(rep.type == HR_MSG_SHUTDOWN && cmd->json) {
       ctl_print_json(&rep);
+    }
+    else if(rep.type == HR_MSG_SHUTDOWN) {
+      ctl_escape(text, sizeof(text), rep.u.shutdown_reason);
+      printf("daemon stopping: %s\n", text[0] ? text : "no reason given");
+      fflush(stdout);
+    }
     hr_reply_free(&rep);
   }
 }
 
-/* One KEY=VALUE of `policy set` into the request. */
-
-const ctl_command ctl_watch_command = {"watch", watch_parse, watch_run};
+const ctl_command ctl_watch_command = {
+  "watch", watch_parse, watch_run
+};

@@ -20,7 +20,10 @@
 
 #include "hr_client_int.h"
 
+/* The exit status table that headroomctl and headroomd share
+ * (docs/operations.md), for when CMD never ran; then env(1)'s. */
 enum {
+  EXIT_REFUSED = 1,     /* the daemon refused the footprint or the lease */
   EXIT_USAGE = 2,
   EXIT_FAILED = 125,    /* headroom-run itself failed; CMD never ran */
   EXIT_NOEXEC = 126,    /* CMD is not executable */
@@ -28,7 +31,6 @@ enum {
 };
 
 #define DEFAULT_TIMEOUT_MS 5000
-#define DEFAULT_SMS 132
 
 static const char usage_text[] =
 "NAME\n"
@@ -36,7 +38,8 @@ static const char usage_text[] =
 "\n"
 "SYNOPSIS\n"
 "    headroom-run --gpu N [--ctas C [--concurrent K] [--cga G]]\n"
-"                 [--cluster S] [--mode headroom|cooperative|agnostic]\n"
+"                 [--cluster S]\n"
+"                 [--mode headroom|cooperative|agnostic|partition]\n"
 "                 [--name NAME] [--socket PATH] [--timeout MS] [--quiet]\n"
 "                 -- CMD [ARGS...]\n"
 "\n"
@@ -61,8 +64,9 @@ static const char usage_text[] =
 "                         created with, 1..8 (default 1)\n"
 "    -C, --cluster S      cluster size of the mega kernel: 1, 2, 4 or 8\n"
 "                         (default 2)\n"
-"    -m, --mode MODE      headroom (default), cooperative, or agnostic (a\n"
-"                         kernel with no grid barrier: headroom 0)\n"
+"    -m, --mode MODE      headroom (default), cooperative, agnostic (a\n"
+"                         kernel with no grid barrier: headroom 0), or\n"
+"                         partition (green contexts: docs/partition.md)\n"
 "    -n, --name NAME      shown in headroomctl status (default: CMD's name)\n"
 "    -s, --socket PATH    the daemon's socket (default: $HEADROOM_SOCKET,\n"
 "                         else " HR_DEFAULT_SOCKET ")\n"
@@ -87,10 +91,16 @@ static const char usage_text[] =
 "                               and do not read or write it\n"
 "\n"
 "EXIT STATUS\n"
-"    CMD's own exit status once it runs; otherwise\n"
+"    Once CMD runs, its own exit status: headroom-run has become CMD\n"
+"    (exec), so a status of 1 to 3 may be CMD's too; the lines on stderr\n"
+"    that start 'headroom-run:' tell them apart. Before CMD runs, the\n"
+"    table headroomctl and headroomd share, then env(1)'s:\n"
+"    1    refused: the daemon refused the footprint or the lease, or\n"
+"         speaks no protocol version in common\n"
 "    2    usage error\n"
-"    125  headroom-run failed (the daemon refused the footprint or the\n"
-"         lease, no protocol version in common, out of memory)\n"
+"    3    cannot connect to the daemon: not used, since with no daemon\n"
+"         answering CMD runs on the fallback (see DESCRIPTION)\n"
+"    125  headroom-run failed otherwise (out of memory, the environment)\n"
 "    126  CMD was found but could not be executed\n"
 "    127  CMD was not found\n"
 "\n"
@@ -109,6 +119,7 @@ typedef struct run_opts {
   const char *path;
   int timeout_ms;
   int quiet;
+  int path_is_default;  /* neither --socket nor HEADROOM_SOCKET named it */
   char **cmd;
 } run_opts;
 
@@ -185,7 +196,8 @@ static int parse_args(int argc, char **argv, run_opts *o)
       break;
     case 'm':
       if(hr_mode_from_name(optarg, &o->mode))
-        rc = usage_error("--mode wants headroom, cooperative or agnostic, "
+        rc = usage_error("--mode wants headroom, cooperative, agnostic or "
+                         "partition, "
                          "not '%s'", optarg);
       break;
     case 'n':
@@ -225,10 +237,28 @@ static int parse_args(int argc, char **argv, run_opts *o)
   o->cmd = argv + optind;
   if(!o->path) {
     o->path = getenv(HR_ENV_SOCKET);
-    if(!o->path || !*o->path)
+    if(!o->path || !*o->path) {
       o->path = HR_DEFAULT_SOCKET;
+      o->path_is_default = 1;
+    }
   }
   return 0;
+}
+
+/* What to do when no daemon answers at the socket: said once, beside
+ * the fallback notice, when the socket file is not there at all. */
+static void socket_hint(const run_opts *o)
+{
+  if(o->quiet || !access(o->path, F_OK) || errno != ENOENT)
+    return;
+  if(o->path_is_default)
+    fprintf(stderr, "headroom-run: no daemon at the default socket; start "
+            "one (systemctl start headroomd.socket, or make run in the "
+            "source tree), or name its socket with HEADROOM_SOCKET=PATH or "
+            "--socket PATH\n");
+  else
+    fprintf(stderr, "headroom-run: no such socket %s; is headroomd running "
+            "there?\n", o->path);
 }
 
 /* Register and lease on `conn`. HR_OK with `budget` filled; a daemon
@@ -335,20 +365,31 @@ int main(int argc, char **argv)
     if(err == HR_EVERSION)
       fprintf(stderr, "headroom-run: the daemon at %s speaks no protocol "
               "version this build does\n", o.path);
-    rc = EXIT_FAILED;
+    rc = refused ? EXIT_REFUSED : EXIT_FAILED;
     goto out;
   }
   if(err) {
-    /* No daemon: the same fallback the library uses. */
+    /* No daemon: the library's fallback, for what CMD would have
+     * registered (its footprint and its lease): the NCCL caps and a
+     * headroom the policy gives it, never the full grid unless the
+     * environment forces it (hr_fallback.c). */
     hr__fallback f;
-    int sms = hr__cuda_sms(o.gpu);
-    if(sms <= 0)
-      sms = DEFAULT_SMS;
+    hr__fallback_in in;
+    hr_footprint fp = {o.ctas, o.cga, o.concurrent};
     hr__conn_close(&conn);
     hr__fallback_read(&f, o.quiet);
-    hr__fallback_budget(&f, o.gpu, sms, o.cluster, o.mode, &b);
+    memset(&in, 0, sizeof(in));
+    in.gpu = o.gpu;
+    in.sms = hr__fallback_sms(o.gpu);
+    in.granularity = hr__fallback_granularity(o.gpu);
+    in.cluster = o.mode == HR_MODE_HEADROOM || o.mode == HR_MODE_COOPERATIVE ?
+                 o.cluster : HR_POLICY_DEFAULT_CLUSTER;
+    in.n_footprints = o.ctas ? 1 : 0;
+    in.footprints = &fp;
+    hr__fallback_budget(&f, &in, o.mode, &b);
     if(!o.quiet)
-      hr__fallback_notice(&f, o.path, why, sms);
+      hr__fallback_notice(&f, o.path, why, &b);
+    socket_hint(&o);
     unsetenv("HEADROOM_FD");
   }
   else if(hand_down(&conn)) {

@@ -18,21 +18,10 @@
 #include <unistd.h>
 
 #include "hr_client_int.h"
+#include "hr_clock.h"
 
 #define DEFAULT_REQUEST_TIMEOUT_MS 5000
 #define DEFAULT_RECONNECT_MS 200
-
-/* An absolute CLOCK_MONOTONIC time `ms` from now, for timed waits. */
-static void deadline_ts(struct timespec *ts, int ms)
-{
-  clock_gettime(CLOCK_MONOTONIC, ts);
-  ts->tv_sec += ms / 1000;
-  ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-  if(ts->tv_nsec >= 1000000000L) {
-    ts->tv_sec++;
-    ts->tv_nsec -= 1000000000L;
-  }
-}
 
 static int cond_init_monotonic(pthread_cond_t *cv)
 {
@@ -83,7 +72,7 @@ int hr__client_call_locked(hr_client *c, hr_request *req, hr_reply *rep,
   hr_buf_free(&b);
 
   pthread_mutex_lock(&c->mu);
-  deadline_ts(&until, c->request_timeout_ms);
+  hr__clock_deadline(&until, c->request_timeout_ms);
   while(!err && !p.done) {
     if(pthread_cond_timedwait(&c->reply_cv, &c->mu, &until) == ETIMEDOUT &&
        !p.done)
@@ -187,15 +176,14 @@ int hr__client_known_budget(hr_client *c, int gpu, hr_budget *out)
 
 int hr__client_sms(hr_client *c, int gpu)
 {
-  int i, sms;
+  int i;
   if(c->have_topology) {
     for(i = 0; i < c->topology.n_gpus; i++) {
       if(c->topology.gpus[i].index == gpu && c->topology.gpus[i].sms > 0)
         return c->topology.gpus[i].sms;
     }
   }
-  sms = hr__cuda_sms(gpu);
-  return sms > 0 ? sms : HR_POLICY_DEFAULT_SMS;
+  return hr__fallback_sms(gpu);
 }
 
 int hr__client_check_gpu(hr_client *c, int gpu)
@@ -340,8 +328,17 @@ int hr_client_open(hr_client **out, const char *socket_path,
   err = hr__io_connect(c, why, sizeof(why));
   if(err == HR_EVERSION || err == HR_ENOMEM)
     goto out;
-  if(err && !c->quiet)
-    hr__fallback_notice(&c->fallback, c->path, why, hr__client_sms(c, 0));
+  if(err && !c->quiet) {
+    /* What a first lease on GPU 0 would get, before anything registered. */
+    hr__fallback_in in;
+    hr_budget b;
+    memset(&in, 0, sizeof(in));
+    in.sms = hr__client_sms(c, 0);
+    in.granularity = hr__fallback_granularity(0);
+    in.cluster = HR_POLICY_DEFAULT_CLUSTER;
+    hr__fallback_budget(&c->fallback, &in, HR_MODE_HEADROOM, &b);
+    hr__fallback_notice(&c->fallback, c->path, why, &b);
+  }
   err = start_thread(c);
 
 out:

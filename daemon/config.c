@@ -2,7 +2,6 @@
  * config.c: the config file parser, value checks and layering (config.h).
  */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,7 +80,7 @@ void hr__config_default(hr__config *cfg)
   cfg->log_level = HR_LOG_INFO;
   cfg->topology = HR_TOPOLOGY_AUTO;
   cfg->gpus = 0;
-  cfg->sms = HR__DEFAULT_SMS;
+  cfg->sms = HR_POLICY_DEFAULT_SMS;
   hr__policy_default(&cfg->policy);
   cfg->incident_raise_interval = HR__DEFAULT_RAISE_INTERVAL;
   cfg->max_clients = HR__DEFAULT_MAX_CLIENTS;
@@ -97,19 +96,8 @@ void hr__config_default(hr__config *cfg)
   cfg->hello_timeout_ms = HR__DEFAULT_HELLO_TIMEOUT_MS;
 }
 
-static int fail(char *why, size_t n, const char *fmt, ...) HR__PRINTF(3, 4);
-
-static int fail(char *why, size_t n, const char *fmt, ...)
-{
-  va_list ap;
-
-  if(why && n) {
-    va_start(ap, fmt);
-    vsnprintf(why, n, fmt, ap);
-    va_end(ap);
-  }
-  return HR_EINVAL;
-}
+/* Every failure here is an invalid config. */
+#define fail(why, n, ...) hr__why(HR_EINVAL, why, n, __VA_ARGS__)
 
 /* ---- value parsers ----------------------------------------------------- */
 

@@ -23,7 +23,6 @@
 #define HR__DEFAULT_CONFIG "/etc/headroom/headroomd.conf"
 #define HR__DEFAULT_STATE_DIR "/var/lib/headroom"
 #define HR__DEFAULT_SOCKET_MODE 0660
-#define HR__DEFAULT_SMS 132
 #define HR__DEFAULT_GPUS 8
 #define HR__DEFAULT_MAX_CLIENTS 1024
 #define HR__DEFAULT_MAX_COMMS 64

@@ -236,7 +236,7 @@ static void watch_signal(hr__daemon *d, uv_signal_t *h, int signum)
 static void load_calibration(hr__daemon *d, const hr__config *cfg,
                              hr__gpu_mask *changed)
 {
-  char path[HR__CONFIG_PATH_MAX + 32], why[256];
+  char path[HR__CONFIG_PATH_MAX + 32], why[HR__CALIB_PATH_MAX + 512];
   hr__calibration *c = NULL;
   int rc, covered, explicit_ = cfg->calibration[0] != '\0';
 
@@ -250,7 +250,8 @@ static void load_calibration(hr__daemon *d, const hr__config *cfg,
     hr__err("calibration: out of memory; using the policy's theory");
     goto out;
   }
-  rc = hr__calibration_load(c, path, why, sizeof(why));
+  rc = hr__calibration_load(c, path, hr__daemon_time_ms() / 1000, why,
+                            sizeof(why));
   if(rc == HR_ENOTFOUND && !explicit_) {
     hr__debug("calibration: none at %s; using the policy's theory", path);
   } else if(rc) {
@@ -288,13 +289,13 @@ int hr__daemon_start(hr__daemon *d, uv_loop_t *loop, const hr__config *cfg,
 
   if(hr__topology_detect(cfg, &d->topo, d->granularity, why, sizeof(why))) {
     hr__err("topology: %s", why);
-    return 1;
+    return HR_EINVAL;
   }
   describe_topology(&d->topo, topo, sizeof(topo));
   hr__notice("topology: %s (%s)", topo, why);
   if(hr__config_check_policy(cfg, &d->topo, err, sizeof(err))) {
     hr__err("config: %s", err);
-    return 1;
+    return HR_EINVAL;
   }
   describe_granularity(&d->topo, d->granularity, parts, sizeof(parts));
   hr__notice("green contexts: %s%s", parts,

@@ -71,7 +71,9 @@ typedef struct hr__daemon {
 
 /* Set everything up and start listening: topology, state, persistence,
  * socket, signals, sd_notify. `cfg` was built by hr__config_build.
- * Returns 0, or 1 after logging why the daemon cannot start. */
+ * Returns 0; after logging why the daemon cannot start, HR_EINVAL when
+ * the configuration cannot run on this node's GPUs (the topology, the
+ * policy), else 1. */
 int hr__daemon_start(hr__daemon *d, uv_loop_t *loop, const hr__config *cfg,
                      const hr__config_flags *flags);
 

@@ -13,6 +13,16 @@
 #include "options.h"
 #include "topology.h"
 
+/* The exit status table that headroomctl and headroom-run share
+ * (docs/operations.md): 1 an invalid value (the config), 2 usage, 3 could
+ * not serve (the daemon's side of "cannot connect": its socket, its
+ * event loop). */
+enum {
+  EXIT_INVALID = 1,
+  EXIT_USAGE = 2,
+  EXIT_CANNOT_SERVE = 3
+};
+
 /* --check-config: the whole configuration, and its policy against the
  * GPUs this node would run with. 0 good, 1 invalid (docs/config.md). */
 static int check_config(const hr__config *cfg)
@@ -23,11 +33,11 @@ static int check_config(const hr__config *cfg)
 
   if(hr__topology_detect(cfg, &topo, gran, why, sizeof(why))) {
     fprintf(stderr, "headroomd: topology: %s\n", why);
-    return 1;
+    return EXIT_INVALID;
   }
   if(hr__config_check_policy(cfg, &topo, err, sizeof(err))) {
     fprintf(stderr, "headroomd: %s\n", err);
-    return 1;
+    return EXIT_INVALID;
   }
   printf("%s: OK\n", cfg->file[0] ? cfg->file : "built-in defaults");
   return 0;
@@ -40,10 +50,11 @@ int main(int argc, char **argv)
   static hr__config cfg;
   hr__options opts;
   uv_loop_t loop;
+  int rc;
 
   if(hr__options_parse(&opts, argc, argv, err, sizeof(err))) {
     fprintf(stderr, "headroomd: %s\nTry 'headroomd --help'.\n", err);
-    return 2; /* usage, as every headroom tool */
+    return EXIT_USAGE;
   }
   switch(opts.action) {
   case HR_ACTION_HELP:
@@ -61,7 +72,7 @@ int main(int argc, char **argv)
       fprintf(stderr, "headroomd: %s\n", err);
     else
       hr__err("config: %s", err);
-    return 1;
+    return EXIT_INVALID;
   }
   if(opts.action == HR_ACTION_CHECK_CONFIG)
     return check_config(&cfg);
@@ -70,13 +81,14 @@ int main(int argc, char **argv)
   signal(SIGPIPE, SIG_IGN);
   if(uv_loop_init(&loop)) {
     hr__err("cannot create the event loop");
-    return 1;
+    return EXIT_CANNOT_SERVE;
   }
-  if(hr__daemon_start(&d, &loop, &cfg, &opts.flags)) {
+  rc = hr__daemon_start(&d, &loop, &cfg, &opts.flags);
+  if(rc) {
     hr__daemon_abort(&d);
     uv_loop_close(&loop);
     hr__err("headroomd not started");
-    return 1;
+    return rc == HR_EINVAL ? EXIT_INVALID : EXIT_CANNOT_SERVE;
   }
   hr__daemon_run(&d);
   uv_loop_close(&loop);

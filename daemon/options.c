@@ -151,6 +151,12 @@ void hr__options_usage(FILE *out)
 "Signals: SIGHUP reloads the config file (policy, log level, limits) and\n"
 "the calibration file;\n"
 "SIGTERM or SIGINT stops the daemon cleanly.\n"
+"\n"
+"Exit status (the same table as headroomctl's and headroom-run's):\n"
+"  0  stopped cleanly (SIGTERM, SIGINT), or --check-config found it good\n"
+"  1  invalid configuration: a bad key or value, in the file or a flag\n"
+"  2  usage error: an unknown option or argument\n"
+"  3  could not serve: the socket could not be bound or created\n"
 "See docs/config.md for the full reference.\n",
           HR__DEFAULT_CONFIG, HR_DEFAULT_SOCKET, HR__DEFAULT_STATE_DIR,
           HR_DEFAULT_SOCKET, HR__DEFAULT_STATE_DIR);

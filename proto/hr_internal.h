@@ -21,6 +21,12 @@
 #define HR__VERSION_MAX 1000
 
 int hr__msg_type_from_name(const char *name, hr_msg_type *out);
+/* The "type" member of `root`: a string naming a message type that
+ * `accept` takes (any type when NULL); else a failure, unknown_type for a
+ * name that is not one, saying it is not a `what` ("request") type. */
+void hr__dec_msg_type(hr__dec *d, const cJSON *root,
+                      int (*accept)(hr_msg_type), const char *what,
+                      hr_msg_type *type);
 
 const char *hr__mode_name_i(int i);
 const char *hr__wire_error_name_i(int i);

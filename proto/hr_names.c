@@ -122,6 +122,27 @@ int hr__msg_type_from_name(const char *name, hr_msg_type *out)
   return HR_OK;
 }
 
+void hr__dec_msg_type(hr__dec *d, const cJSON *root,
+                      int (*accept)(hr_msg_type), const char *what,
+                      hr_msg_type *type)
+{
+  const cJSON *it = hr__dec_field(d, root, "type", HR__REQUIRED);
+  char quoted[48];
+
+  if(!it)
+    return;
+  if(!cJSON_IsString(it) || !it->valuestring) {
+    hr__dec_field_fail(d, "type", "must be a string");
+    return;
+  }
+  if(hr__msg_type_from_name(it->valuestring, type) == HR_OK &&
+     (!accept || accept(*type)))
+    return;
+  hr__quote(quoted, sizeof(quoted), it->valuestring, 32);
+  hr__dec_fail(d, HR_WERR_UNKNOWN_TYPE, "type: \"%s\" is not a %s type",
+               quoted, what);
+}
+
 const char *hr_wire_error_name(hr_wire_error code)
 {
   return table_name(wire_error_names, HR_WERR_COUNT, (int)code);

@@ -217,28 +217,6 @@ static void decode_body(hr__dec *d, const cJSON *o, hr_reply *rep)
   }
 }
 
-/* "type": a string naming a reply or an event. */
-static void decode_type(hr__dec *d, const cJSON *root, hr_msg_type *type)
-{
-  const cJSON *it = hr__dec_field(d, root, "type", HR__REQUIRED);
-  char quoted[48];
-
-  if(!it)
-    return;
-  if(!cJSON_IsString(it) || !it->valuestring) {
-    hr__dec_field_fail(d, "type", "must be a string");
-    return;
-  }
-  if(hr__msg_type_from_name(it->valuestring, type) == HR_OK) {
-    if(*type == HR_MSG_ERROR)       /* the code lives in "error" */
-      hr__dec_field_fail(d, "error", "required when type is \"error\"");
-    return;
-  }
-  hr__quote(quoted, sizeof(quoted), it->valuestring, 32);
-  hr__dec_fail(d, HR_WERR_UNKNOWN_TYPE, "type: \"%s\" is not a reply type",
-               quoted);
-}
-
 int hr_proto_decode_reply(const char *line, size_t len, hr_reply *rep,
                           hr_proto_error *err)
 {
@@ -266,7 +244,9 @@ int hr_proto_decode_reply(const char *line, size_t len, hr_reply *rep,
     decode_error(&d, error, &rep->u.error);
     goto out;
   }
-  decode_type(&d, root, &rep->type);
+  hr__dec_msg_type(&d, root, NULL, "reply", &rep->type);
+  if(!d.rc && rep->type == HR_MSG_ERROR)  /* the code lives in "error" */
+    hr__dec_field_fail(&d, "error", "required when type is \"error\"");
   if(d.rc)
     goto out;
   if(!is_event(rep->type))

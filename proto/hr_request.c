@@ -253,26 +253,6 @@ static void decode_body(hr__dec *d, const cJSON *o, hr_request *req)
   }
 }
 
-/* The "type" member of a request: a string naming a request. */
-static void decode_type(hr__dec *d, const cJSON *root, hr_msg_type *type)
-{
-  const cJSON *it = hr__dec_field(d, root, "type", HR__REQUIRED);
-  char quoted[48];
-
-  if(!it)
-    return;
-  if(!cJSON_IsString(it) || !it->valuestring) {
-    hr__dec_field_fail(d, "type", "must be a string");
-    return;
-  }
-  if(hr__msg_type_from_name(it->valuestring, type) == HR_OK &&
-     is_request_type(*type))
-    return;
-  hr__quote(quoted, sizeof(quoted), it->valuestring, 32);
-  hr__dec_fail(d, HR_WERR_UNKNOWN_TYPE, "type: \"%s\" is not a request type",
-               quoted);
-}
-
 int hr_proto_decode_request(const char *line, size_t len, hr_request *req,
                             hr_proto_error *err)
 {
@@ -293,7 +273,7 @@ int hr_proto_decode_request(const char *line, size_t len, hr_request *req,
     goto out;
   /* From here on an error reply can echo the id. */
   req->id = id;
-  decode_type(&d, root, &req->type);
+  hr__dec_msg_type(&d, root, is_request_type, "request", &req->type);
   if(d.rc)
     goto out;
   decode_body(&d, root, req);

@@ -292,7 +292,14 @@ def _candidates(path, env, filename, soname, extra_dirs=()):
     return out
 
 
-def _open(cands, what):
+# What to do when a library is not found, by the variable that names it.
+_HOW_TO_FIX = (
+    "set {env} to its path (e.g. {env}=/path/to/headroom/build/lib/{so}), "
+    "or install it: make install in the source tree (PREFIX=/usr/local "
+    "by default), then ldconfig so that the system loader finds {so}{extra}")
+
+
+def _open(cands, what, env, soname):
     errors = []
     for p, how in cands:
         try:
@@ -301,7 +308,12 @@ def _open(cands, what):
             errors.append("%s (%s): %s" % (p, how, e))
             if how in ("argument", "$HEADROOM_LIB", "$HEADROOM_MOE_LIB"):
                 break          # an explicit choice is not second-guessed
-    raise OSError("cannot load %s; tried: %s" % (what, "; ".join(errors)))
+    extra = ""
+    if env == "HEADROOM_MOE_LIB":
+        extra = " (the kernels build only where nvcc is: make kernels)"
+    raise OSError("cannot load %s; tried: %s. To fix: %s" % (
+        what, "; ".join(errors),
+        _HOW_TO_FIX.format(env=env, so=soname, extra=extra)))
 
 
 def _loaded(lib, lib_path, path, what):
@@ -324,7 +336,8 @@ def load_library(path=None):
         if _lib is not None:
             return _loaded(_lib, _lib_path, path, "libheadroom")
         lib, p = _open(_candidates(path, "HEADROOM_LIB", "libheadroom.so",
-                                   "libheadroom.so.0"), "libheadroom")
+                                   "libheadroom.so.0"), "libheadroom",
+                       "HEADROOM_LIB", "libheadroom.so.0")
         _declare(lib, _PROTOTYPES)
         _lib, _lib_path = lib, p
         return lib
@@ -342,7 +355,8 @@ def load_moe_library(path=None):
             extra = (os.path.dirname(os.path.abspath(_lib_path)),)
         lib, p = _open(_candidates(path, "HEADROOM_MOE_LIB",
                                    "libheadroom_moe.so", "libheadroom_moe.so",
-                                   extra), "libheadroom_moe")
+                                   extra), "libheadroom_moe",
+                       "HEADROOM_MOE_LIB", "libheadroom_moe.so")
         _declare(lib, _MOE_PROTOTYPES)
         _moe, _moe_path = lib, p
         return lib

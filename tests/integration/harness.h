@@ -52,6 +52,10 @@ int th_raw_connect(th_raw *r, const char *path);
 void th_raw_close(th_raw *r);
 int th_raw_send(th_raw *r, const void *data, size_t len);
 int th_raw_send_str(th_raw *r, const char *s);
+/* Format one line (at most 4 KiB), add its '\n' and send it; -1 when it
+ * does not fit or cannot be sent. */
+int th_raw_send_line(th_raw *r, const char *fmt, ...)
+  __attribute__((format(printf, 2, 3)));
 /* Read one line (without '\n') into out; returns its length, -1 on EOF or
  * error, -2 on timeout. */
 long th_raw_read_line(th_raw *r, char *out, size_t cap, int timeout_ms);
@@ -78,6 +82,10 @@ int th_run(char *const argv[], const char *out_path, int timeout_ms);
  * proto/status.schema.json (tests/integration/validate_json.py); the
  * checker's exit code, 0 when it is valid. */
 int th_status_validate(const char *path);
+/* Decode one line that `headroomctl --json` printed (`n` bytes, no
+ * newline): the protocol's reply without its wire id, so the id is put
+ * back for the protocol's own decoder. 0, or -1 when it does not decode. */
+int th_ctl_decode(const char *line, size_t n, hr_reply *rep);
 
 /* Wait until the lease's grid is `grid`, from pushed updates only (the
  * caller never asks the daemon); 0, or -1 after `timeout_ms`. */

@@ -13,7 +13,7 @@ INTEG_LINK = $(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o %.a,$^) \
   $(LDLIBS_CJSON) $(LDLIBS_CMOCKA) -ldl $(INTEG_LDLIBS)
 
 INTEG_PROGS := test_broker test_metrics test_systemd test_calibration \
-               test_partition_daemon test_policy_guard
+               test_partition_daemon test_policy_guard test_cli
 
 $(addprefix $(TESTBIN)/,$(INTEG_PROGS)): $(TESTBIN)/%: \
     $(OBJDIR)/tests/integration/%.o $(INTEG_LINK_OBJS) $(BINDIR)/headroomd
@@ -34,6 +34,11 @@ $(TESTBIN)/test_policy_guard: $(BINDIR)/headroomctl
 INTEG_TESTS += $(TESTBIN)/test_metrics
 $(TESTBIN)/test_metrics: $(BINDIR)/headroomctl $(BINDIR)/headroom-run
 $(TESTBIN)/test_metrics: INTEG_LDLIBS := -lm
+
+# The three tools as people and scripts see them: one exit status table,
+# headroomctl's output for people and --json, escaped client text, hints.
+INTEG_TESTS += $(TESTBIN)/test_cli
+$(TESTBIN)/test_cli: $(BINDIR)/headroomctl $(BINDIR)/headroom-run
 
 # headroomd started as systemd would: socket activation and sd_notify.
 INTEG_TESTS += $(TESTBIN)/test_systemd

@@ -170,11 +170,10 @@ static void test_footprint_pushes_partition(void **state)
 static void test_operators_see_partitions(void **state)
 {
   const char *pretty[] = { "status", "--pretty", NULL };
-  const char *json[] = { "status", NULL };
+  const char *json[] = { "status", "--json", NULL };
   const char *prom[] = { "metrics", NULL };
   const char *mjson[] = { "metrics", "--json", NULL };
   char path[400], *text;
-  hr_proto_error perr;
   hr_client *a, *b;
   hr_lease *lp;
   hr_reply rep;
@@ -205,8 +204,7 @@ static void test_operators_see_partitions(void **state)
   assert_int_equal(th_status_validate(path), 0);
 
   text = th_ctl(&daemon_, mjson);
-  assert_int_equal(hr_proto_decode_reply(text, strlen(text) - 1, &rep,
-                                         &perr), HR_OK);
+  assert_int_equal(th_ctl_decode(text, strlen(text) - 1, &rep), 0);
   assert_int_equal(rep.type, HR_MSG_METRICS);
   assert_int_equal(rep.u.metrics.gpus[0].leases[HR_MODE_PARTITION], 1);
   assert_int_equal(rep.u.metrics.gpus[0].leases[HR_MODE_HEADROOM], 0);

@@ -880,6 +880,22 @@ static void test_persist_rejects(void **state)
                   "{\"gpu\":0,\"sms\":132,\"raised\":0,\"epoch\":1,"
                   "\"incidents\":[]},{\"gpu\":0,\"sms\":132,\"raised\":0,"
                   "\"epoch\":1,\"incidents\":[]}]}", "twice");
+  /* A member given twice, as the wire refuses it: neither copy wins. */
+  expect_rejected("{\"format\":1,\"next_incident\":1,\"gpus\":["
+                  "{\"gpu\":0,\"sms\":132,\"raised\":0,\"raised\":30,"
+                  "\"epoch\":1,\"incidents\":[]}]}",
+                  "gpus[0].raised: given more than once");
+  expect_rejected("{\"format\":1,\"format\":1,\"next_incident\":1,"
+                  "\"gpus\":[]}", "format: given more than once");
+  expect_rejected("{\"format\":1,\"next_incident\":1,\"gpus\":["
+                  "{\"gpu\":0,\"sms\":132,\"raised\":0,\"epoch\":1,"
+                  "\"incidents\":[{\"id\":1,\"time_ms\":1,\"client\":0,"
+                  "\"lease\":0,\"kind\":\"launch_failure\",\"message\":\"a\","
+                  "\"message\":\"b\",\"detail\":{}}]}]}",
+                  "gpus[0].incidents[0].message: given more than once");
+  /* What the wire refuses in its text, a file does too. */
+  expect_rejected("{\"format\":1,\"next_incident\":1,\"gpus\":[],"
+                  "\"x\":\"a\\u0000b\"}", "\\u0000");
 }
 
 static void test_persist_other_hardware(void **state)
