@@ -107,14 +107,14 @@ static void on_check(uv_check_t *h)
   hr__dispatch_flush(d); /* events of closes outside a read callback */
   if(d->n_holding)
     hr__daemon_save(d);
-  else if(d->state.dirty && d->save_timer_on &&
-          !uv_is_active((uv_handle_t *)&d->save_timer))
-    uv_timer_start(&d->save_timer, on_save_timer, SAVE_PERIOD_MS, 0);
   if(hr__conn_release_all(d)) {
     /* A release can cut off a client that does not read: its state goes,
      * and the loop may sleep next, so push that now. */
     hr__dispatch_flush(d);
   }
+  if(d->state.dirty && d->save_timer_on &&
+     !uv_is_active((uv_handle_t *)&d->save_timer))
+    uv_timer_start(&d->save_timer, on_save_timer, SAVE_PERIOD_MS, 0);
 }
 
 static void send_status(hr__daemon *d)

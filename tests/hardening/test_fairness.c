@@ -605,6 +605,25 @@ static int fetch_metrics(hr_metrics *m)
   return 0;
 }
 
+/* Whether the daemon's state file holds `epoch` for some GPU. */
+static int state_has_epoch(uint32_t epoch)
+{
+  char path[400], *text, *p;
+  int found = 0;
+
+  snprintf(path, sizeof(path), "%s/state.json", daemon_.state_dir);
+  text = th_file_read(path);
+  for(p = text; (p = strstr(p, "\"epoch\"")) != NULL; p++) {
+    char *q = p + strlen("\"epoch\"");
+    while(*q == ':' || *q == ' ' || *q == '\t')
+      q++;
+    if(strtoul(q, NULL, 10) == epoch)
+      found = 1;
+  }
+  free(text);
+  return found;
+}
+
 static void test_events_cannot_drown(void **state)
 {
   toggle_result tg;
@@ -702,6 +721,10 @@ static void test_events_cannot_drown(void **state)
   assert_int_equal(rep.type, HR_MSG_POLICY_GET);
   th_raw_close(&stalled);
   hr_client_close(watcher);
+  /* Nothing waited on a save, so the epochs went to disk within a
+   * second, not once per change. */
+  usleep(1500 * 1000);
+  assert_true(state_has_epoch(last_epoch));
   assert_int_equal(th_daemon_log_count(&daemon_, "not reading"), 0);
 }
 
