@@ -625,6 +625,32 @@ static void link_conn(hr__daemon *d, hr__conn *c)
   d->conns = c;
 }
 
+/* A refusal at connect, logged at warning at most once a second: a
+ * tenant reconnecting in a loop must not flood the journal. The rest go
+ * to debug, and the next warning says how many there were. */
+static void log_refusal(hr__daemon *d, const hr__conn *c, int held,
+                        const char *why)
+{
+  uint64_t now = now_ms(d);
+
+  if(d->refusals_logged_ms && now - d->refusals_logged_ms < 1000) {
+    d->refusals_quiet++;
+    hr__debug("refusing pid %d uid %d (%d of its connections, %d in all): "
+              "%s", c->peer.pid, c->peer.uid, held, d->n_clients, why);
+    return;
+  }
+  if(d->refusals_quiet)
+    hr__warn("refusing pid %d uid %d (%d of its connections, %d in all): "
+             "%s; and %d more refused since the last such line",
+             c->peer.pid, c->peer.uid, held, d->n_clients, why,
+             d->refusals_quiet);
+  else
+    hr__warn("refusing pid %d uid %d (%d of its connections, %d in all): "
+             "%s", c->peer.pid, c->peer.uid, held, d->n_clients, why);
+  d->refusals_logged_ms = now ? now : 1;
+  d->refusals_quiet = 0;
+}
+
 /* Count a new connection as a client, or refuse it (max_clients, and the
  * per-uid limits of tenant.h) with an error and a drain. Returns 0 when
  * admitted. */
@@ -635,9 +661,7 @@ static int admit(hr__daemon *d, hr__conn *c)
 
   if(hr__tenant_admit(&d->cfg, d->n_clients, t ? t->conns : 0, why,
                       sizeof(why))) {
-    hr__warn("refusing pid %d uid %d (%d of its connections, %d in all): "
-             "%s", c->peer.pid, c->peer.uid, t ? t->conns : 0,
-             d->n_clients, why);
+    log_refusal(d, c, t ? t->conns : 0, why);
     hr__conn_send_error(c, -1, HR_WERR_LIMIT_EXCEEDED, "%s", why);
     hr__conn_drain(c, "refused at connect");
     return -1;

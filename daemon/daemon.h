@@ -57,6 +57,8 @@ typedef struct hr__daemon {
   hr__conn *conns;                  /* every open connection */
   int n_clients;                    /* accepted, not closing */
   hr__tenants tenants;              /* per-uid counts (tenant.h) */
+  uint64_t refusals_logged_ms;      /* last refusal at connect logged */
+  int refusals_quiet;               /* ... and those not logged since */
   uint64_t start_ns;                /* uv_hrtime() at start */
   int64_t requests;                 /* lines served */
   hr__metrics metrics;              /* counters for "metrics" (dispatch.c) */

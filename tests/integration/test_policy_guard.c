@@ -425,7 +425,11 @@ static void test_report_names_own_lease_only(void **state)
 static int setup_no_interval(void **state)
 {
   (void)state;
-  return th_daemon_start(&daemon_, "incident_raise_interval = 0");
+  /* The 64 x 64 footprint below is 4096 CTAs: past the CTAs one uid may
+   * register on a GPU by default (max_comm_ctas_per_uid), lifted here so
+   * that the raise, not that limit, is what is tested. */
+  return th_daemon_start(&daemon_, "incident_raise_interval = 0\n"
+                         "max_comm_ctas_per_uid = 1048576");
 }
 
 static void wait_headroom(int gpu, int want, int *raised)
