@@ -52,8 +52,10 @@ static const char usage_text[] =
 "    daemon drops both the moment CMD exits or is killed.\n"
 "\n"
 "    With no daemon answering, headroom-run says so once on stderr,\n"
-"    exports the fallback (DG_MEGA_MOE_SM_HEADROOM as already set, else 0,\n"
-"    the full grid) and runs CMD anyway.\n"
+"    exports the budget libheadroom computes for CMD's footprint and lease\n"
+"    with the default policy (the NCCL caps always; never the full grid\n"
+"    unless HEADROOM_ALLOW_FULL_GRID=1 and DG_MEGA_MOE_SM_HEADROOM=0) and\n"
+"    runs CMD anyway.\n"
 "\n"
 "OPTIONS\n"
 "    -g, --gpu N          the CUDA device index the command uses (required)\n"
@@ -77,8 +79,9 @@ static const char usage_text[] =
 "    -V, --version        the version\n"
 "\n"
 "ENVIRONMENT\n"
-"    Read: HEADROOM_SOCKET; with no daemon, DG_MEGA_MOE_SM_HEADROOM,\n"
-"    NCCL_MIN_CTAS, NCCL_MAX_CTAS and NCCL_CGA_CLUSTER_SIZE.\n"
+"    Read: HEADROOM_SOCKET; with no daemon, DG_MEGA_MOE_SM_HEADROOM (more\n"
+"    headroom, never less), NCCL_MIN_CTAS and NCCL_MAX_CTAS (smaller caps)\n"
+"    and HEADROOM_ALLOW_FULL_GRID.\n"
 "    Set for CMD:\n"
 "      DG_MEGA_MOE_SM_HEADROOM  SMs left free for communication kernels\n"
 "      NCCL_MIN_CTAS, NCCL_MAX_CTAS, NCCL_CGA_CLUSTER_SIZE\n"
@@ -276,7 +279,7 @@ static int take_lease(hr__conn *conn, const run_opts *o, hr_budget *budget,
   *refused = 0;
   copy = strdup(o->cmd[0]);
   base = copy ? basename(copy) : o->cmd[0];
-  hr__text_copy(name, sizeof(name), o->name ? o->name : base);
+  hr__name_copy(name, sizeof(name), o->name ? o->name : base);
   free(copy);
 
   err = hr__conn_hello(conn, name, 0, o->timeout_ms, &hello, NULL, NULL);
