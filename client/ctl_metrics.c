@@ -119,6 +119,13 @@ static void print_daemon_metrics(const hr_metrics *m)
   for(i = 0; i < HR_WERR_COUNT; i++)
     printf("headroom_errors_total{code=\"%s\"} %lld\n",
            hr_wire_error_name((hr_wire_error)i), (long long)m->errors[i]);
+  family("headroom_queued_bytes", "gauge",
+         "Bytes queued to clients and not yet written.");
+  sample_i64("headroom_queued_bytes", m->queued_bytes);
+  family("headroom_events_coalesced_total", "counter",
+         "Budget events replaced by a newer budget of the same GPU before "
+         "the subscriber could take them.");
+  sample_i64("headroom_events_coalesced_total", m->events_coalesced);
 }
 
 static void print_latency(const hr_metrics *m)

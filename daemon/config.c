@@ -29,6 +29,11 @@ static const char *const key_names[HR_KEY_COUNT] = {
   [HR_KEY_WRITE_QUEUE_MAX] = "write_queue_max",
   [HR_KEY_MAX_MESSAGES_PER_SECOND] = "max_messages_per_second",
   [HR_KEY_MAX_MESSAGE_BURST] = "max_message_burst",
+  [HR_KEY_MAX_CLIENTS_PER_UID] = "max_clients_per_uid",
+  [HR_KEY_RESERVED_CLIENTS] = "reserved_clients",
+  [HR_KEY_MAX_COMMS_PER_UID] = "max_comms_per_uid",
+  [HR_KEY_MAX_COMM_CTAS_PER_UID] = "max_comm_ctas_per_uid",
+  [HR_KEY_HELLO_TIMEOUT_MS] = "hello_timeout_ms",
   [HR_KEY_CALIBRATION] = "calibration",
   [HR_KEY_PARTITION_IGNORE_COSCHEDULING] = "partition_ignore_coscheduling",
 };
@@ -48,6 +53,8 @@ static const char *const topology_names[] = {
 #define WRITE_QUEUE_LIMIT (1024L * 1024 * 1024)
 #define LINE_MAX_LEN 4096
 #define MSG_RATE_LIMIT 1000000
+#define MAX_PER_UID_LIMIT 1048576
+#define HELLO_TIMEOUT_LIMIT 600000
 
 const char *hr__config_key_name(hr__config_key key)
 {
@@ -82,6 +89,11 @@ void hr__config_default(hr__config *cfg)
   cfg->write_queue_max = HR__DEFAULT_WRITE_QUEUE_MAX;
   cfg->max_messages_per_second = HR__DEFAULT_MSG_RATE;
   cfg->max_message_burst = HR__DEFAULT_MSG_BURST;
+  cfg->max_clients_per_uid = HR__DEFAULT_MAX_CLIENTS_PER_UID;
+  cfg->reserved_clients = HR__DEFAULT_RESERVED_CLIENTS;
+  cfg->max_comms_per_uid = HR__DEFAULT_MAX_COMMS_PER_UID;
+  cfg->max_comm_ctas_per_uid = HR__DEFAULT_MAX_COMM_CTAS_PER_UID;
+  cfg->hello_timeout_ms = HR__DEFAULT_HELLO_TIMEOUT_MS;
 }
 
 /* Every failure here is an invalid config. */
@@ -353,6 +365,36 @@ static int set_known(hr__config *cfg, hr__config_key k, const char *value,
       return fail(why, n, "bad max_message_burst '%s' (1..%d)", value,
                   MSG_RATE_LIMIT);
     cfg->max_message_burst = (int)v;
+    return HR_OK;
+  case HR_KEY_MAX_CLIENTS_PER_UID:
+    if(parse_int(value, 1, MAX_CLIENTS_LIMIT, &v))
+      return fail(why, n, "bad max_clients_per_uid '%s' (1..%d)", value,
+                  MAX_CLIENTS_LIMIT);
+    cfg->max_clients_per_uid = (int)v;
+    return HR_OK;
+  case HR_KEY_RESERVED_CLIENTS:
+    if(parse_int(value, 0, MAX_CLIENTS_LIMIT / 2, &v))
+      return fail(why, n, "bad reserved_clients '%s' (0..%d)", value,
+                  MAX_CLIENTS_LIMIT / 2);
+    cfg->reserved_clients = (int)v;
+    return HR_OK;
+  case HR_KEY_MAX_COMMS_PER_UID:
+    if(parse_int(value, 1, MAX_PER_UID_LIMIT, &v))
+      return fail(why, n, "bad max_comms_per_uid '%s' (1..%d)", value,
+                  MAX_PER_UID_LIMIT);
+    cfg->max_comms_per_uid = (int)v;
+    return HR_OK;
+  case HR_KEY_MAX_COMM_CTAS_PER_UID:
+    if(parse_int(value, 1, MAX_PER_UID_LIMIT, &v))
+      return fail(why, n, "bad max_comm_ctas_per_uid '%s' (1..%d)", value,
+                  MAX_PER_UID_LIMIT);
+    cfg->max_comm_ctas_per_uid = (int)v;
+    return HR_OK;
+  case HR_KEY_HELLO_TIMEOUT_MS:
+    if(parse_int(value, 10, HELLO_TIMEOUT_LIMIT, &v))
+      return fail(why, n, "bad hello_timeout_ms '%s' (10..%d)", value,
+                  HELLO_TIMEOUT_LIMIT);
+    cfg->hello_timeout_ms = (int)v;
     return HR_OK;
   case HR_KEY_COUNT:
     break;

@@ -30,6 +30,11 @@
 #define HR__DEFAULT_WRITE_QUEUE_MAX (1024 * 1024)
 #define HR__DEFAULT_MSG_RATE 1000     /* messages a second, per client */
 #define HR__DEFAULT_MSG_BURST 500     /* ... and at once */
+#define HR__DEFAULT_MAX_CLIENTS_PER_UID 256
+#define HR__DEFAULT_RESERVED_CLIENTS 64
+#define HR__DEFAULT_MAX_COMMS_PER_UID 512
+#define HR__DEFAULT_MAX_COMM_CTAS_PER_UID 256 /* per GPU */
+#define HR__DEFAULT_HELLO_TIMEOUT_MS 5000
 /* Seconds between two raises of one GPU by one uid's barrier timeouts. */
 #define HR__DEFAULT_RAISE_INTERVAL 60
 #define HR__RAISE_INTERVAL_LIMIT 86400
@@ -74,6 +79,11 @@ typedef enum hr__config_key {
   HR_KEY_WRITE_QUEUE_MAX,
   HR_KEY_MAX_MESSAGES_PER_SECOND,
   HR_KEY_MAX_MESSAGE_BURST,
+  HR_KEY_MAX_CLIENTS_PER_UID,
+  HR_KEY_RESERVED_CLIENTS,
+  HR_KEY_MAX_COMMS_PER_UID,
+  HR_KEY_MAX_COMM_CTAS_PER_UID,
+  HR_KEY_HELLO_TIMEOUT_MS,
   HR_KEY_CALIBRATION,
   HR_KEY_PARTITION_IGNORE_COSCHEDULING,
   HR_KEY_COUNT
@@ -100,6 +110,14 @@ typedef struct hr__config {
   size_t write_queue_max;           /* bytes queued to one client */
   int max_messages_per_second;      /* per client; 0 = no limit */
   int max_message_burst;            /* per client, at once */
+  /* Per uid, over all its connections (tenant.h): connections, the last
+   * slots kept for uids holding few, footprints, and CTAs in flight
+   * (ctas x concurrent) registered on one GPU. */
+  int max_clients_per_uid;
+  int reserved_clients;
+  int max_comms_per_uid;
+  int max_comm_ctas_per_uid;
+  int hello_timeout_ms;             /* a connection must say hello by then */
   /* The calibration file; "" = <state_dir>/calibration.json when it
    * exists (docs/calibration.md). */
   char calibration[HR__CONFIG_PATH_MAX];

@@ -26,6 +26,7 @@
 typedef struct write_req {
   uv_write_t req;
   hr__conn *conn;
+  size_t event;                     /* bytes of budget events in data */
   char data[];
 } write_req;
 
@@ -112,11 +113,16 @@ static void begin_close(hr__conn *c, hr__log_level level, const char *why)
   if(c->id)
     hr__log(level, "client %lld (pid %d) disconnected: %s", (long long)c->id,
             c->peer.pid, why);
+  c->ev_dirty = 0;
+  hr__dispatch_gone(c);
   if(c->counted) {
+    hr__tenant *t = hr__tenants_find(&d->tenants, c->peer.uid);
     c->counted = 0;
     d->n_clients--;
+    if(t)
+      t->conns--;
+    hr__tenants_put(&d->tenants, c->peer.uid);
   }
-  hr__dispatch_gone(c);
 }
 
 void hr__conn_close(hr__conn *c, const char *why)
@@ -134,6 +140,27 @@ static void on_shutdown(uv_shutdown_t *req, int status)
 
   (void)status;
   close_handles(c);
+}
+
+static void drain_at(hr__conn *c, hr__log_level level, const char *why);
+
+/* The hello deadline shares the linger timer: it runs until the
+ * connection either says hello or starts closing, and a drain restarts
+ * the timer with on_linger. */
+static void on_hello_deadline(uv_timer_t *t)
+{
+  hr__conn *c = t->data;
+  const hr__daemon *d = c->d;
+  char why[96];
+
+  if(c->hello || c->closing)
+    return;
+  hr__conn_send_error(c, -1, HR_WERR_HELLO_REQUIRED,
+                      "no hello within %d ms (hello_timeout_ms); closing",
+                      d->cfg.hello_timeout_ms);
+  snprintf(why, sizeof(why), "no hello within %d ms (hello_timeout_ms)",
+           d->cfg.hello_timeout_ms);
+  drain_at(c, HR_LOG_NOTICE, why);
 }
 
 static void on_linger(uv_timer_t *t)
@@ -181,6 +208,40 @@ int hr__conn_subscribed(const hr__conn *c, int gpu)
   return c->sub_all || (c->sub_mask & ((hr__gpu_mask)1 << gpu));
 }
 
+hr__gpu_mask hr__conn_sub_mask(const hr__conn *c, int n_gpus)
+{
+  hr__gpu_mask all;
+
+  if(!c || n_gpus <= 0)
+    return 0;
+  all = n_gpus >= HR_MAX_GPUS ? ~(hr__gpu_mask)0
+                              : ((hr__gpu_mask)1 << n_gpus) - 1;
+  return c->sub_all ? all : c->sub_mask & all;
+}
+
+size_t hr__conn_queued(const hr__conn *c)
+{
+  size_t q;
+
+  if(!c)
+    return 0;
+  q = c->held.len;
+  if(c->sink)
+    return q;   /* what a detached one was sent is already delivered */
+  if(!uv_is_closing((const uv_handle_t *)&c->pipe))
+    q += uv_stream_get_write_queue_size((const uv_stream_t *)&c->pipe);
+  return q;
+}
+
+int hr__conn_can_push(const hr__conn *c)
+{
+  if(!c || c->closing || !c->hello || c->holding)
+    return 0;
+  if(c->sink)
+    return 1;
+  return uv_stream_get_write_queue_size((const uv_stream_t *)&c->pipe) == 0;
+}
+
 /* ---- writing ----------------------------------------------------------- */
 
 static void on_write(uv_write_t *req, int status)
@@ -188,15 +249,22 @@ static void on_write(uv_write_t *req, int status)
   write_req *w = (write_req *)req;
   hr__conn *c = w->conn;
 
+  c->ev_queued -= w->event < c->ev_queued ? w->event : c->ev_queued;
   free(w);
   if(status < 0 && status != UV_ECANCELED && !c->closing) {
     char why[96];
     snprintf(why, sizeof(why), "write failed: %s", uv_strerror(status));
     hr__conn_close(c, why);
+    return;
   }
+  /* The socket took everything: the budgets owed meanwhile go now, each
+   * GPU's newest only. */
+  if(c->ev_dirty && hr__conn_can_push(c))
+    hr__dispatch_push(c);
 }
 
-int hr__conn_send(hr__conn *c, const hr_buf *msg)
+/* Queue `msg`; `event`: it is a budget event, outside the cap. */
+static int send_msg(hr__conn *c, const hr_buf *msg, int event)
 {
   uv_stream_t *s;
   write_req *w;
@@ -211,10 +279,13 @@ int hr__conn_send(hr__conn *c, const hr_buf *msg)
   s = (uv_stream_t *)&c->pipe;
   queued = c->sink ? c->sink->len : uv_stream_get_write_queue_size(s);
   queued += c->held.len;
-  if(queued + msg->len > c->d->cfg.write_queue_max) {
+  /* Only the client's own unread replies count: the events queued are
+   * at most one per GPU (conn.h). */
+  if(!event &&
+     queued - c->ev_queued + msg->len > c->d->cfg.write_queue_max) {
     char why[160];
-    snprintf(why, sizeof(why), "not reading: %zu bytes queued, over "
-             "write_queue_max (%zu)", queued + msg->len,
+    snprintf(why, sizeof(why), "not reading: %zu bytes of replies queued, "
+             "over write_queue_max (%zu)", queued - c->ev_queued + msg->len,
              c->d->cfg.write_queue_max);
     begin_close(c, HR_LOG_WARNING, why);
     close_handles(c);
@@ -258,6 +329,7 @@ int hr__conn_send(hr__conn *c, const hr_buf *msg)
     return HR_ENOMEM;
   }
   w->conn = c;
+  w->event = event ? msg->len - sent : 0;
   memcpy(w->data, msg->data + sent, msg->len - sent);
   buf = uv_buf_init(w->data, (unsigned)(msg->len - sent));
   rc = uv_write(&w->req, s, &buf, 1, on_write);
@@ -268,7 +340,18 @@ int hr__conn_send(hr__conn *c, const hr_buf *msg)
     hr__conn_close(c, why);
     return HR_ECLOSED;
   }
+  c->ev_queued += w->event;
   return HR_OK;
+}
+
+int hr__conn_send(hr__conn *c, const hr_buf *msg)
+{
+  return send_msg(c, msg, 0);
+}
+
+int hr__conn_send_event(hr__conn *c, const hr_buf *msg)
+{
+  return send_msg(c, msg, 1);
 }
 
 int hr__conn_send_error(hr__conn *c, int64_t id, hr_wire_error code,
@@ -334,6 +417,8 @@ static int release(hr__conn *c)
   memset(&c->held, 0, sizeof(c->held));
   hr__conn_send(c, &held);
   hr_buf_free(&held);
+  if(c->ev_dirty && hr__conn_can_push(c))
+    hr__dispatch_push(c);
   return 1;
 }
 
@@ -540,19 +625,55 @@ static void link_conn(hr__daemon *d, hr__conn *c)
   d->conns = c;
 }
 
-/* Count a new connection as a client, or refuse it (max_clients) with an
- * error and a drain. Returns 0 when admitted. */
+/* A refusal at connect, logged at warning at most once a second: a
+ * tenant reconnecting in a loop must not flood the journal. The rest go
+ * to debug, and the next warning says how many there were. */
+static void log_refusal(hr__daemon *d, const hr__conn *c, int held,
+                        const char *why)
+{
+  uint64_t now = now_ms(d);
+
+  if(d->refusals_logged_ms && now - d->refusals_logged_ms < 1000) {
+    d->refusals_quiet++;
+    hr__debug("refusing pid %d uid %d (%d of its connections, %d in all): "
+              "%s", c->peer.pid, c->peer.uid, held, d->n_clients, why);
+    return;
+  }
+  if(d->refusals_quiet)
+    hr__warn("refusing pid %d uid %d (%d of its connections, %d in all): "
+             "%s; and %d more refused since the last such line",
+             c->peer.pid, c->peer.uid, held, d->n_clients, why,
+             d->refusals_quiet);
+  else
+    hr__warn("refusing pid %d uid %d (%d of its connections, %d in all): "
+             "%s", c->peer.pid, c->peer.uid, held, d->n_clients, why);
+  d->refusals_logged_ms = now ? now : 1;
+  d->refusals_quiet = 0;
+}
+
+/* Count a new connection as a client, or refuse it (max_clients, and the
+ * per-uid limits of tenant.h) with an error and a drain. Returns 0 when
+ * admitted. */
 static int admit(hr__daemon *d, hr__conn *c)
 {
-  if(d->n_clients >= d->cfg.max_clients) {
-    hr__warn("refusing pid %d uid %d: max_clients (%d) connected",
-             c->peer.pid, c->peer.uid, d->cfg.max_clients);
-    hr__conn_send_error(c, -1, HR_WERR_LIMIT_EXCEEDED,
-                        "too many clients (max_clients = %d)",
-                        d->cfg.max_clients);
-    hr__conn_drain(c, "max_clients reached");
+  hr__tenant *t = hr__tenants_find(&d->tenants, c->peer.uid);
+  char why[HR_MESSAGE_MAX];
+
+  if(hr__tenant_admit(&d->cfg, d->n_clients, t ? t->conns : 0, why,
+                      sizeof(why))) {
+    log_refusal(d, c, t ? t->conns : 0, why);
+    hr__conn_send_error(c, -1, HR_WERR_LIMIT_EXCEEDED, "%s", why);
+    hr__conn_drain(c, "refused at connect");
     return -1;
   }
+  t = hr__tenants_get(&d->tenants, c->peer.uid);
+  if(!t) {
+    hr__err("accept: out of memory counting uid %d; refusing", c->peer.uid);
+    hr__conn_send_error(c, -1, HR_WERR_INTERNAL, "out of memory");
+    hr__conn_drain(c, "out of memory");
+    return -1;
+  }
+  t->conns++;
   c->counted = 1;
   d->n_clients++;
   note_clients(d);
@@ -606,6 +727,8 @@ void hr__conn_accept(hr__daemon *d)
   }
   if(admit(d, c))
     return;
+  uv_timer_start(&c->linger, on_hello_deadline,
+                 (uint64_t)d->cfg.hello_timeout_ms, 0);
   rc = uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read);
   if(rc) {
     hr__conn_close(c, uv_strerror(rc));

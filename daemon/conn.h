@@ -7,8 +7,19 @@
  * error and the connection is closed once that reply is flushed.
  *
  * Writes are queued, never waited for. A client that stops reading only
- * fills its own queue; past write_queue_max it is disconnected, so it can
- * never hold up the loop or anyone else.
+ * fills its own queue; past write_queue_max of replies it is
+ * disconnected, so it can never hold up the loop or anyone else.
+ *
+ * Budget events are not queued one per change: a connection keeps a mask
+ * of the GPUs whose budget changed since it was last sent one, and each
+ * GPU's newest budget is encoded when the socket can take it (nothing
+ * else queued). A subscriber that reads slowly gets fewer events, never
+ * a stale one, and at most one per GPU sits in its queue; events never
+ * count toward write_queue_max, so nobody is disconnected for them.
+ *
+ * A connection must say hello within hello_timeout_ms or it is closed:
+ * a slot held by a socket that never speaks is a slot another tenant
+ * cannot have. Connections are counted per uid too (tenant.h).
  *
  * Each line is counted against the client's message rate (ratelimit.h)
  * before it is served; past it the line is answered limit_exceeded, and a
@@ -55,6 +66,8 @@ struct hr__conn {
   char *rbuf;                       /* the line being received */
   size_t rlen, rcap;
   int counted;                      /* counts toward max_clients */
+  hr__gpu_mask ev_dirty;            /* GPUs whose newest budget is owed */
+  size_t ev_queued;                 /* event bytes in the write queue */
   int closing;                      /* no more reads, replies or events */
   int handles;                      /* libuv handles not yet closed */
   hr__rate rate;                    /* messages a second */
@@ -104,6 +117,21 @@ void hr__conn_close(hr__conn *c, const char *why);
 
 /* Subscribed to `gpu`'s budget events. */
 int hr__conn_subscribed(const hr__conn *c, int gpu);
+
+/* The GPUs of `n_gpus` whose budget events `c` is subscribed to. */
+hr__gpu_mask hr__conn_sub_mask(const hr__conn *c, int n_gpus);
+
+/* Whether the socket can take events now: open, said hello, nothing
+ * queued or held. A detached connection always can. */
+int hr__conn_can_push(const hr__conn *c);
+
+/* Queue one encoded budget event: as hr__conn_send, but outside
+ * write_queue_max (at most one per GPU is queued: callers send only
+ * when hr__conn_can_push). */
+int hr__conn_send_event(hr__conn *c, const hr_buf *msg);
+
+/* Bytes queued to `c` now and not yet written: replies, events, held. */
+size_t hr__conn_queued(const hr__conn *c);
 
 /* Frame `len` received bytes into lines and serve each one. */
 void hr__conn_feed(hr__conn *c, const char *data, size_t len);

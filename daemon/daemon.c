@@ -22,6 +22,8 @@
  * closes what is left and exits. */
 #define STOP_GRACE_MS 3000
 #define STATUS_PERIOD_MS 1000
+/* The longest a change no reply waits on stays unsaved. */
+#define SAVE_PERIOD_MS 1000
 
 int64_t hr__daemon_time_ms(void)
 {
@@ -86,21 +88,33 @@ void hr__daemon_save(hr__daemon *d)
   hr__persist_save(&d->persist, &d->state, hr__daemon_time_ms());
 }
 
+static void on_save_timer(uv_timer_t *t)
+{
+  hr__daemon_save(t->data);
+}
+
 /* Once per loop turn, after all I/O callbacks: many changes in one turn
- * cost one write, and each change is on disk before the loop sleeps.
- * Replies held back for that write (reports: conn.h) go out after it. */
+ * cost one write. A reply held back for the write (a report: conn.h)
+ * needs it now, before the reply goes out after it. Anything else (an
+ * epoch moved by a footprint, a lease) waits up to SAVE_PERIOD_MS for
+ * the next write: each write is two fsyncs on the loop, and a tenant
+ * toggling a footprint as fast as its message rate allows must not make
+ * every other client wait on the disk a thousand times a second. */
 static void on_check(uv_check_t *h)
 {
   hr__daemon *d = h->data;
 
   hr__dispatch_flush(d); /* events of closes outside a read callback */
-  hr__daemon_save(d);
+  if(d->n_holding)
+    hr__daemon_save(d);
   if(hr__conn_release_all(d)) {
     /* A release can cut off a client that does not read: its state goes,
-     * and the loop may sleep next, so push and save that now. */
+     * and the loop may sleep next, so push that now. */
     hr__dispatch_flush(d);
-    hr__daemon_save(d);
   }
+  if(d->state.dirty && d->save_timer_on &&
+     !uv_is_active((uv_handle_t *)&d->save_timer))
+    uv_timer_start(&d->save_timer, on_save_timer, SAVE_PERIOD_MS, 0);
 }
 
 static void send_status(hr__daemon *d)
@@ -319,6 +333,10 @@ int hr__daemon_start(hr__daemon *d, uv_loop_t *loop, const hr__config *cfg,
   d->save_check.data = d;
   uv_check_start(&d->save_check, on_check);
   uv_unref((uv_handle_t *)&d->save_check);
+  uv_timer_init(loop, &d->save_timer);
+  d->save_timer.data = d;
+  uv_unref((uv_handle_t *)&d->save_timer);
+  d->save_timer_on = 1;
   start_notify_timers(d);
 
   hr__notice("policy: min_headroom %d, max_headroom %d, min_grid %d, "
@@ -418,7 +436,7 @@ void hr__daemon_reload(hr__daemon *d)
   d->cfg = next;
   hr__notice("reload done (log level %s)",
              hr__log_level_name(next.log_level));
-  d->pending |= changed;
+  hr__dispatch_pend(d, changed);
   hr__dispatch_flush(d);
 }
 
@@ -470,6 +488,9 @@ void hr__daemon_stop(hr__daemon *d, const char *why)
   close_handle((uv_handle_t *)&d->sig_term);
   close_handle((uv_handle_t *)&d->sig_int);
   close_handle((uv_handle_t *)&d->save_check);
+  if(d->save_timer_on)
+    close_handle((uv_handle_t *)&d->save_timer);
+  d->save_timer_on = 0;
   if(d->watchdog_on)
     close_handle((uv_handle_t *)&d->watchdog);
   if(d->status_on)
@@ -482,6 +503,17 @@ void hr__daemon_stop(hr__daemon *d, const char *why)
   uv_unref((uv_handle_t *)&d->stop_timer);
   d->stop_timer_on = 1;
   hr__daemon_save(d);
+}
+
+void hr__daemon_free_owned(hr__daemon *d)
+{
+  int i;
+
+  hr_buf_free(&d->out);
+  for(i = 0; i < HR_MAX_GPUS; i++)
+    hr_buf_free(&d->ev[i]);
+  d->ev_valid = 0;
+  hr__tenants_free(&d->tenants);
 }
 
 /* Close whatever is still open (a failed start) and let libuv finish. */
@@ -502,7 +534,7 @@ int hr__daemon_run(hr__daemon *d)
   uv_walk(d->loop, close_all, NULL);
   uv_run(d->loop, UV_RUN_DEFAULT);
   hr__state_free(&d->state);
-  hr_buf_free(&d->out);
+  hr__daemon_free_owned(d);
   hr__notice("stopped");
   return 0;
 }
@@ -513,5 +545,5 @@ void hr__daemon_abort(hr__daemon *d)
   uv_walk(d->loop, close_all, NULL);
   uv_run(d->loop, UV_RUN_DEFAULT);
   hr__state_free(&d->state);
-  hr_buf_free(&d->out);
+  hr__daemon_free_owned(d);
 }

@@ -19,6 +19,7 @@
 #include "metrics.h"
 #include "persist.h"
 #include "state.h"
+#include "tenant.h"
 
 typedef struct hr__conn hr__conn;
 
@@ -45,6 +46,8 @@ typedef struct hr__daemon {
 
   uv_signal_t sig_hup, sig_term, sig_int;
   uv_check_t save_check;            /* saves learned state once per turn */
+  uv_timer_t save_timer;            /* ... or within SAVE_PERIOD_MS */
+  int save_timer_on;
   uv_timer_t watchdog;              /* WATCHDOG=1 to systemd */
   uv_timer_t status_timer;          /* STATUS= to systemd */
   uv_timer_t stop_timer;            /* bounds a shutdown's flush */
@@ -53,10 +56,15 @@ typedef struct hr__daemon {
 
   hr__conn *conns;                  /* every open connection */
   int n_clients;                    /* accepted, not closing */
+  hr__tenants tenants;              /* per-uid counts (tenant.h) */
+  uint64_t refusals_logged_ms;      /* last refusal at connect logged */
+  int refusals_quiet;               /* ... and those not logged since */
   uint64_t start_ns;                /* uv_hrtime() at start */
   int64_t requests;                 /* lines served */
   hr__metrics metrics;              /* counters for "metrics" (dispatch.c) */
   hr__gpu_mask pending;             /* budgets to push (dispatch.c) */
+  hr__gpu_mask ev_valid;            /* ev[g] holds GPU g's newest budget */
+  hr_buf ev[HR_MAX_GPUS];           /* encoded budget events, per GPU */
   int n_holding;                    /* connections holding sends (conn.c) */
   int flushing;
   hr_buf out;                       /* encoder scratch, one message */
@@ -84,6 +92,11 @@ void hr__daemon_stop(hr__daemon *d, const char *why);
 
 /* Re-read the config file (SIGHUP). An invalid file changes nothing. */
 void hr__daemon_reload(hr__daemon *d);
+
+/* Free what the daemon owns beside its state and handles: the encoder
+ * buffers, the cached events, the per-uid table (the run and the abort
+ * call it; so does a caller that set a daemon up by hand). */
+void hr__daemon_free_owned(hr__daemon *d);
 
 /* Save the learned state now if it changed since the last save. */
 void hr__daemon_save(hr__daemon *d);

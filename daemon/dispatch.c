@@ -73,9 +73,52 @@ static int no_gpu(hr__conn *c, const hr_request *req, int gpu)
                     c->d->state.n_gpus);
 }
 
-static void pend(hr__daemon *d, hr__gpu_mask changed)
+void hr__dispatch_pend(hr__daemon *d, hr__gpu_mask changed)
 {
   d->pending |= changed;
+  d->ev_valid &= ~changed;          /* the encoded events are stale now */
+}
+
+static void pend(hr__daemon *d, hr__gpu_mask changed)
+{
+  hr__dispatch_pend(d, changed);
+}
+
+/* The footprint `comm` of `client`: its GPU and CTAs in flight. */
+static int find_comm(const hr__state *s, int64_t client, int64_t comm,
+                     int *gpu, int *ctas)
+{
+  int g, i;
+
+  for(g = 0; g < s->n_gpus; g++) {
+    const hr__gpu *x = hr__state_gpu(s, g);
+    for(i = 0; i < x->n_comms; i++) {
+      if(x->comms[i].id != comm || x->comms[i].client != client)
+        continue;
+      *gpu = g;
+      *ctas = x->comms[i].ctas * x->comms[i].concurrent;
+      return HR_OK;
+    }
+  }
+  return HR_ENOTFOUND;
+}
+
+/* Take every footprint of `c` out of its uid's counts. */
+static void uncount_comms(hr__conn *c)
+{
+  hr__daemon *d = c->d;
+  hr__tenant *t = hr__tenants_find(&d->tenants, c->peer.uid);
+  int g, i;
+
+  if(!t)
+    return;
+  for(g = 0; g < d->state.n_gpus; g++) {
+    const hr__gpu *x = hr__state_gpu(&d->state, g);
+    for(i = 0; i < x->n_comms; i++)
+      if(x->comms[i].client == c->id)
+        hr__tenant_count_comm(t, g, x->comms[i].ctas *
+                              x->comms[i].concurrent, -1);
+  }
 }
 
 /* ---- requests ---------------------------------------------------------- */
@@ -156,14 +199,24 @@ static void on_register_comm(hr__conn *c, const hr_request *req)
   const hr_req_register_comm *r = &req->u.register_comm;
   hr__daemon *d = c->d;
   hr__gpu_mask changed = 0;
+  hr__tenant *t = hr__tenants_find(&d->tenants, c->peer.uid);
+  char why[HR_MESSAGE_MAX];
   hr_reply rep;
   int64_t id = 0;
-  int rc;
+  int rc, ctas = r->ctas * r->concurrent;
 
   if(c->n_comms >= d->cfg.max_comms_per_client) {
     send_error(c, req->id, HR_WERR_LIMIT_EXCEEDED,
                "at most %d footprints per client "
                "(max_comms_per_client)", d->cfg.max_comms_per_client);
+    return;
+  }
+  /* A GPU out of range is the state's to refuse (not_found). */
+  if(r->gpu >= 0 && r->gpu < d->state.n_gpus &&
+     hr__tenant_may_register(&d->cfg, t, r->gpu, ctas, why, sizeof(why))) {
+    hr__notice("client %lld (pid %d, uid %d): %s", (long long)c->id,
+               c->peer.pid, c->peer.uid, why);
+    send_error(c, req->id, HR_WERR_LIMIT_EXCEEDED, "%s", why);
     return;
   }
   rc = hr__state_comm_add(&d->state, c->id, r, &id, &changed);
@@ -178,6 +231,7 @@ static void on_register_comm(hr__conn *c, const hr_request *req)
     return;
   }
   c->n_comms++;
+  hr__tenant_count_comm(t, r->gpu, ctas, 1);
   hr__info("client %lld registered comm %lld '%s' on gpu %d: %d CTAs x %d "
            "in flight, cga %d", (long long)c->id, (long long)id, r->name,
            r->gpu, r->ctas, r->concurrent, r->cga);
@@ -192,13 +246,17 @@ static void on_unregister_comm(hr__conn *c, const hr_request *req)
   hr__daemon *d = c->d;
   hr__gpu_mask changed = 0;
   int64_t id = req->u.unregister_comm.comm;
+  int gpu = 0, ctas = 0;
 
-  if(hr__state_comm_remove(&d->state, c->id, id, &changed)) {
+  if(find_comm(&d->state, c->id, id, &gpu, &ctas) ||
+     hr__state_comm_remove(&d->state, c->id, id, &changed)) {
     send_error(c, req->id, HR_WERR_NOT_FOUND,
                "no footprint %lld of this client", (long long)id);
     return;
   }
   c->n_comms--;
+  hr__tenant_count_comm(hr__tenants_find(&d->tenants, c->peer.uid), gpu,
+                        ctas, -1);
   hr__info("client %lld unregistered comm %lld", (long long)c->id,
            (long long)id);
   send_ack(c, req);
@@ -650,6 +708,7 @@ void hr__dispatch_gone(hr__conn *c)
    * which goes with it. */
   if(d->stopping || !c->id)
     return;
+  uncount_comms(c);
   hr__state_drop_client(&d->state, c->id, &changed);
   if(c->n_comms || c->n_leases)
     hr__info("client %lld: dropped %d footprints and %d leases",
@@ -658,9 +717,68 @@ void hr__dispatch_gone(hr__conn *c)
   pend(d, changed);
 }
 
+/* GPU g's budget event, encoded once per change: NULL when it cannot
+ * be encoded (logged). */
+static const hr_buf *budget_event(hr__daemon *d, int g)
+{
+  hr__gpu_mask bit = (hr__gpu_mask)1 << g;
+  hr_buf *ev = &d->ev[g];
+  hr_reply rep;
+
+  if(d->ev_valid & bit)
+    return ev;
+  if(!ev->cap)
+    hr_buf_init(ev, HR_PROTO_MAX_LINE);  /* first use */
+  memset(&rep, 0, sizeof(rep));
+  rep.type = HR_MSG_BUDGET;
+  rep.id = -1;
+  hr__state_budget(&d->state, g, HR_MODE_HEADROOM, &rep.u.budget);
+  hr_buf_reset(ev);
+  if(hr_proto_encode_reply(&rep, ev)) {
+    hr__err("gpu %d: cannot encode a budget event", g);
+    return NULL;
+  }
+  d->ev_valid |= bit;
+  return ev;
+}
+
+void hr__dispatch_push(hr__conn *c)
+{
+  hr__daemon *d;
+  int g;
+
+  if(!c)
+    return;
+  d = c->d;
+  /* Each owed GPU's budget as it is now; the sends may close `c`. */
+  for(g = 0; g < d->state.n_gpus && c->ev_dirty && !c->closing; g++) {
+    hr__gpu_mask bit = (hr__gpu_mask)1 << g;
+    const hr_buf *ev;
+
+    if(!(c->ev_dirty & bit))
+      continue;
+    c->ev_dirty &= ~bit;
+    ev = budget_event(d, g);
+    if(ev)
+      hr__conn_send_event(c, ev);
+  }
+}
+
+static void log_budget(hr__daemon *d, int g)
+{
+  hr_budget b;
+
+  if(hr__state_budget(&d->state, g, HR_MODE_HEADROOM, &b))
+    return;
+  hr__info("gpu %d: budget epoch %u: grid %d, headroom %d, nccl max "
+           "CTAs %d, cluster %d; partition %d SMs, nccl max CTAs %d",
+           g, b.epoch, b.grid, b.headroom, b.nccl_max_ctas, b.cluster,
+           b.partition_comm_sms, b.partition_nccl_max_ctas);
+}
+
 void hr__dispatch_flush(hr__daemon *d)
 {
-  hr_buf ev;
+  hr__conn *c, *next;
   int g;
 
   /* A send below can close a slow client, whose state then goes and adds
@@ -668,41 +786,29 @@ void hr__dispatch_flush(hr__daemon *d)
   if(d->flushing || d->stopping)
     return;
   d->flushing = 1;
-  hr_buf_init(&ev, HR_PROTO_MAX_LINE);
   while(d->pending) {
     hr__gpu_mask m = d->pending;
     d->pending = 0;
-    for(g = 0; g < d->state.n_gpus; g++) {
-      hr_reply rep;
-      hr__conn *c, *next;
-
-      if(!(m & ((hr__gpu_mask)1 << g)))
+    for(g = 0; g < d->state.n_gpus; g++)
+      if(m & ((hr__gpu_mask)1 << g))
+        log_budget(d, g);
+    /* Closed connections stay linked until libuv has closed them, so
+     * the list is safe to walk while sends disconnect clients. */
+    for(c = d->conns; c; c = next) {
+      hr__gpu_mask owe;
+      next = c->next;
+      if(c->closing || !c->hello)
         continue;
-      memset(&rep, 0, sizeof(rep));
-      rep.type = HR_MSG_BUDGET;
-      rep.id = -1;
-      hr__state_budget(&d->state, g, HR_MODE_HEADROOM, &rep.u.budget);
-      hr_buf_reset(&ev);
-      if(hr_proto_encode_reply(&rep, &ev)) {
-        hr__err("gpu %d: cannot encode a budget event", g);
+      owe = m & hr__conn_sub_mask(c, d->state.n_gpus);
+      if(!owe)
         continue;
-      }
-      hr__info("gpu %d: budget epoch %u: grid %d, headroom %d, nccl max "
-               "CTAs %d, cluster %d; partition %d SMs, nccl max CTAs %d",
-               g, rep.u.budget.epoch, rep.u.budget.grid,
-               rep.u.budget.headroom, rep.u.budget.nccl_max_ctas,
-               rep.u.budget.cluster, rep.u.budget.partition_comm_sms,
-               rep.u.budget.partition_nccl_max_ctas);
-      /* Closed connections stay linked until libuv has closed them, so
-       * the list is safe to walk while sends disconnect clients. */
-      for(c = d->conns; c; c = next) {
-        next = c->next;
-        if(!c->closing && c->hello && hr__conn_subscribed(c, g))
-          hr__conn_send(c, &ev);
-      }
+      /* A budget still owed is replaced by this newer one. */
+      hr__metrics_coalesced(&d->metrics, c->ev_dirty & owe);
+      c->ev_dirty |= owe;
+      if(hr__conn_can_push(c))
+        hr__dispatch_push(c);
     }
   }
-  hr_buf_free(&ev);
   d->flushing = 0;
 }
 

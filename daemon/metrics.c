@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "conn.h"
 #include "daemon.h"
 #include "metrics.h"
 
@@ -76,6 +77,17 @@ void hr__metrics_incident(hr__metrics *m, int gpu, hr_incident_kind kind)
   bump(&m->incidents[gpu][kind], 1);
 }
 
+void hr__metrics_coalesced(hr__metrics *m, uint64_t gpus)
+{
+  int64_t n = 0;
+
+  if(!m)
+    return;
+  for(; gpus; gpus &= gpus - 1)
+    n++;
+  bump(&m->events_coalesced, n);
+}
+
 static int fill_gpu(hr__daemon *d, int gi, hr_metrics_gpu *mg)
 {
   const hr__gpu *g = hr__state_gpu(&d->state, gi);
@@ -106,6 +118,8 @@ static int fill_gpu(hr__daemon *d, int gi, hr_metrics_gpu *mg)
 int hr__metrics_build(hr__daemon *d, hr_metrics *out)
 {
   const hr__metrics *m;
+  const hr__conn *c;
+  uint64_t queued = 0;
   int g, rc;
 
   if(!d || !out)
@@ -123,6 +137,12 @@ int hr__metrics_build(hr__daemon *d, hr_metrics *out)
   memcpy(out->latency, m->latency, sizeof(out->latency));
   out->latency_count = m->latency_count;
   out->latency_sum_us = m->latency_sum_us;
+  out->events_coalesced = m->events_coalesced;
+  for(c = d->conns; c; c = c->next)
+    if(!c->closing)
+      queued += hr__conn_queued(c);
+  out->queued_bytes = queued > HR_PROTO_MAX_ID ? HR_PROTO_MAX_ID
+                                                : (int64_t)queued;
   out->n_gpus = d->state.n_gpus;
   for(g = 0; g < out->n_gpus; g++) {
     rc = fill_gpu(d, g, &out->gpus[g]);

@@ -28,6 +28,7 @@ typedef struct hr__metrics {
   int64_t latency_count, latency_sum_us;
   int64_t resumed, degraded_ms;
   int64_t incidents[HR_MAX_GPUS][HR_INCIDENT_COUNT];
+  int64_t events_coalesced;
 } hr__metrics;
 
 /* One line served, naming `type` (HR_MSG_NONE: it did not decode). */
@@ -52,6 +53,10 @@ void hr__metrics_resumed(hr__metrics *m, int64_t degraded_ms);
 
 /* An incident of `kind` reported on `gpu`. */
 void hr__metrics_incident(hr__metrics *m, int gpu, hr_incident_kind kind);
+
+/* Budget events still owed to a subscriber replaced by a newer budget
+ * before they were sent: one per bit of `gpus`. */
+void hr__metrics_coalesced(hr__metrics *m, uint64_t gpus);
 
 /* Fill `out` from the counters and the daemon's live state. */
 int hr__metrics_build(struct hr__daemon *d, hr_metrics *out);

@@ -133,6 +133,9 @@ void hr__metrics_encode(hr__enc *e, cJSON *parent, const char *name,
   encode_named(e, o, "errors", hr__wire_error_name_i, HR_WERR_COUNT,
                m->errors, COUNTER_MAX);
   encode_latency(e, o, m);
+  hr__enc_i64(e, o, "queued_bytes", m->queued_bytes, 0, HR__MAX_ID);
+  hr__enc_i64(e, o, "events_coalesced", m->events_coalesced, 0,
+              COUNTER_MAX);
   if(m->n_gpus < 0 || m->n_gpus > HR_MAX_GPUS)
     hr__enc_fail(e, HR_EINVAL);
   gpus = hr__enc_array(e, o, "gpus");
@@ -234,6 +237,11 @@ void hr__metrics_decode(hr__dec *d, const cJSON *parent, const char *name,
   decode_named(d, o, "errors", hr__wire_error_name_i, HR_WERR_COUNT,
                m->errors, COUNTER_MAX);
   decode_latency(d, o, m);
+  /* Optional: absent from a daemon that did not count them yet. */
+  hr__dec_i64(d, o, "queued_bytes", HR__OPTIONAL, 0, HR__MAX_ID,
+              &m->queued_bytes);
+  hr__dec_i64(d, o, "events_coalesced", HR__OPTIONAL, 0, COUNTER_MAX,
+              &m->events_coalesced);
   gpus = hr__dec_array(d, o, "gpus", HR__REQUIRED, HR_MAX_GPUS, &n);
   for(it = gpus ? gpus->child : NULL; it && !d->rc; it = it->next, i++) {
     inner = hr__dec_enter_index(d, "gpus", i);

@@ -339,6 +339,12 @@ typedef struct hr_metrics {
   int64_t latency[HR_METRICS_BUCKETS]; /* per bucket, not cumulative */
   int64_t latency_count;            /* the sum of latency[] */
   int64_t latency_sum_us;
+  /* Bytes queued to every client now and not yet written (replies,
+   * events, replies held for a save): the daemon's output backlog. */
+  int64_t queued_bytes;
+  /* Budget events replaced by a newer budget of the same GPU before the
+   * subscriber's socket could take them (one per subscriber and GPU). */
+  int64_t events_coalesced;
   int n_gpus;
   hr_metrics_gpu gpus[HR_MAX_GPUS];
 } hr_metrics;

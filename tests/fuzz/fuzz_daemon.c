@@ -89,7 +89,7 @@ static void daemon_init(hr__daemon *d)
 static void daemon_free(hr__daemon *d)
 {
   hr__state_free(&d->state);
-  hr_buf_free(&d->out);
+  hr__daemon_free_owned(d);
 }
 
 /* Decode every line of `sink`; returns the replies (not events). */

@@ -6,8 +6,12 @@
 #   test_attacks  (integration) operators by the peer's own groups, names
 #                 with control characters, degraded_ms, hostile state and
 #                 calibration files (docs/hardening.md, "Attacks tried")
+#   test_fairness (integration) the per-uid limits (connections, the
+#                 reserve for other uids, footprints, CTAs), the hello
+#                 deadline, and budget events that cannot drown anyone
 UNIT_TESTS += $(TESTBIN)/test_hotpath
-INTEG_TESTS += $(TESTBIN)/test_limits $(TESTBIN)/test_attacks
+INTEG_TESTS += $(TESTBIN)/test_limits $(TESTBIN)/test_attacks \
+               $(TESTBIN)/test_fairness
 
 $(TESTBIN)/test_hotpath: $(OBJDIR)/tests/hardening/test_hotpath.o $(LIBHEADROOM_A)
 	@mkdir -p $(dir $@)
@@ -15,6 +19,7 @@ $(TESTBIN)/test_hotpath: $(OBJDIR)/tests/hardening/test_hotpath.o $(LIBHEADROOM_
 
 $(OBJDIR)/tests/hardening/test_limits.o: CPPFLAGS += -Itests/integration
 $(OBJDIR)/tests/hardening/test_attacks.o: CPPFLAGS += -Itests/integration
+$(OBJDIR)/tests/hardening/test_fairness.o: CPPFLAGS += -Itests/integration
 
 # Linked as every integration test is (tests/integration/integration.mk,
 # read after this fragment, hence the second expansion).
@@ -30,3 +35,8 @@ $(TESTBIN)/test_attacks: $(OBJDIR)/tests/hardening/test_attacks.o \
 	@mkdir -p $(dir $@)
 	$(INTEG_LINK)
 $(TESTBIN)/test_attacks: INTEG_LDLIBS := -pthread
+
+$(TESTBIN)/test_fairness: $(OBJDIR)/tests/hardening/test_fairness.o \
+                          $$(INTEG_LINK_OBJS) $(BINDIR)/headroomd
+	@mkdir -p $(dir $@)
+	$(INTEG_LINK)

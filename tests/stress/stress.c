@@ -759,8 +759,12 @@ int main(int argc, char **argv)
       return 1;
     }
   }
-  snprintf(extra, sizeof(extra), "max_clients = %d\nlog_level = warning\n",
-           cfg.clients + 64);
+  /* Every connection is of this one uid: the per-uid limits (tenant.h)
+   * are lifted to the daemon's, or they, not the load, would decide. */
+  snprintf(extra, sizeof(extra), "max_clients = %d\nmax_clients_per_uid = "
+           "%d\nreserved_clients = 0\nmax_comms_per_uid = 1048576\n"
+           "max_comm_ctas_per_uid = 1048576\nlog_level = warning\n",
+           cfg.clients + 64, cfg.clients + 64);
   if(th_daemon_start(&daemon_, extra)) {
     printf("FAIL: cannot start headroomd\n");
     return 1;

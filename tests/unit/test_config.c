@@ -75,6 +75,11 @@ static void test_defaults(void **state)
   assert_int_equal(cfg.max_comms_per_client, 64);
   assert_int_equal(cfg.max_leases_per_client, 16);
   assert_int_equal(cfg.write_queue_max, 1024 * 1024);
+  assert_int_equal(cfg.max_clients_per_uid, 256);
+  assert_int_equal(cfg.reserved_clients, 64);
+  assert_int_equal(cfg.max_comms_per_uid, 512);
+  assert_int_equal(cfg.max_comm_ctas_per_uid, 256);
+  assert_int_equal(cfg.hello_timeout_ms, 5000);
   assert_int_equal(cfg.partition_ignore_coscheduling, 0);
   for(k = 0; k < HR_KEY_COUNT; k++)
     assert_int_equal(cfg.from[k], 0);
@@ -238,6 +243,16 @@ static void test_bad_values(void **state)
                "t.conf:1: bad max_comms_per_client");
   expect_error("max_leases_per_client = x\n",
                "t.conf:1: bad max_leases_per_client");
+  expect_error("max_clients_per_uid = 0\n",
+               "t.conf:1: bad max_clients_per_uid '0' (1..65536)");
+  expect_error("reserved_clients = 40000\n",
+               "t.conf:1: bad reserved_clients '40000' (0..32768)");
+  expect_error("max_comms_per_uid = 0\n", "t.conf:1: bad max_comms_per_uid");
+  expect_error("max_comm_ctas_per_uid = -1\n",
+               "t.conf:1: bad max_comm_ctas_per_uid");
+  /* A deadline of 0 would close every connection before its hello. */
+  expect_error("hello_timeout_ms = 0\n",
+               "t.conf:1: bad hello_timeout_ms '0' (10..600000)");
   /* One reply must always fit a client's queue. */
   expect_error("write_queue_max = 1K\n", "t.conf:1: bad write_queue_max");
   expect_error("write_queue_max = 2T\n", "t.conf:1: bad write_queue_max");
