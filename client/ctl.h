@@ -40,6 +40,7 @@ extern const ctl_command ctl_status_command;
 extern const ctl_command ctl_metrics_command;
 extern const ctl_command ctl_watch_command;
 extern const ctl_command ctl_policy_command;
+extern const ctl_command ctl_raises_command;
 
 /* --timeout, for every reply waited on. */
 extern int ctl_timeout_ms;

@@ -26,6 +26,8 @@ static const char usage_text[] =
 "    headroomctl [OPTIONS] watch [--gpu N] [--json]\n"
 "    headroomctl [OPTIONS] policy get [--json]\n"
 "    headroomctl [OPTIONS] policy set KEY=VALUE... [--json]\n"
+"    headroomctl [OPTIONS] raises [--json]\n"
+"    headroomctl [OPTIONS] raises clear (--gpu N | --all)\n"
 "    headroomctl --help | --version\n"
 "\n"
 "DESCRIPTION\n"
@@ -78,6 +80,15 @@ static const char usage_text[] =
 "                  incident_raise=yes|no\n"
 "                                      a reported barrier timeout raises\n"
 "                                      the GPU's headroom by one cluster\n"
+"    raises [--json]\n"
+"                Per GPU the headroom that reported barrier timeouts added\n"
+"                to its floor, the number of raises and the latest (time,\n"
+"                uid, incident), as a table, or one JSON line (operators\n"
+"                only).\n"
+"    raises clear (--gpu N | --all)\n"
+"                Forget what timeouts taught GPU N (or every GPU): its\n"
+"                floor goes back to the policy's, at once and across\n"
+"                restarts; the incidents stay listed (operators only).\n"
 "\n"
 "OPTIONS\n"
 "    -s, --socket PATH   the daemon's socket (default: $HEADROOM_SOCKET,\n"
@@ -105,7 +116,8 @@ static const char usage_text[] =
 "    headroomctl status --json | jq '.status.gpus[0].budget'\n"
 "    headroomctl metrics > h.prom.$$ && mv h.prom.$$ h.prom\n"
 "    headroomctl watch --gpu 0\n"
-"    headroomctl policy set max_headroom=24 incident_raise=no\n";
+"    headroomctl policy set max_headroom=24 incident_raise=no\n"
+"    headroomctl raises clear --gpu 3\n";
 
 int ctl_timeout_ms = DEFAULT_TIMEOUT_MS;
 
@@ -115,6 +127,7 @@ static const ctl_command *const commands[] = {
   &ctl_metrics_command,
   &ctl_watch_command,
   &ctl_policy_command,
+  &ctl_raises_command,
   NULL
 };
 
@@ -161,7 +174,7 @@ int main(int argc, char **argv)
   }
   if(optind >= argc)
     return ctl_usage_error("%s",
-                           "no command (status, metrics, watch, policy)");
+                           "no command (status, metrics, watch, policy, raises)");
   memset(&cmd, 0, sizeof(cmd));
   cmd.gpu = -1;
   cmd.json = json;

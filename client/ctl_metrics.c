@@ -109,7 +109,7 @@ static void print_daemon_metrics(const hr_metrics *m)
   family("headroom_requests_total", "counter",
          "Request lines served, by the type they named; \"invalid\": "
          "lines that did not decode as a request.");
-  for(i = HR_MSG_HELLO; i <= HR_MSG_METRICS; i++)
+  for(i = HR_MSG_HELLO; i <= HR_MSG_LAST_REQUEST; i++)
     printf("headroom_requests_total{type=\"%s\"} %lld\n",
            hr_msg_type_name((hr_msg_type)i), (long long)m->requests[i]);
   printf("headroom_requests_total{type=\"invalid\"} %lld\n",

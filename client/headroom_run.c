@@ -31,7 +31,6 @@ enum {
 };
 
 #define DEFAULT_TIMEOUT_MS 5000
-#define DEFAULT_SMS 132
 
 static const char usage_text[] =
 "NAME\n"
@@ -374,7 +373,7 @@ int main(int argc, char **argv)
     hr__fallback f;
     int sms = hr__cuda_sms(o.gpu);
     if(sms <= 0)
-      sms = DEFAULT_SMS;
+      sms = HR_POLICY_DEFAULT_SMS;
     hr__conn_close(&conn);
     hr__fallback_read(&f, o.quiet);
     hr__fallback_budget(&f, o.gpu, sms, o.cluster, o.mode, &b);

@@ -18,21 +18,10 @@
 #include <unistd.h>
 
 #include "hr_client_int.h"
+#include "hr_clock.h"
 
 #define DEFAULT_REQUEST_TIMEOUT_MS 5000
 #define DEFAULT_RECONNECT_MS 200
-
-/* An absolute CLOCK_MONOTONIC time `ms` from now, for timed waits. */
-static void deadline_ts(struct timespec *ts, int ms)
-{
-  clock_gettime(CLOCK_MONOTONIC, ts);
-  ts->tv_sec += ms / 1000;
-  ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-  if(ts->tv_nsec >= 1000000000L) {
-    ts->tv_sec++;
-    ts->tv_nsec -= 1000000000L;
-  }
-}
 
 static int cond_init_monotonic(pthread_cond_t *cv)
 {
@@ -83,7 +72,7 @@ int hr__client_call_locked(hr_client *c, hr_request *req, hr_reply *rep,
   hr_buf_free(&b);
 
   pthread_mutex_lock(&c->mu);
-  deadline_ts(&until, c->request_timeout_ms);
+  hr__clock_deadline(&until, c->request_timeout_ms);
   while(!err && !p.done) {
     if(pthread_cond_timedwait(&c->reply_cv, &c->mu, &until) == ETIMEDOUT &&
        !p.done)

@@ -6,6 +6,7 @@
  * size, so a daemon that never sends a newline costs us 64 KiB, not
  * unbounded memory.
  */
+#include "hr_clock.h"
 #include "hr_conn.h"
 
 #include <errno.h>
@@ -19,16 +20,9 @@
 #include <time.h>
 #include <unistd.h>
 
-int64_t hr__now_ms(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int64_t deadline_after(int timeout_ms)
 {
-  return timeout_ms < 0 ? -1 : hr__now_ms() + timeout_ms;
+  return timeout_ms < 0 ? -1 : hr__clock_ms() + timeout_ms;
 }
 
 /* Wait until the socket is ready for `events`, the deadline passes (-1:
@@ -42,7 +36,7 @@ static int conn_wait(hr__conn *c, short events, int64_t deadline)
     int rc;
 
     if(deadline >= 0) {
-      int64_t left = deadline - hr__now_ms();
+      int64_t left = deadline - hr__clock_ms();
       if(left <= 0)
         return HR_ETIMEDOUT;
       timeout = left > 60000 ? 60000 : (int)left;
@@ -122,7 +116,7 @@ int hr__conn_connect(hr__conn *c, const char *path, int timeout_ms,
     if(errno == EAGAIN) {
       /* The listen backlog is full: the daemon is busy, not gone. */
       struct timespec nap = {0, 10 * 1000 * 1000};
-      if(deadline >= 0 && hr__now_ms() >= deadline) {
+      if(deadline >= 0 && hr__clock_ms() >= deadline) {
         err = HR_ETIMEDOUT;
         goto fail;
       }
@@ -322,7 +316,7 @@ int hr__conn_call(hr__conn *c, hr_request *req, hr_reply *rep,
   for(;;) {
     int left = -1;
     if(deadline >= 0) {
-      int64_t l = deadline - hr__now_ms();
+      int64_t l = deadline - hr__clock_ms();
       left = l > 0 ? (int)l : 0;
     }
     err = hr__conn_read_reply(c, left, rep);

@@ -100,7 +100,4 @@ int hr__conn_hello(hr__conn *c, const char *name, int64_t degraded_ms,
                    int timeout_ms, hr_rep_hello *out,
                    hr__conn_other_cb other, void *arg);
 
-/* Milliseconds on the monotonic clock. */
-int64_t hr__now_ms(void);
-
 #endif /* HR_CONN_H */

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "hr_client_int.h"
+#include "hr_clock.h"
 
 #define HANDSHAKE_MAX_MS 2000   /* connect + hello + subscribe, at most */
 
@@ -116,7 +117,7 @@ static void note_down(hr_client *c)
 {
   if(c->down_since_ms)
     return;
-  c->down_since_ms = hr__now_ms();
+  c->down_since_ms = hr__clock_ms();
   if(!c->down_since_ms)
     c->down_since_ms = 1;       /* 0 means "has a daemon" */
 }
@@ -281,7 +282,7 @@ int hr__io_connect(hr_client *c, char *why, size_t why_len)
    * client that never lost one says nothing. At least 1 ms: 0 is "no". */
   degraded_ms = 0;
   if(c->down_since_ms) {
-    degraded_ms = hr__now_ms() - c->down_since_ms;
+    degraded_ms = hr__clock_ms() - c->down_since_ms;
     if(degraded_ms < 1)
       degraded_ms = 1;
   }

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "hr_client_int.h"
+#include "hr_clock.h"
 
 /* The packed word: grid 16 bits, headroom 12 (HR_MAX_SMS is 1024), the
  * budget's cluster size as log2 in 2, degraded 1, epoch 32: everything a
@@ -273,13 +274,7 @@ int hr_lease_wait_change(const hr_lease *l, uint32_t epoch, int timeout_ms)
   if(!l || timeout_ms < 0)
     return HR_EINVAL;
   c = l->client;
-  clock_gettime(CLOCK_MONOTONIC, &until);
-  until.tv_sec += timeout_ms / 1000;
-  until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-  if(until.tv_nsec >= 1000000000L) {
-    until.tv_sec++;
-    until.tv_nsec -= 1000000000L;
-  }
+  hr__clock_deadline(&until, timeout_ms);
   pthread_mutex_lock(&c->mu);
   while(W_EPOCH(word_load(l)) == epoch && !c->stopping) {
     if(pthread_cond_timedwait(&c->change_cv, &c->mu, &until) == ETIMEDOUT) {

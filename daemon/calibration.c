@@ -1,14 +1,12 @@
 /*
  * calibration.c: reading the calibration file (calibration.h).
  *
- * Like persist.c, this reads JSON with cJSON directly: the calibration
- * file is written by headroom-calibrate for the daemon to read at start
- * and on SIGHUP; it is not a wire message, so it does not go through
- * proto/.
+ * The calibration file is written by headroom-calibrate for the daemon to
+ * read at start and on SIGHUP. It is no wire message, but it is read with
+ * the wire's checked reader all the same, so it refuses what the wire
+ * refuses.
  */
 #include <errno.h>
-#include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,213 +15,158 @@
 
 #include "calibration.h"
 #include "fsutil.h"
+#include "hr_json.h"
 #include "log.h"
 
-static int fail(char *why, size_t n, const char *fmt, ...) HR__PRINTF(3, 4);
+/* Through the wire's checked reader (proto/hr_json.h): exact member names,
+ * a member given twice refused, integers checked as doubles (a fraction
+ * or an exponent that is not a whole number is refused, not truncated),
+ * strings against their buffers. */
 
-static int fail(char *why, size_t n, const char *fmt, ...)
+static void parse_gpu(hr__dec *d, const cJSON *o, hr_gpu_info *g)
 {
-  va_list ap;
-
-  if(why && n) {
-    va_start(ap, fmt);
-    vsnprintf(why, n, fmt, ap);
-    va_end(ap);
-  }
-  return HR_EINVAL;
+  hr__dec_expect_object(d, o);
+  hr__dec_int(d, o, "index", HR__REQUIRED, 0, HR_MAX_GPUS - 1, &g->index);
+  hr__dec_int(d, o, "sms", HR__REQUIRED, 1, HR_MAX_SMS, &g->sms);
+  hr__dec_name(d, o, "name", HR__REQUIRED, g->name, sizeof(g->name));
 }
 
-/* An integer member in [min, max]; a fraction or an exponent that is not
- * a whole number is refused, not truncated. */
-static int get_int(const cJSON *o, const char *key, int min, int max,
-                   int *out)
+static void parse_budget(hr__dec *d, const cJSON *o, hr_calib_budget *b)
 {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-  double d;
+  const cJSON *safe;
+  int64_t v = 0;
 
-  if(!cJSON_IsNumber(v))
-    return HR_EINVAL;
-  d = v->valuedouble;
-  if(!isfinite(d) || d != floor(d) || d < min || d > max)
-    return HR_EINVAL;
-  *out = (int)d;
-  return HR_OK;
-}
-
-static int get_string(const cJSON *o, const char *key, char *dst,
-                      size_t size)
-{
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-  size_t len;
-
-  if(!cJSON_IsString(v) || !v->valuestring)
-    return HR_EINVAL;
-  len = strlen(v->valuestring);
-  if(len >= size)
-    return HR_EINVAL;
-  memcpy(dst, v->valuestring, len + 1);
-  return HR_OK;
-}
-
-static int parse_gpu(const cJSON *o, int i, hr_gpu_info *g, char *why,
-                     size_t n)
-{
-  if(!cJSON_IsObject(o))
-    return fail(why, n, "gpus[%d]: not an object", i);
-  if(get_int(o, "index", 0, HR_MAX_GPUS - 1, &g->index))
-    return fail(why, n, "gpus[%d].index: an integer 0..%d", i,
-                HR_MAX_GPUS - 1);
-  if(get_int(o, "sms", 1, HR_MAX_SMS, &g->sms))
-    return fail(why, n, "gpus[%d].sms: an integer 1..%d", i, HR_MAX_SMS);
-  if(get_string(o, "name", g->name, sizeof(g->name)))
-    return fail(why, n, "gpus[%d].name: a string under %d bytes", i,
-                HR_NAME_MAX);
-  return HR_OK;
-}
-
-static int parse_budget(const cJSON *o, int i, hr_calib_budget *b,
-                        char *why, size_t n)
-{
-  const cJSON *safe, *ms;
-
-  if(!cJSON_IsObject(o))
-    return fail(why, n, "budgets[%d]: not an object", i);
-  if(get_int(o, "max_ctas", 0, HR_MAX_CTAS, &b->max_ctas))
-    return fail(why, n, "budgets[%d].max_ctas: an integer 0..%d (0: NCCL's "
-                "default)", i, HR_MAX_CTAS);
-  if(get_int(o, "cga_cluster_size", 0, HR_MAX_CGA, &b->cga))
-    return fail(why, n, "budgets[%d].cga_cluster_size: an integer 0..%d "
-                "(0: NCCL's default)", i, HR_MAX_CGA);
+  hr__dec_expect_object(d, o);
+  hr__dec_int(d, o, "max_ctas", HR__REQUIRED, 0, HR_MAX_CTAS, &b->max_ctas);
+  hr__dec_int(d, o, "cga_cluster_size", HR__REQUIRED, 0, HR_MAX_CGA,
+              &b->cga);
   /* null: no headroom tried was safe. Said out loud in the file rather
    * than left out, so a truncated entry cannot pass for one. */
-  safe = cJSON_GetObjectItemCaseSensitive(o, "safe_headroom");
-  if(cJSON_IsNull(safe))
+  safe = hr__dec_field(d, o, "safe_headroom", HR__REQUIRED);
+  if(cJSON_IsNull(safe)) {
     b->safe_headroom = -1;
-  else if(get_int(o, "safe_headroom", 0, HR_MAX_SMS, &b->safe_headroom))
-    return fail(why, n, "budgets[%d].safe_headroom: an integer 0..%d or null",
-                i, HR_MAX_SMS);
-  ms = cJSON_GetObjectItemCaseSensitive(o, "collective_ms");
-  if(!cJSON_IsNumber(ms) || !isfinite(ms->valuedouble) ||
-     ms->valuedouble < 0 || ms->valuedouble > 1e6)
-    return fail(why, n, "budgets[%d].collective_ms: a number >= 0", i);
-  b->collective_ms = ms->valuedouble;
-  if(get_int(o, "trials", 1, 1000000, &b->trials))
-    return fail(why, n, "budgets[%d].trials: an integer >= 1", i);
-  if(get_int(o, "orders", 1, 1000, &b->orders))
-    return fail(why, n, "budgets[%d].orders: an integer >= 1", i);
-  return HR_OK;
+  } else if(safe) {
+    hr__dec_value_i64(d, safe, "safe_headroom", 0, HR_MAX_SMS, &v);
+    b->safe_headroom = (int)v;
+  }
+  hr__dec_double(d, o, "collective_ms", HR__REQUIRED, 0, 1e6,
+                 &b->collective_ms);
+  hr__dec_int(d, o, "trials", HR__REQUIRED, 1, 1000000, &b->trials);
+  hr__dec_int(d, o, "orders", HR__REQUIRED, 1, 1000, &b->orders);
 }
 
-static int parse_root(const cJSON *root, hr__calibration *c, char *why,
-                      size_t n)
+static void parse_root(hr__dec *d, const cJSON *root, hr__calibration *c)
 {
   const cJSON *list, *item;
-  int i, j;
+  int i, j, count;
+  size_t mark;
 
-  if(!cJSON_IsObject(root))
-    return fail(why, n, "not a JSON object");
-  if(get_int(root, "version", 0, 1000000, &c->version))
-    return fail(why, n, "version: an integer");
-  if(c->version != HR__CALIBRATION_VERSION)
-    return fail(why, n, "version %d: this headroomd reads version %d",
-                c->version, HR__CALIBRATION_VERSION);
-  if(get_string(root, "date", c->date, sizeof(c->date)))
-    return fail(why, n, "date: a string under %d bytes", HR_NAME_MAX);
-  if(get_string(root, "node", c->node, sizeof(c->node)))
-    return fail(why, n, "node: a string under %d bytes", HR_NAME_MAX);
-  if(get_string(root, "nccl_version", c->nccl_version,
-                sizeof(c->nccl_version)))
-    return fail(why, n, "nccl_version: a string under %d bytes",
-                HR_NAME_MAX);
+  hr__dec_int(d, root, "version", HR__REQUIRED, 0, 1000000, &c->version);
+  if(!d->rc && c->version != HR__CALIBRATION_VERSION)
+    hr__dec_field_fail(d, "version", "%d, and this headroomd reads "
+                       "version %d", c->version, HR__CALIBRATION_VERSION);
+  /* Shown in the log and status: names, so no control characters. */
+  hr__dec_name(d, root, "date", HR__REQUIRED, c->date, sizeof(c->date));
+  hr__dec_name(d, root, "node", HR__REQUIRED, c->node, sizeof(c->node));
+  hr__dec_name(d, root, "nccl_version", HR__REQUIRED, c->nccl_version,
+               sizeof(c->nccl_version));
 
-  list = cJSON_GetObjectItemCaseSensitive(root, "gpus");
-  if(!cJSON_IsArray(list) || cJSON_GetArraySize(list) < 1 ||
-     cJSON_GetArraySize(list) > HR_MAX_GPUS)
-    return fail(why, n, "gpus: an array of 1..%d GPUs", HR_MAX_GPUS);
+  list = hr__dec_array(d, root, "gpus", HR__REQUIRED, HR_MAX_GPUS, &count);
+  if(list && count < 1)
+    hr__dec_field_fail(d, "gpus", "must list 1..%d GPUs", HR_MAX_GPUS);
   i = 0;
-  cJSON_ArrayForEach(item, list) {
-    if(parse_gpu(item, i, &c->gpus[i], why, n))
-      return HR_EINVAL;
-    for(j = 0; j < i; j++)
+  for(item = list ? list->child : NULL; item && !d->rc; item = item->next) {
+    mark = hr__dec_enter_index(d, "gpus", i);
+    parse_gpu(d, item, &c->gpus[i]);
+    for(j = 0; !d->rc && j < i; j++)
       if(c->gpus[j].index == c->gpus[i].index)
-        return fail(why, n, "gpus[%d]: index %d listed twice", i,
-                    c->gpus[i].index);
+        hr__dec_field_fail(d, "index", "%d listed twice", c->gpus[i].index);
+    hr__dec_leave(d, mark);
     i++;
   }
   c->n_gpus = i;
 
-  list = cJSON_GetObjectItemCaseSensitive(root, "budgets");
-  if(!cJSON_IsArray(list) || cJSON_GetArraySize(list) < 1 ||
-     cJSON_GetArraySize(list) > HR__CALIB_MAX_BUDGETS)
-    return fail(why, n, "budgets: an array of 1..%d budgets",
-                HR__CALIB_MAX_BUDGETS);
+  list = hr__dec_array(d, root, "budgets", HR__REQUIRED,
+                       HR__CALIB_MAX_BUDGETS, &count);
+  if(list && count < 1)
+    hr__dec_field_fail(d, "budgets", "must list 1..%d budgets",
+                       HR__CALIB_MAX_BUDGETS);
   i = 0;
-  cJSON_ArrayForEach(item, list) {
-    if(parse_budget(item, i, &c->budgets[i], why, n))
-      return HR_EINVAL;
+  for(item = list ? list->child : NULL; item && !d->rc; item = item->next) {
+    mark = hr__dec_enter_index(d, "budgets", i);
+    parse_budget(d, item, &c->budgets[i]);
     /* Two answers for one budget: which one was measured last is not in
      * the file, so neither can be trusted. */
-    for(j = 0; j < i; j++)
+    for(j = 0; !d->rc && j < i; j++)
       if(c->budgets[j].max_ctas == c->budgets[i].max_ctas &&
          c->budgets[j].cga == c->budgets[i].cga)
-        return fail(why, n, "budgets[%d]: max_ctas %d, cga_cluster_size %d "
-                    "listed twice", i, c->budgets[i].max_ctas,
-                    c->budgets[i].cga);
+        hr__dec_field_fail(d, "max_ctas", "%d, cga_cluster_size %d listed "
+                           "twice", c->budgets[i].max_ctas,
+                           c->budgets[i].cga);
+    hr__dec_leave(d, mark);
     i++;
   }
   c->n_budgets = i;
-  return HR_OK;
 }
 
 int hr__calibration_parse(hr__calibration *out, const char *text, size_t len,
                           char *why, size_t n)
 {
   hr__calibration *c = NULL;
-  cJSON *root = NULL;
-  int rc;
+  hr_proto_error err;
+  hr__dec d;
+  cJSON *root;
+  int rc = HR_OK;
 
   if(!out || !text)
-    return fail(why, n, "no calibration text");
+    return hr__why(HR_EINVAL, why, n, "no calibration text");
   c = calloc(1, sizeof(*c));
   if(!c)
-    return fail(why, n, "out of memory");
-  root = cJSON_ParseWithLength(text, len);
-  if(!root) {
-    rc = fail(why, n, "not valid JSON");
-    goto out;
-  }
-  rc = parse_root(root, c, why, n);
-  if(!rc)
+    return hr__why(HR_EINVAL, why, n, "out of memory");
+  hr__dec_init(&d, &err);
+  root = hr__dec_parse_doc(&d, text, len, HR__CALIB_FILE_MAX);
+  parse_root(&d, root, c);
+  if(d.rc)
+    rc = hr__why(HR_EINVAL, why, n, "%s", err.message);
+  else
     *out = *c;
-out:
   cJSON_Delete(root);
   free(c);
   return rc;
 }
 
-int hr__calibration_load(hr__calibration *out, const char *path, char *why,
-                         size_t n)
+int hr__calibration_load(hr__calibration *out, const char *path,
+                         long long now_s, char *why, size_t n)
 {
+  char reason[192], aside[HR__CALIB_PATH_MAX + 48];
   char *text = NULL;
   size_t len;
   int rc, e;
 
   if(!out || !path)
-    return fail(why, n, "no path");
-  e = hr__read_file(path, HR__CALIB_FILE_MAX, &text, &len);
-  if(e == ENOMEM)
-    rc = fail(why, n, "out of memory");
-  else if(e == EIO)
-    rc = fail(why, n, "read error");
-  else if(e == EFBIG)
-    rc = fail(why, n, "larger than %d bytes", HR__CALIB_FILE_MAX);
-  else if(e)
-    rc = fail(why, n, "%s", strerror(e));
-  else
+    return hr__why(HR_EINVAL, why, n, "no path");
+  /* headroom-calibrate is often run as root: root's file is trusted too,
+   * as no tenant can have planted it. */
+  e = hr__read_file(path, HR__CALIB_FILE_MAX, HR__OWNER_SELF_OR_ROOT, &text,
+                    &len, reason, sizeof(reason));
+  if(e == ENOENT)
+    return HR_ENOTFOUND;            /* no file is not a bad one */
+  if(e == EPERM) {
+    /* Not a file to read at all: moved aside, so the next calibration
+     * run writes a real one there. */
+    e = hr__set_aside(path, "refused", now_s, aside, sizeof(aside));
+    if(e)
+      rc = hr__why(HR_EINVAL, why, n, "%s; could not be moved aside (%s), left where it "
+                "is", reason, strerror(e));
+    else
+      rc = hr__why(HR_EINVAL, why, n, "%s; moved to %s", reason, aside);
+  } else if(e) {
+    rc = hr__why(HR_EINVAL, why, n, "%s", reason);
+  } else {
     rc = hr__calibration_parse(out, text, len, why, n);
+  }
   free(text);
-  /* No file is not a bad one: the caller tells them apart. */
-  return e == ENOENT ? HR_ENOTFOUND : rc;
+  return rc;
 }
 
 int hr__calibration_covers(const hr__calibration *c, const hr_gpu_info *gpu)

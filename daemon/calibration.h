@@ -19,6 +19,7 @@
 #define HR__CALIBRATION_VERSION 1
 #define HR__CALIB_MAX_BUDGETS 64
 #define HR__CALIB_FILE_MAX (1024 * 1024)
+#define HR__CALIB_PATH_MAX 4096
 
 typedef struct hr__calibration {
   int version;
@@ -36,9 +37,12 @@ int hr__calibration_parse(hr__calibration *out, const char *text, size_t len,
                           char *why, size_t n);
 
 /* Read and parse the file at `path`: HR_ENOTFOUND when it does not exist,
- * HR_EINVAL when it cannot be read or parsed (why in `why`). */
-int hr__calibration_load(hr__calibration *out, const char *path, char *why,
-                         size_t n);
+ * HR_EINVAL when it cannot be read or parsed (why in `why`). Only a
+ * regular file owned by the daemon's user or root is read; anything else
+ * (a link, a FIFO, a folder, another user's file) is moved aside as
+ * <path>.refused-<now_s> (hr__set_aside), which `why` says. */
+int hr__calibration_load(hr__calibration *out, const char *path,
+                         long long now_s, char *why, size_t n);
 
 /* Whether the calibration applies to `gpu`: it lists the same index with
  * the same SM count (and name, where both have one). */

@@ -2,7 +2,6 @@
  * config.c: the config file parser, value checks and layering (config.h).
  */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +22,7 @@ static const char *const key_names[HR_KEY_COUNT] = {
   [HR_KEY_MAX_HEADROOM] = "max_headroom",
   [HR_KEY_MIN_GRID] = "min_grid",
   [HR_KEY_INCIDENT_RAISE] = "incident_raise",
+  [HR_KEY_INCIDENT_RAISE_INTERVAL] = "incident_raise_interval",
   [HR_KEY_MAX_CLIENTS] = "max_clients",
   [HR_KEY_MAX_COMMS_PER_CLIENT] = "max_comms_per_client",
   [HR_KEY_MAX_LEASES_PER_CLIENT] = "max_leases_per_client",
@@ -73,8 +73,9 @@ void hr__config_default(hr__config *cfg)
   cfg->log_level = HR_LOG_INFO;
   cfg->topology = HR_TOPOLOGY_AUTO;
   cfg->gpus = 0;
-  cfg->sms = HR__DEFAULT_SMS;
+  cfg->sms = HR_POLICY_DEFAULT_SMS;
   hr__policy_default(&cfg->policy);
+  cfg->incident_raise_interval = HR__DEFAULT_RAISE_INTERVAL;
   cfg->max_clients = HR__DEFAULT_MAX_CLIENTS;
   cfg->max_comms_per_client = HR__DEFAULT_MAX_COMMS;
   cfg->max_leases_per_client = HR__DEFAULT_MAX_LEASES;
@@ -83,19 +84,8 @@ void hr__config_default(hr__config *cfg)
   cfg->max_message_burst = HR__DEFAULT_MSG_BURST;
 }
 
-static int fail(char *why, size_t n, const char *fmt, ...) HR__PRINTF(3, 4);
-
-static int fail(char *why, size_t n, const char *fmt, ...)
-{
-  va_list ap;
-
-  if(why && n) {
-    va_start(ap, fmt);
-    vsnprintf(why, n, fmt, ap);
-    va_end(ap);
-  }
-  return HR_EINVAL;
-}
+/* Every failure here is an invalid config. */
+#define fail(why, n, ...) hr__why(HR_EINVAL, why, n, __VA_ARGS__)
 
 /* ---- value parsers ----------------------------------------------------- */
 
@@ -315,6 +305,12 @@ static int set_known(hr__config *cfg, hr__config_key k, const char *value,
     if(parse_yes_no(value, &t))
       return fail(why, n, "bad incident_raise '%s' (yes or no)", value);
     cfg->policy.incident_raise = t;
+    return HR_OK;
+  case HR_KEY_INCIDENT_RAISE_INTERVAL:
+    if(parse_int(value, 0, HR__RAISE_INTERVAL_LIMIT, &v))
+      return fail(why, n, "bad incident_raise_interval '%s' (seconds, "
+                  "0..%d; 0: no limit)", value, HR__RAISE_INTERVAL_LIMIT);
+    cfg->incident_raise_interval = (int)v;
     return HR_OK;
   case HR_KEY_PARTITION_IGNORE_COSCHEDULING:
     if(parse_yes_no(value, &t))

@@ -23,7 +23,6 @@
 #define HR__DEFAULT_CONFIG "/etc/headroom/headroomd.conf"
 #define HR__DEFAULT_STATE_DIR "/var/lib/headroom"
 #define HR__DEFAULT_SOCKET_MODE 0660
-#define HR__DEFAULT_SMS 132
 #define HR__DEFAULT_GPUS 8
 #define HR__DEFAULT_MAX_CLIENTS 1024
 #define HR__DEFAULT_MAX_COMMS 64
@@ -31,6 +30,9 @@
 #define HR__DEFAULT_WRITE_QUEUE_MAX (1024 * 1024)
 #define HR__DEFAULT_MSG_RATE 1000     /* messages a second, per client */
 #define HR__DEFAULT_MSG_BURST 500     /* ... and at once */
+/* Seconds between two raises of one GPU by one uid's barrier timeouts. */
+#define HR__DEFAULT_RAISE_INTERVAL 60
+#define HR__RAISE_INTERVAL_LIMIT 86400
 
 /* A config file larger than this is refused: it cannot be a real one. */
 #define HR__CONFIG_FILE_MAX (1024 * 1024)
@@ -65,6 +67,7 @@ typedef enum hr__config_key {
   HR_KEY_MAX_HEADROOM,
   HR_KEY_MIN_GRID,
   HR_KEY_INCIDENT_RAISE,
+  HR_KEY_INCIDENT_RAISE_INTERVAL,
   HR_KEY_MAX_CLIENTS,
   HR_KEY_MAX_COMMS_PER_CLIENT,
   HR_KEY_MAX_LEASES_PER_CLIENT,
@@ -90,6 +93,7 @@ typedef struct hr__config {
   int sms;                          /* SMs of each GPU in the config */
   int gpu_sms[HR_MAX_GPUS];         /* gpu.N.sms; 0 = use `sms` */
   hr_policy policy;
+  int incident_raise_interval;      /* seconds; 0: no limit */
   int max_clients;
   int max_comms_per_client;
   int max_leases_per_client;

@@ -222,7 +222,7 @@ static void watch_signal(hr__daemon *d, uv_signal_t *h, int signum)
 static void load_calibration(hr__daemon *d, const hr__config *cfg,
                              hr__gpu_mask *changed)
 {
-  char path[HR__CONFIG_PATH_MAX + 32], why[256];
+  char path[HR__CONFIG_PATH_MAX + 32], why[HR__CALIB_PATH_MAX + 512];
   hr__calibration *c = NULL;
   int rc, covered, explicit_ = cfg->calibration[0] != '\0';
 
@@ -236,7 +236,8 @@ static void load_calibration(hr__daemon *d, const hr__config *cfg,
     hr__err("calibration: out of memory; using the policy's theory");
     goto out;
   }
-  rc = hr__calibration_load(c, path, why, sizeof(why));
+  rc = hr__calibration_load(c, path, hr__daemon_time_ms() / 1000, why,
+                            sizeof(why));
   if(rc == HR_ENOTFOUND && !explicit_) {
     hr__debug("calibration: none at %s; using the policy's theory", path);
   } else if(rc) {
@@ -291,6 +292,9 @@ int hr__daemon_start(hr__daemon *d, uv_loop_t *loop, const hr__config *cfg,
     hr__err("cannot set up per-GPU state");
     return 1;
   }
+  d->state.raise_interval_ms = (int64_t)cfg->incident_raise_interval * 1000;
+  d->state.uid_of = hr__dispatch_uid_of;
+  d->state.uid_ctx = d;
   /* Before the learned state, whose restore recomputes without bumping
    * the epoch it restores. */
   load_calibration(d, cfg, NULL);
@@ -388,6 +392,7 @@ void hr__daemon_reload(hr__daemon *d)
     return;
   }
   hr__log_set_level(next.log_level);
+  d->state.raise_interval_ms = (int64_t)next.incident_raise_interval * 1000;
   /* The file's policy wins on reload, over one set at run time too: the
    * file is what the operator wants the node to run with. */
   if(!policy_equal(&next.policy, &d->state.policy)) {

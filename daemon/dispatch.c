@@ -317,20 +317,48 @@ static void log_incident(const hr__conn *c, const hr_req_report *r,
                (long long)r->lease, x->cuda_error, x->grid, sep, r->message);
 }
 
+int hr__dispatch_uid_of(const void *ctx, int64_t client)
+{
+  const hr__daemon *d = ctx;
+  const hr__conn *c;
+
+  for(c = d->conns; c; c = c->next)
+    if(c->id == client)
+      return c->peer.uid;
+  return -1;
+}
+
 static void on_report(hr__conn *c, const hr_request *req)
 {
   const hr_req_report *r = &req->u.report;
   hr__daemon *d = c->d;
   hr__gpu_mask changed = 0;
+  hr__raise_outcome outcome = HR__RAISE_NONE;
   hr_reply rep;
   int64_t id = 0;
   int rc;
 
-  reply_init(&rep, req);
-  rc = hr__state_report(&d->state, c->id, r, hr__daemon_time_ms(), &id,
-                        &rep.u.report.budget, &changed);
-  if(rc == HR_ENOTFOUND) {
+  if(!hr__state_gpu(&d->state, r->gpu)) {
     no_gpu(c, req, r->gpu);
+    return;
+  }
+  reply_init(&rep, req);
+  rc = hr__state_report(&d->state, c->id, c->peer.uid, r,
+                        hr__daemon_time_ms(), &id, &rep.u.report.budget,
+                        &changed, &outcome);
+  if(rc == HR_ENOTFOUND) {
+    send_error(c, req->id, HR_WERR_NOT_FOUND,
+               "no lease %lld of this client on gpu %d", (long long)r->lease,
+               r->gpu);
+    return;
+  }
+  if(rc == HR_EPERM) {
+    hr__notice("client %lld (pid %d, uid %d) reported on lease %lld of "
+               "another client; refused", (long long)c->id, c->peer.pid,
+               c->peer.uid, (long long)r->lease);
+    send_error(c, req->id, HR_WERR_PERMISSION_DENIED,
+               "lease %lld is not this client's: a report may name only a "
+               "lease of its own connection", (long long)r->lease);
     return;
   }
   if(rc) {
@@ -342,6 +370,11 @@ static void on_report(hr__conn *c, const hr_request *req)
   hr__metrics_incident(&d->metrics, r->gpu, r->kind);
   log_incident(c, r, id, &rep.u.report.budget,
                hr__state_gpu(&d->state, r->gpu)->raised);
+  if(outcome == HR__RAISE_LIMITED)
+    hr__notice("gpu %d: incident %lld raised nothing: uid %d raised this "
+               "GPU less than %lld s ago (incident_raise_interval)", r->gpu,
+               (long long)id, c->peer.uid,
+               (long long)(d->state.raise_interval_ms / 1000));
   /* The reply tells the client its incident is recorded: it goes out
    * once the loop has saved it, not before (conn.h). */
   hr__conn_hold(c);
@@ -472,6 +505,73 @@ static void on_policy_set(hr__conn *c, const hr_request *req)
   pend(d, changed);
 }
 
+/* Operators only: what `what` does changes what every tenant gets. */
+static int operator_only(hr__conn *c, const hr_request *req,
+                         const char *what)
+{
+  hr__daemon *d = c->d;
+
+  if(c->is_operator)
+    return 1;
+  hr__notice("client %lld (pid %d, uid %d) may not %s", (long long)c->id,
+             c->peer.pid, c->peer.uid, what);
+  send_error(c, req->id, HR_WERR_PERMISSION_DENIED,
+             "%s needs root or group '%s'", hr_msg_type_name(req->type),
+             d->cfg.operator_group[0] ? d->cfg.operator_group :
+             "(none configured)");
+  return 0;
+}
+
+static void raises_fill(const hr__daemon *d, hr_rep_raises *r)
+{
+  int g;
+
+  r->n_gpus = d->state.n_gpus;
+  for(g = 0; g < d->state.n_gpus; g++)
+    hr__state_raise_info(&d->state, g, &r->gpus[g]);
+}
+
+static void on_raises_get(hr__conn *c, const hr_request *req)
+{
+  hr_reply rep;
+
+  if(!operator_only(c, req, "list raises"))
+    return;
+  reply_init(&rep, req);
+  raises_fill(c->d, &rep.u.raises);
+  send_reply(c, &rep);
+}
+
+static void on_raises_clear(hr__conn *c, const hr_request *req)
+{
+  hr__daemon *d = c->d;
+  hr__gpu_mask changed = 0;
+  int gpu = req->u.raises_clear.gpu, n;
+  hr_reply rep;
+
+  if(!operator_only(c, req, "clear raises"))
+    return;
+  n = hr__state_raises_clear(&d->state, gpu, &changed);
+  if(n < 0) {
+    no_gpu(c, req, gpu);
+    return;
+  }
+  if(gpu < 0)
+    hr__notice("raises cleared on every gpu (%d had one) by client %lld "
+               "(pid %d, uid %d)", n, (long long)c->id, c->peer.pid,
+               c->peer.uid);
+  else
+    hr__notice("gpu %d: raise cleared by client %lld (pid %d, uid %d)", gpu,
+               (long long)c->id, c->peer.pid, c->peer.uid);
+  reply_init(&rep, req);
+  rep.u.raises.cleared = n;
+  raises_fill(d, &rep.u.raises);
+  /* Like a report, the reply says it is on disk: sent after the save. */
+  hr__conn_hold(c);
+  send_reply(c, &rep);
+  pend(d, changed);
+}
+
 /* Serve a decoded request; every path queues exactly one reply. */
 static void serve(hr__conn *c, const hr_request *req)
 {
@@ -498,6 +598,8 @@ static void serve(hr__conn *c, const hr_request *req)
   case HR_MSG_POLICY_GET: on_policy_get(c, req); break;
   case HR_MSG_POLICY_SET: on_policy_set(c, req); break;
   case HR_MSG_METRICS: on_metrics(c, req); break;
+  case HR_MSG_RAISES_GET: on_raises_get(c, req); break;
+  case HR_MSG_RAISES_CLEAR: on_raises_clear(c, req); break;
   default:
     /* Replies and events are the daemon's to send, not to receive. */
     send_error(c, req->id, HR_WERR_UNKNOWN_TYPE, "'%s' is not a request",

@@ -24,6 +24,11 @@ void hr__dispatch_gone(hr__conn *c);
 /* Push a budget event for each GPU in d->pending to its subscribers. */
 void hr__dispatch_flush(hr__daemon *d);
 
+/* The uid of the connected client `client` of daemon `ctx`, -1 when it
+ * is gone: the state's uid_of (state.h), so a raise leaves out every
+ * footprint of the reporter's uid. */
+int hr__dispatch_uid_of(const void *ctx, int64_t client);
+
 /* Send the shutdown event to `c`. */
 int hr__dispatch_send_shutdown(hr__conn *c, const char *why);
 

@@ -51,6 +51,18 @@ const char *hr__log_level_name(hr__log_level level)
   return level_names[level];
 }
 
+int hr__why(int rc, char *why, size_t n, const char *fmt, ...)
+{
+  va_list ap;
+
+  if(why && n) {
+    va_start(ap, fmt);
+    vsnprintf(why, n, fmt, ap);
+    va_end(ap);
+  }
+  return rc;
+}
+
 /* Copy `src` to `dst` (size bytes) with every control character written
  * out as an escape: C0 and DEL as \xNN, C1 (UTF-8 c2 80..c2 9f) as
  * \u00NN. A client-supplied name or message must not split one event into

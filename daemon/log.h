@@ -36,6 +36,12 @@ const char *hr__log_level_name(hr__log_level level);
  * so one call is always one journal entry. */
 void hr__log(hr__log_level level, const char *fmt, ...) HR__PRINTF(2, 3);
 
+/* Write a reason into why[n] (when `why` is not NULL and `n` > 0) for the
+ * caller to log or report, and return `rc`: the one way the config, the
+ * file readers and the calibration say why they failed. */
+int hr__why(int rc, char *why, size_t n, const char *fmt, ...)
+  HR__PRINTF(4, 5);
+
 #define hr__err(...) hr__log(HR_LOG_ERR, __VA_ARGS__)
 #define hr__warn(...) hr__log(HR_LOG_WARNING, __VA_ARGS__)
 #define hr__notice(...) hr__log(HR_LOG_NOTICE, __VA_ARGS__)

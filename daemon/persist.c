@@ -2,14 +2,14 @@
  * persist.c: the learned state file (see persist.h).
  *
  * This is the one place in the daemon that builds JSON with cJSON
- * directly: the state file is not a wire message, so it does not go
- * through proto/; every message on the socket still does.
+ * directly: the state file is not a wire message. It is read back with
+ * the wire's checked reader (proto/hr_json.h) all the same, so it refuses
+ * what the wire refuses: a member given twice, \u0000, numbers that do
+ * not fit.
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <math.h>
 #include <stddef.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +19,7 @@
 #include <cjson/cJSON.h>
 
 #include "fsutil.h"
+#include "hr_json.h"
 #include "log.h"
 #include "persist.h"
 
@@ -56,7 +57,7 @@ static int add_num(cJSON *o, const char *key, double v)
   return cJSON_AddNumberToObject(o, key, v) ? 0 : -1;
 }
 
-static cJSON *incident_json(const hr_status_incident *inc)
+static cJSON *incident_json(const hr_status_incident *inc, int uid)
 {
   cJSON *o = cJSON_CreateObject(), *d;
   const char *kind = hr_incident_kind_name(inc->kind);
@@ -68,6 +69,7 @@ static cJSON *incident_json(const hr_status_incident *inc)
   bad |= add_num(o, "time_ms", (double)inc->time_ms);
   bad |= add_num(o, "client", (double)inc->client);
   bad |= add_num(o, "lease", (double)inc->lease);
+  bad |= add_num(o, "uid", uid);    /* whose quota it counts in */
   bad |= !cJSON_AddStringToObject(o, "kind", kind ? kind : "?");
   bad |= !cJSON_AddStringToObject(o, "message", inc->message);
   d = cJSON_AddObjectToObject(o, "detail");
@@ -91,7 +93,7 @@ static cJSON *incident_json(const hr_status_incident *inc)
 
 int hr__persist_encode(const hr__state *s, long long now_ms, char **out)
 {
-  cJSON *root = NULL, *gpus, *g, *incs, *inc;
+  cJSON *root = NULL, *gpus, *g, *incs, *inc, *raise;
   int rc = HR_ENOMEM, gi, i, bad = 0;
 
   if(!s || !out)
@@ -116,11 +118,19 @@ int hr__persist_encode(const hr__state *s, long long now_ms, char **out)
     bad |= add_num(g, "sms", gp->info.sms);
     bad |= add_num(g, "raised", gp->raised);
     bad |= add_num(g, "epoch", gp->epoch);
+    /* What raised it, for the operator's raises_get after a restart. */
+    raise = cJSON_AddObjectToObject(g, "raise");
+    if(!raise)
+      goto out;
+    bad |= add_num(raise, "raises", gp->raise.raises);
+    bad |= add_num(raise, "last_ms", (double)gp->raise.last_ms);
+    bad |= add_num(raise, "last_uid", gp->raise.last_uid);
+    bad |= add_num(raise, "last_incident", (double)gp->raise.last_incident);
     incs = cJSON_AddArrayToObject(g, "incidents");
     if(bad || !incs)
       goto out;
     for(i = 0; i < gp->n_incidents; i++) {
-      inc = incident_json(&gp->incidents[i]);
+      inc = incident_json(&gp->incidents[i], gp->incident_uid[i]);
       if(!inc)
         goto out;
       cJSON_AddItemToArray(incs, inc);
@@ -136,36 +146,13 @@ out:
 
 /* ---- decoding ---------------------------------------------------------- */
 
-static int fail(char *why, size_t n, const char *fmt, ...) HR__PRINTF(3, 4);
+/* Through the wire's checked reader (proto/hr_json.h): exact member names,
+ * a member given twice refused, integers checked as doubles, strings
+ * against their buffers. */
 
-static int fail(char *why, size_t n, const char *fmt, ...)
+static const char *kind_name_i(int i)
 {
-  va_list ap;
-
-  if(why && n) {
-    va_start(ap, fmt);
-    vsnprintf(why, n, fmt, ap);
-    va_end(ap);
-  }
-  return HR_EINVAL;
-}
-
-/* An integer member in [min, max]. cJSON's valueint saturates, so the
- * double is checked: it must be finite, whole and in range. */
-static int get_int(const cJSON *o, const char *key, double min, double max,
-                   long long *out)
-{
-  const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
-  double v;
-
-  if(!cJSON_IsNumber(it))
-    return HR_EINVAL;
-  v = it->valuedouble;
-  /* Range first: only then is the cast below defined. */
-  if(!isfinite(v) || v < min || v > max || (double)(long long)v != v)
-    return HR_EINVAL;
-  *out = (long long)v;
-  return HR_OK;
+  return hr_incident_kind_name((hr_incident_kind)i);
 }
 
 /* One GPU's learned state, checked but not yet applied. */
@@ -175,10 +162,12 @@ typedef struct learned {
   uint32_t epoch;
   int n;
   hr_status_incident inc[HR__INCIDENTS_KEPT];
+  int uid[HR__INCIDENTS_KEPT];
+  hr__raise_rec raise;
 } learned;
 
-static int decode_incident(const cJSON *o, hr_status_incident *inc,
-                           char *why, size_t n)
+static void decode_incident(hr__dec *d, const cJSON *o,
+                            hr_status_incident *inc, int *uid)
 {
   static const struct { const char *key; size_t off; } det[] = {
     {"barrier", offsetof(hr_incident_detail, barrier)},
@@ -189,155 +178,155 @@ static int decode_incident(const cJSON *o, hr_status_incident *inc,
     {"timeout_ms", offsetof(hr_incident_detail, timeout_ms)},
     {"cuda_error", offsetof(hr_incident_detail, cuda_error)},
   };
-  const cJSON *kind, *msg, *d;
-  long long v;
-  hr_incident_kind k;
-  size_t i;
+  const cJSON *dt;
+  int kind = 0;
+  size_t i, mark;
 
-  if(!cJSON_IsObject(o))
-    return fail(why, n, "incident is not an object");
   memset(inc, 0, sizeof(*inc));
-  if(get_int(o, "id", 1, HR_PROTO_MAX_ID, &v))
-    return fail(why, n, "incident id");
-  inc->id = v;
-  if(get_int(o, "time_ms", 0, HR_PROTO_MAX_ID, &v))
-    return fail(why, n, "incident %lld: time_ms", (long long)inc->id);
-  inc->time_ms = v;
-  if(get_int(o, "client", 0, HR_PROTO_MAX_ID, &v))
-    return fail(why, n, "incident %lld: client", (long long)inc->id);
-  inc->client = v;
-  if(get_int(o, "lease", 0, HR_PROTO_MAX_ID, &v))
-    return fail(why, n, "incident %lld: lease", (long long)inc->id);
-  inc->lease = v;
-  kind = cJSON_GetObjectItemCaseSensitive(o, "kind");
-  if(!cJSON_IsString(kind) ||
-     hr_incident_kind_from_name(kind->valuestring, &k))
-    return fail(why, n, "incident %lld: kind", (long long)inc->id);
-  inc->kind = k;
-  msg = cJSON_GetObjectItemCaseSensitive(o, "message");
-  if(!cJSON_IsString(msg) || strlen(msg->valuestring) >= HR_MESSAGE_MAX)
-    return fail(why, n, "incident %lld: message", (long long)inc->id);
-  memcpy(inc->message, msg->valuestring, strlen(msg->valuestring) + 1);
-  d = cJSON_GetObjectItemCaseSensitive(o, "detail");
-  if(!cJSON_IsObject(d))
-    return fail(why, n, "incident %lld: detail", (long long)inc->id);
-  for(i = 0; i < sizeof(det) / sizeof(det[0]); i++) {
-    if(get_int(d, det[i].key, -2147483648.0, 2147483647.0, &v))
-      return fail(why, n, "incident %lld: detail.%s", (long long)inc->id,
-                  det[i].key);
-    *(int *)((char *)&inc->detail + det[i].off) = (int)v;
-  }
-  return HR_OK;
+  hr__dec_expect_object(d, o);
+  hr__dec_i64(d, o, "id", HR__REQUIRED, 1, HR_PROTO_MAX_ID, &inc->id);
+  hr__dec_i64(d, o, "time_ms", HR__REQUIRED, 0, HR_PROTO_MAX_ID,
+              &inc->time_ms);
+  hr__dec_i64(d, o, "client", HR__REQUIRED, 0, HR_PROTO_MAX_ID,
+              &inc->client);
+  hr__dec_i64(d, o, "lease", HR__REQUIRED, 0, HR_PROTO_MAX_ID, &inc->lease);
+  /* Absent in a file from before per-uid quotas: unknown. */
+  *uid = -1;
+  hr__dec_int(d, o, "uid", HR__OPTIONAL, -1, 2147483647LL, uid);
+  hr__dec_enum(d, o, "kind", HR__REQUIRED, kind_name_i, HR_INCIDENT_COUNT,
+               &kind);
+  inc->kind = (hr_incident_kind)kind;
+  hr__dec_string(d, o, "message", HR__REQUIRED, inc->message,
+                 sizeof(inc->message));
+  dt = hr__dec_object(d, o, "detail", HR__REQUIRED);
+  mark = hr__dec_enter(d, "detail");
+  for(i = 0; dt && i < sizeof(det) / sizeof(det[0]); i++)
+    hr__dec_int(d, dt, det[i].key, HR__REQUIRED, -2147483648LL, 2147483647LL,
+                (int *)((char *)&inc->detail + det[i].off));
+  hr__dec_leave(d, mark);
 }
 
-static int decode_gpu(const cJSON *o, const hr__state *s, learned *all,
-                      char *why, size_t n)
+static void decode_gpu(hr__dec *d, const cJSON *o, const hr__state *s,
+                       learned *all)
 {
-  const cJSON *incs, *it;
+  const cJSON *incs, *it, *r;
   learned *l;
-  long long idx, sms, v;
-  int i;
+  int64_t idx = 0, sms = 0, v = 0;
+  int i = 0, n;
 
-  if(!cJSON_IsObject(o))
-    return fail(why, n, "gpu entry is not an object");
-  if(get_int(o, "gpu", 0, HR_MAX_GPUS - 1, &idx))
-    return fail(why, n, "gpu index");
-  if(get_int(o, "sms", 1, HR_MAX_SMS, &sms))
-    return fail(why, n, "gpu %lld: sms", idx);
+  hr__dec_expect_object(d, o);
+  hr__dec_i64(d, o, "gpu", HR__REQUIRED, 0, HR_MAX_GPUS - 1, &idx);
+  hr__dec_i64(d, o, "sms", HR__REQUIRED, 1, HR_MAX_SMS, &sms);
+  if(d->rc)
+    return;
   l = &all[idx];
-  if(l->present)
-    return fail(why, n, "gpu %lld listed twice", idx);
+  if(l->present) {
+    hr__dec_field_fail(d, "gpu", "gpu %lld listed twice", (long long)idx);
+    return;
+  }
   l->present = 1;
-  if(get_int(o, "raised", 0, HR_MAX_SMS, &v))
-    return fail(why, n, "gpu %lld: raised", idx);
+  hr__dec_i64(d, o, "raised", HR__REQUIRED, 0, HR_MAX_SMS, &v);
   l->raised = (int)v;
-  if(get_int(o, "epoch", 1, 4294967295.0, &v))
-    return fail(why, n, "gpu %lld: epoch", idx);
+  l->raise.last_uid = -1;
+  r = hr__dec_object(d, o, "raise", HR__OPTIONAL);
+  if(r) {
+    size_t mark = hr__dec_enter(d, "raise");
+    hr__dec_int(d, r, "raises", HR__REQUIRED, 0, 2147483647LL,
+                &l->raise.raises);
+    hr__dec_i64(d, r, "last_ms", HR__REQUIRED, 0, HR_PROTO_MAX_ID,
+                &l->raise.last_ms);
+    hr__dec_int(d, r, "last_uid", HR__REQUIRED, -1, 2147483647LL,
+                &l->raise.last_uid);
+    hr__dec_i64(d, r, "last_incident", HR__REQUIRED, 0, HR_PROTO_MAX_ID,
+                &l->raise.last_incident);
+    hr__dec_leave(d, mark);
+  }
+  hr__dec_i64(d, o, "epoch", HR__REQUIRED, 1, 4294967295LL, &v);
   l->epoch = (uint32_t)v;
-  incs = cJSON_GetObjectItemCaseSensitive(o, "incidents");
-  if(!cJSON_IsArray(incs))
-    return fail(why, n, "gpu %lld: incidents", idx);
-  i = 0;
-  cJSON_ArrayForEach(it, incs) {
+  /* As many as the file holds (its size caps them); the newest kept. */
+  incs = hr__dec_array(d, o, "incidents", HR__REQUIRED, 1 << 20, &n);
+  for(it = incs ? incs->child : NULL; it && !d->rc; it = it->next) {
+    size_t mark;
     /* Keep the newest: shift out the oldest once the array is full. */
     if(i == HR__INCIDENTS_KEPT) {
       memmove(&l->inc[0], &l->inc[1],
               (HR__INCIDENTS_KEPT - 1) * sizeof(l->inc[0]));
+      memmove(&l->uid[0], &l->uid[1],
+              (HR__INCIDENTS_KEPT - 1) * sizeof(l->uid[0]));
       i--;
     }
-    if(decode_incident(it, &l->inc[i], why, n))
-      return HR_EINVAL;
+    mark = hr__dec_enter_index(d, "incidents", i);
+    decode_incident(d, it, &l->inc[i], &l->uid[i]);
+    hr__dec_leave(d, mark);
     i++;
   }
   l->n = i;
+  if(d->rc)
+    return;
   /* Learned on other hardware (a different GPU at this index, or a
    * changed config topology): its lessons do not apply here. */
   if(idx >= s->n_gpus || s->gpus[idx].info.sms != sms) {
     hr__notice("state file: gpu %lld (%lld SMs) is not in this topology; "
-               "its learned state is ignored", idx, sms);
+               "its learned state is ignored", (long long)idx,
+               (long long)sms);
     l->present = 0;
   }
-  return HR_OK;
 }
 
 int hr__persist_decode(hr__state *s, const char *text, size_t len, char *why,
                        size_t n)
 {
+  hr_proto_error err;
+  hr__dec d;
   cJSON *root = NULL;
   const cJSON *gpus, *it;
   learned *all = NULL;
-  long long v;
-  int rc = HR_EINVAL, g;
+  int64_t format = 0, next = 0;
+  int rc = HR_EINVAL, g, count, i = 0;
 
   if(!s || !text)
-    return fail(why, n, "no input");
+    return hr__why(HR_EINVAL, why, n, "no input");
   all = calloc(HR_MAX_GPUS, sizeof(*all));
   if(!all)
     return HR_ENOMEM;
-  root = cJSON_ParseWithLength(text, len);
-  if(!root) {
-    fail(why, n, "not valid JSON (truncated?)");
-    goto out;
+  hr__dec_init(&d, &err);
+  root = hr__dec_parse_doc(&d, text, len, HR__STATE_FILE_MAX);
+  hr__dec_i64(&d, root, "format", HR__REQUIRED, 0, HR_PROTO_MAX_ID, &format);
+  if(!d.rc && format != HR__STATE_FORMAT)
+    hr__dec_field_fail(&d, "format", "%lld, and this headroomd reads %d",
+                       (long long)format, HR__STATE_FORMAT);
+  hr__dec_i64(&d, root, "next_incident", HR__REQUIRED, 1, HR_PROTO_MAX_ID,
+              &next);
+  gpus = hr__dec_array(&d, root, "gpus", HR__REQUIRED, HR_MAX_GPUS, &count);
+  for(it = gpus ? gpus->child : NULL; it && !d.rc; it = it->next, i++) {
+    size_t mark = hr__dec_enter_index(&d, "gpus", i);
+    decode_gpu(&d, it, s, all);
+    hr__dec_leave(&d, mark);
   }
-  if(!cJSON_IsObject(root)) {
-    fail(why, n, "not a JSON object");
+  if(d.rc) {
+    hr__why(HR_EINVAL, why, n, "%s", err.message);
     goto out;
-  }
-  if(get_int(root, "format", HR__STATE_FORMAT, HR__STATE_FORMAT, &v)) {
-    fail(why, n, "missing or unknown format (want %d)", HR__STATE_FORMAT);
-    goto out;
-  }
-  if(get_int(root, "next_incident", 1, HR_PROTO_MAX_ID, &v)) {
-    fail(why, n, "next_incident");
-    goto out;
-  }
-  gpus = cJSON_GetObjectItemCaseSensitive(root, "gpus");
-  if(!cJSON_IsArray(gpus)) {
-    fail(why, n, "gpus is not an array");
-    goto out;
-  }
-  cJSON_ArrayForEach(it, gpus) {
-    if(decode_gpu(it, s, all, why, n))
-      goto out;
   }
   /* Everything checked: only now touch the live state. A restart is a
    * change (the old daemon's footprints and leases are gone), so the
    * epoch moves on from the saved one. */
-  if(v > s->next_incident)
-    s->next_incident = v;
+  if(next > s->next_incident)
+    s->next_incident = next;
   for(g = 0; g < s->n_gpus; g++) {
     uint32_t epoch;
-    int i;
+    int k;
     if(!all[g].present)
       continue;
     /* Client ids belong to one daemon's life: an old one would name
      * whichever new client got the same number. 0 means "not connected"
      * (PROTOCOL.md, status). */
-    for(i = 0; i < all[g].n; i++)
-      all[g].inc[i].client = 0;
+    for(k = 0; k < all[g].n; k++)
+      all[g].inc[k].client = 0;
     epoch = all[g].epoch + 1 ? all[g].epoch + 1 : 1;
-    if(hr__state_restore(s, g, all[g].raised, epoch, all[g].inc, all[g].n)) {
-      fail(why, n, "gpu %d: cannot restore", g);
+    if(hr__state_restore(s, g, all[g].raised, epoch, all[g].inc, all[g].uid,
+                         all[g].n) ||
+       hr__state_restore_raise(s, g, &all[g].raise)) {
+      hr__why(HR_EINVAL, why, n, "gpu %d: cannot restore", g);
       goto out;
     }
     /* Write the moved-on epoch back, so two restarts in a row without a
@@ -353,50 +342,10 @@ out:
 
 /* ---- files ------------------------------------------------------------- */
 
-/* Move a damaged file aside under a name nothing has yet:
- * state.json.corrupt-<now_s>, then the same with .1, .2, ... Two damaged files
- * set aside in the same second (a daemon restarted in a loop) must both
- * be kept, so the name is taken with link(2), which never replaces what
- * is there, and the file is unlinked only once it has its new name. On a
- * file system without hard links, rename(2) after checking that the name
- * is free (nothing else writes in the state folder). Returns 0 with the
- * name in `aside`, or an errno value. */
-#define ASIDE_TRIES 1000
-
-static int set_aside(const hr__persist *p, long long now_s, char *aside,
-                     size_t n)
-{
-  int i, e = EEXIST;
-
-  for(i = 0; i < ASIDE_TRIES && e == EEXIST; i++) {
-    if(i == 0)
-      snprintf(aside, n, "%s.corrupt-%lld", p->path, now_s);
-    else
-      snprintf(aside, n, "%s.corrupt-%lld.%d", p->path, now_s, i);
-    e = link(p->path, aside) ? errno : 0;
-    if(e == EPERM || e == EOPNOTSUPP || e == EXDEV) {
-      if(!access(aside, F_OK))
-        e = EEXIST;
-      else
-        e = rename(p->path, aside) ? errno : 0;
-      if(!e)
-        return 0;
-    }
-  }
-  if(e)
-    return e;
-  if(unlink(p->path)) {
-    /* Both names on one file: the next save replaces state.json with a
-     * new file and the set-aside one keeps the damaged bytes. */
-    hr__warn("state: cannot remove %s after linking it to %s (%s)", p->path,
-             aside, strerror(errno));
-  }
-  return 0;
-}
-
 int hr__persist_load(hr__persist *p, hr__state *s, long long now_s)
 {
   char why[256], aside[sizeof(p->path) + 48];
+  const char *tag = "corrupt";
   char *text = NULL;
   size_t len = 0;
   int rc, e;
@@ -405,31 +354,31 @@ int hr__persist_load(hr__persist *p, hr__state *s, long long now_s)
     return HR_EINVAL;
   if(!p->enabled)
     return HR_OK;
-  e = hr__read_file(p->path, HR__STATE_FILE_MAX, &text, &len);
-  rc = e == ENOENT ? HR_ENOTFOUND : e == ENOMEM ? HR_ENOMEM :
-       e ? HR_EINVAL : HR_OK;
-  if(rc == HR_ENOTFOUND) {
+  e = hr__read_file(p->path, HR__STATE_FILE_MAX, HR__OWNER_SELF, &text, &len,
+                    why, sizeof(why));
+  if(e == ENOENT) {
     hr__info("state: no %s yet; starting fresh", p->path);
     return HR_OK;
   }
-  if(rc == HR_ENOMEM)
-    return rc;
-  if(rc)
-    snprintf(why, sizeof(why), "unreadable or larger than %d bytes",
-             HR__STATE_FILE_MAX);
-  else
-    rc = hr__persist_decode(s, text, len, why, sizeof(why));
+  if(e == ENOMEM)
+    return HR_ENOMEM;
+  /* Not a file of ours (a link, a FIFO, a folder, another user's): none
+   * of it is read, and it goes aside under a name that says so. */
+  if(e == EPERM)
+    tag = "refused";
+  rc = e ? HR_EINVAL : hr__persist_decode(s, text, len, why, sizeof(why));
   free(text);
   if(rc == HR_ENOMEM)
     return rc;
   if(rc) {
-    e = set_aside(p, now_s, aside, sizeof(aside));
+    e = hr__set_aside(p->path, tag, now_s, aside, sizeof(aside));
     if(e)
-      hr__err("state: %s is corrupt (%s) and could not be moved aside (%s); "
-              "ignoring it", p->path, why, strerror(e));
+      hr__err("state: %s is %s (%s) and could not be moved aside (%s); "
+              "left where it is and ignored, starting fresh", p->path,
+              tag, why, strerror(e));
     else
-      hr__err("state: %s is corrupt (%s); moved to %s, starting fresh",
-              p->path, why, aside);
+      hr__err("state: %s is %s (%s); moved to %s, starting fresh", p->path,
+              tag, why, aside);
     return HR_OK;
   }
   hr__info("state: loaded %s", p->path);

@@ -7,10 +7,13 @@
  * kept: they belong to connections, which a restart ends.
  *
  * Writes are atomic (temporary file, fsync, rename, fsync of the folder),
- * so a crash leaves the old file or the new one, never half of either. A
- * file that fails to parse or check is moved aside as
- * state.json.corrupt-<unix time> (.1, .2, ... after it when that name is
- * taken: one never replaces another) and never trusted.
+ * so a crash leaves the old file or the new one, never half of either.
+ * Reading opens no link and blocks on nothing (hr__read_file): anything
+ * but a regular file of the daemon's user (a link, a FIFO, a folder,
+ * another user's file) is moved aside unread as
+ * state.json.refused-<unix time>; a file that fails to parse or check as
+ * state.json.corrupt-<unix time> (.1, .2, ... after either when that name
+ * is taken: one never replaces another). Neither is trusted.
  */
 #ifndef HR_DAEMON_PERSIST_H
 #define HR_DAEMON_PERSIST_H

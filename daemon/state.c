@@ -127,6 +127,7 @@ int hr__state_init(hr__state *s, const hr_topology *topo,
     s->gpus[g].info.index = g;
     s->gpus[g].granularity = granularity ? granularity[g] : 0;
     s->gpus[g].epoch = 1;
+    s->gpus[g].raise.last_uid = -1;
     recompute(s, g, 0, NULL);
   }
   return HR_OK;
@@ -340,25 +341,155 @@ int hr__state_lease_remove(hr__state *s, int64_t client, int64_t lease,
 
 /* ---- incidents --------------------------------------------------------- */
 
-static void incident_keep(hr__gpu *g, const hr_status_incident *inc)
+static void incident_delete(hr__gpu *g, int i)
 {
-  if(g->n_incidents == HR__INCIDENTS_KEPT) {
-    memmove(&g->incidents[0], &g->incidents[1],
-            (HR__INCIDENTS_KEPT - 1) * sizeof(g->incidents[0]));
-    g->n_incidents--;
-  }
-  g->incidents[g->n_incidents++] = *inc;
+  int tail = g->n_incidents - i - 1;
+
+  memmove(&g->incidents[i], &g->incidents[i + 1],
+          (size_t)tail * sizeof(g->incidents[0]));
+  memmove(&g->incident_uid[i], &g->incident_uid[i + 1],
+          (size_t)tail * sizeof(g->incident_uid[0]));
+  g->n_incidents--;
 }
 
-int hr__state_report(hr__state *s, int64_t client, const hr_req_report *req,
-                     int64_t time_ms, int64_t *incident, hr_budget *out,
-                     hr__gpu_mask *changed)
+/* The incident to push out for a new one of `kind` from `uid`, -1 when
+ * the kind has room (state.h: the oldest of the uid holding the most of
+ * that kind, counting the new one, the reporter's own on a tie). */
+static int incident_victim(const hr__gpu *g, hr_incident_kind kind, int uid)
+{
+  int i, j, n = 0, best = -1, best_count = 0;
+
+  for(i = 0; i < g->n_incidents; i++)
+    if(g->incidents[i].kind == kind)
+      n++;
+  if(n < HR__INCIDENTS_PER_KIND)
+    return -1;
+  /* Oldest first, so the first entry of each uid is its oldest. */
+  for(i = 0; i < g->n_incidents; i++) {
+    int count = 0, first = 1;
+    if(g->incidents[i].kind != kind)
+      continue;
+    for(j = 0; j < g->n_incidents; j++) {
+      if(g->incidents[j].kind != kind || g->incident_uid[j] != g->incident_uid[i])
+        continue;
+      if(j < i)
+        first = 0;
+      count++;
+    }
+    if(!first)
+      continue;
+    if(g->incident_uid[i] == uid)
+      count++;                      /* the new one is this uid's too */
+    if(count > best_count ||
+       (count == best_count && g->incident_uid[i] == uid)) {
+      best = i;
+      best_count = count;
+    }
+  }
+  return best;
+}
+
+static void incident_keep(hr__gpu *g, const hr_status_incident *inc, int uid)
+{
+  int victim = incident_victim(g, inc->kind, uid);
+
+  if(victim >= 0)
+    incident_delete(g, victim);
+  if(g->n_incidents == HR__INCIDENTS_KEPT)
+    incident_delete(g, 0);          /* only a kind out of range gets here */
+  g->incidents[g->n_incidents] = *inc;
+  g->incident_uid[g->n_incidents] = uid;
+  g->n_incidents++;
+}
+
+/* Whether `uid` raised this GPU less than the interval ago. A clock that
+ * went back does not count as recent: it cannot hold raises off. */
+static int raise_limited(const hr__state *s, const hr__gpu *g, int uid,
+                         int64_t now)
+{
+  int i;
+
+  if(s->raise_interval_ms <= 0)
+    return 0;
+  for(i = 0; i < g->n_raise_by; i++)
+    if(g->raise_by[i].uid == uid)
+      return now >= g->raise_by[i].ms &&
+             now - g->raise_by[i].ms < s->raise_interval_ms;
+  return 0;
+}
+
+static void raise_note(hr__gpu *g, int uid, int64_t now)
+{
+  int i, oldest = 0;
+
+  for(i = 0; i < g->n_raise_by; i++) {
+    if(g->raise_by[i].uid == uid) {
+      g->raise_by[i].ms = now;
+      return;
+    }
+    if(g->raise_by[i].ms < g->raise_by[oldest].ms)
+      oldest = i;
+  }
+  if(g->n_raise_by < HR__RAISE_UIDS)
+    oldest = g->n_raise_by++;
+  g->raise_by[oldest].uid = uid;
+  g->raise_by[oldest].ms = now;
+}
+
+/* Whether footprint owner `owner` is the reporter's tenant: its uid
+ * when the daemon can tell, else the very same client. */
+static int same_tenant(const hr__state *s, int64_t owner, int64_t client,
+                       int uid)
+{
+  if(owner == client)
+    return 1;
+  return s->uid_of && uid >= 0 && s->uid_of(s->uid_ctx, owner) == uid;
+}
+
+/* The raise a barrier timeout from `client` (of `uid`) earns: one cluster
+ * above the budget the policy gives the GPU without that tenant's own
+ * footprints. A reporter cannot make its inflated footprint the GPU's
+ * lasting floor, from this connection or another of its uid; its
+ * footprints count for as long as they are registered, like any other. */
+static int raise_without(const hr__state *s, const hr__gpu *g,
+                         int64_t client, int uid)
+{
+  hr_policy_input in;
+  hr_footprint *others;
+  int i, n = 0, raised;
+
+  policy_input(s, g, &in);
+  others = malloc((size_t)(g->n_comms ? g->n_comms : 1) * sizeof(*others));
+  if(!others)
+    return hr__policy_raise(&s->policy, &in); /* more headroom, not less */
+  for(i = 0; i < g->n_comms; i++)
+    if(!same_tenant(s, g->comms[i].client, client, uid))
+      others[n++] = g->fps[i];
+  in.n_footprints = n;
+  in.footprints = others;
+  /* A calibrated term was measured against every footprint in force;
+   * without some of them only the theory applies. */
+  if(n != g->n_comms) {
+    in.n_calib = 0;
+    in.calib = NULL;
+  }
+  raised = hr__policy_raise(&s->policy, &in);
+  free(others);
+  return raised;
+}
+
+int hr__state_report(hr__state *s, int64_t client, int uid,
+                     const hr_req_report *req, int64_t time_ms,
+                     int64_t *incident, hr_budget *out,
+                     hr__gpu_mask *changed, hr__raise_outcome *outcome)
 {
   hr_status_incident inc;
   hr_mode mode = HR_MODE_HEADROOM;
   hr__gpu *g;
   int i;
 
+  if(outcome)
+    *outcome = HR__RAISE_NONE;
   if(!s || !req || client < 1)
     return HR_EINVAL;
   g = gpu_at(s, req->gpu);
@@ -366,6 +497,16 @@ int hr__state_report(hr__state *s, int64_t client, const hr_req_report *req,
     return HR_ENOTFOUND;
   if((int)req->kind < 0 || req->kind >= HR_INCIDENT_COUNT)
     return HR_EINVAL;
+  /* An incident belongs to its reporter: a lease it names is its own. */
+  if(req->lease) {
+    for(i = 0; i < g->n_leases && g->leases[i].id != req->lease; i++)
+      ;
+    if(i == g->n_leases)
+      return HR_ENOTFOUND;
+    if(g->leases[i].client != client)
+      return HR_EPERM;
+    mode = g->leases[i].mode;
+  }
   memset(&inc, 0, sizeof(inc));
   inc.id = s->next_incident++;
   inc.client = client;
@@ -375,23 +516,72 @@ int hr__state_report(hr__state *s, int64_t client, const hr_req_report *req,
   inc.detail = req->detail;
   memcpy(inc.message, req->message, sizeof(inc.message));
   inc.message[sizeof(inc.message) - 1] = '\0';
-  incident_keep(g, &inc);
+  incident_keep(g, &inc, uid);
   s->dirty = 1;
 
-  if(req->kind == HR_INCIDENT_BARRIER_TIMEOUT) {
-    hr_policy_input in;
-    policy_input(s, g, &in);
-    g->raised = hr__policy_raise(&s->policy, &in);
-    recompute(s, req->gpu, 1, changed);
+  if(req->kind == HR_INCIDENT_BARRIER_TIMEOUT && s->policy.incident_raise) {
+    if(raise_limited(s, g, uid, time_ms)) {
+      if(outcome)
+        *outcome = HR__RAISE_LIMITED;
+    } else {
+      int raised = raise_without(s, g, client, uid);
+      raise_note(g, uid, time_ms);
+      if(raised > g->raised) {
+        g->raised = raised;
+        g->raise.raises++;
+        g->raise.last_ms = time_ms;
+        g->raise.last_uid = uid;
+        g->raise.last_incident = inc.id;
+      }
+      recompute(s, req->gpu, 1, changed);
+      if(outcome)
+        *outcome = HR__RAISE_DONE;
+    }
   }
-  for(i = 0; i < g->n_leases; i++)
-    if(g->leases[i].id == req->lease && g->leases[i].client == client)
-      mode = g->leases[i].mode;
   if(incident)
     *incident = inc.id;
   if(out)
     hr__state_budget(s, req->gpu, mode, out);
   return HR_OK;
+}
+
+int hr__state_raise_info(const hr__state *s, int gpu, hr_raise *out)
+{
+  const hr__gpu *g = hr__state_gpu(s, gpu);
+
+  if(!g || !out)
+    return HR_ENOTFOUND;
+  memset(out, 0, sizeof(*out));
+  out->gpu = gpu;
+  out->raised = g->raised;
+  out->headroom = g->budget.headroom;
+  out->raises = g->raise.raises;
+  out->last_time_ms = g->raise.last_ms;
+  out->last_uid = g->raise.last_uid;
+  out->last_incident = g->raise.last_incident;
+  return HR_OK;
+}
+
+int hr__state_raises_clear(hr__state *s, int gpu, hr__gpu_mask *changed)
+{
+  int gi, cleared = 0;
+
+  if(!s || gpu < -1 || gpu >= s->n_gpus)
+    return HR_ENOTFOUND;
+  for(gi = 0; gi < s->n_gpus; gi++) {
+    hr__gpu *g = &s->gpus[gi];
+    if(gpu != -1 && gi != gpu)
+      continue;
+    if(g->raised || g->raise.raises)
+      cleared++;
+    g->raised = 0;
+    memset(&g->raise, 0, sizeof(g->raise));
+    g->raise.last_uid = -1;
+    g->n_raise_by = 0;
+    s->dirty = 1;
+    recompute(s, gi, 1, changed);
+  }
+  return cleared;
 }
 
 /* ---- policy, clients, restore ------------------------------------------ */
@@ -513,7 +703,8 @@ void hr__state_lease_counts(const hr__state *s, int gpu, int *counts)
 }
 
 int hr__state_restore(hr__state *s, int gpu, int raised, uint32_t epoch,
-                      const hr_status_incident *incidents, int n)
+                      const hr_status_incident *incidents, const int *uids,
+                      int n)
 {
   hr__gpu *g = gpu_at(s, gpu);
   int i;
@@ -526,11 +717,24 @@ int hr__state_restore(hr__state *s, int gpu, int raised, uint32_t epoch,
   g->raised = raised;
   g->epoch = epoch;
   g->n_incidents = 0;
-  for(i = n > HR__INCIDENTS_KEPT ? n - HR__INCIDENTS_KEPT : 0; i < n; i++) {
-    incident_keep(g, &incidents[i]);
+  for(i = 0; i < n; i++) {
+    incident_keep(g, &incidents[i], uids ? uids[i] : -1);
     if(incidents[i].id >= s->next_incident)
       s->next_incident = incidents[i].id + 1;
   }
   recompute(s, gpu, 0, NULL);
+  return HR_OK;
+}
+
+int hr__state_restore_raise(hr__state *s, int gpu, const hr__raise_rec *r)
+{
+  hr__gpu *g = gpu_at(s, gpu);
+
+  if(!g)
+    return HR_ENOTFOUND;
+  if(!r || r->raises < 0 || r->last_ms < 0 || r->last_uid < -1 ||
+     r->last_incident < 0)
+    return HR_EINVAL;
+  g->raise = *r;
   return HR_OK;
 }

@@ -26,7 +26,15 @@
 #include "hr_proto.h"
 #include "policy.h"
 
-#define HR__INCIDENTS_KEPT 32        /* per GPU, most recent */
+/* Incidents kept per GPU: this many of each kind, so reports of one kind
+ * never push out those of another. When a kind is full, the one that
+ * goes is the oldest of the uid holding the most of that kind (the
+ * reporter's own on a tie): a uid flooding reports evicts its own, and
+ * can push out another uid's only while that uid holds as many. */
+#define HR__INCIDENTS_PER_KIND 16
+#define HR__INCIDENTS_KEPT (HR__INCIDENTS_PER_KIND * HR_INCIDENT_COUNT)
+/* uids whose latest raise of a GPU is remembered for the rate limit. */
+#define HR__RAISE_UIDS 16
 #define HR__DEFAULT_CLUSTER 2        /* input cluster of a GPU with no lease */
 
 /* Bit g set: GPU g's budget changed (HR_MAX_GPUS is 64). */
@@ -44,6 +52,27 @@ typedef struct hr__lease_rec {
   hr_mode mode;
 } hr__lease_rec;
 
+/* What raised a GPU's headroom since the operator last cleared it. */
+typedef struct hr__raise_rec {
+  int raises;                       /* barrier timeouts that raised it */
+  int64_t last_ms;                  /* Unix ms of the latest; 0: none */
+  int last_uid;                     /* its reporter; -1: unknown */
+  int64_t last_incident;            /* its incident; 0: none */
+} hr__raise_rec;
+
+/* A uid's latest raise of one GPU (the rate limit; not saved). */
+typedef struct hr__raise_by {
+  int uid;
+  int64_t ms;
+} hr__raise_by;
+
+/* What a barrier timeout did to the GPU's headroom. */
+typedef enum hr__raise_outcome {
+  HR__RAISE_NONE = 0,               /* not a timeout, or incident_raise off */
+  HR__RAISE_DONE,                   /* raised (or at the ceiling already) */
+  HR__RAISE_LIMITED                 /* this uid raised it too recently */
+} hr__raise_outcome;
+
 typedef struct hr__gpu {
   hr_gpu_info info;
   /* Footprints, in registration order; `fps` mirrors them index by index
@@ -54,8 +83,12 @@ typedef struct hr__gpu {
   hr__lease_rec *leases;
   int n_leases, cap_leases;
   hr_status_incident incidents[HR__INCIDENTS_KEPT]; /* oldest first */
+  int incident_uid[HR__INCIDENTS_KEPT]; /* their reporters; -1: unknown */
   int n_incidents;
   int raised;                       /* headroom added by incidents */
+  hr__raise_rec raise;
+  hr__raise_by raise_by[HR__RAISE_UIDS];
+  int n_raise_by;
   int granularity;                  /* SMs per green-context step; 0: none */
   uint32_t epoch;
   hr_budget budget;                 /* in force; mode is HR_MODE_HEADROOM */
@@ -70,6 +103,14 @@ typedef struct hr__state {
   /* The node's calibration, NULL when none is in force; it applies to the
    * GPUs it covers (hr__calibration_covers), theory to the others. */
   hr__calibration *calib;
+  /* A uid's barrier timeouts raise one GPU at most once in this many ms
+   * (incident_raise_interval); 0: no limit. */
+  int64_t raise_interval_ms;
+  /* The uid of a connected client, -1 when unknown: a raise leaves out
+   * every footprint of the reporter's uid, whichever connection holds it.
+   * NULL: only the reporting client's own (the unit tests' default). */
+  int (*uid_of)(const void *ctx, int64_t client);
+  const void *uid_ctx;
   /* Set when something the state file keeps (raised, epoch, incidents)
    * changed; the owner saves and clears it. */
   int dirty;
@@ -114,13 +155,30 @@ int hr__state_lease_add(hr__state *s, int64_t client, const hr_req_lease *req,
 int hr__state_lease_remove(hr__state *s, int64_t client, int64_t lease,
                            hr__gpu_mask *changed);
 
-/* Record an incident at `time_ms` (Unix ms). A barrier timeout raises the
- * GPU's headroom (hr__policy_raise); a launch failure is only recorded.
- * `out` is the budget after, in the mode of the lease named when it is the
- * client's own, else headroom. HR_ENOTFOUND (gpu). */
-int hr__state_report(hr__state *s, int64_t client, const hr_req_report *req,
-                     int64_t time_ms, int64_t *incident, hr_budget *out,
-                     hr__gpu_mask *changed);
+/* Record an incident from `client` (of `uid`) at `time_ms` (Unix ms). A
+ * lease it names must be the client's own, on that GPU. A barrier
+ * timeout raises the GPU's headroom one cluster above what the policy
+ * and the footprints of the GPU's other tenants explain (hr__policy_raise
+ * without the footprints of the reporter's uid, see uid_of), unless the
+ * same uid raised this GPU less than raise_interval_ms ago; a launch
+ * failure is only recorded.
+ * `out` is the budget after, in the mode of the lease named, else
+ * headroom; `outcome` (may be NULL) says what the raise did.
+ * HR_ENOTFOUND (gpu, or a lease not on it), HR_EPERM (another client's
+ * lease): nothing is recorded then. */
+int hr__state_report(hr__state *s, int64_t client, int uid,
+                     const hr_req_report *req, int64_t time_ms,
+                     int64_t *incident, hr_budget *out,
+                     hr__gpu_mask *changed, hr__raise_outcome *outcome);
+
+/* GPU `gpu`'s learned raise now. HR_ENOTFOUND. */
+int hr__state_raise_info(const hr__state *s, int gpu, hr_raise *out);
+
+/* Forget what incidents taught GPU `gpu` (-1: every GPU): raised 0, the
+ * raise record and the rate limit cleared, budgets recomputed. The
+ * incidents themselves stay listed. Returns how many GPUs had a raise to
+ * clear, HR_ENOTFOUND. */
+int hr__state_raises_clear(hr__state *s, int gpu, hr__gpu_mask *changed);
 
 /* Replace the policy (validated by the caller) and recompute every GPU. */
 void hr__state_set_policy(hr__state *s, const hr_policy *policy,
@@ -146,10 +204,15 @@ int hr__state_comm_ctas(const hr__state *s, int gpu);
 void hr__state_lease_counts(const hr__state *s, int gpu, int *counts);
 
 /* Restore learned state read from the state file: `raised`, the epoch to
- * continue from, and incidents (oldest first; only the most recent
- * HR__INCIDENTS_KEPT are kept). Recomputes without bumping the epoch.
- * HR_ENOTFOUND (gpu), HR_EINVAL (a negative raised, epoch 0). */
+ * continue from, and incidents (oldest first, with their reporters' uids
+ * in `uids`, NULL: unknown; kept by the same rule as new ones).
+ * Recomputes without bumping the epoch. HR_ENOTFOUND (gpu), HR_EINVAL (a
+ * negative raised, epoch 0). */
 int hr__state_restore(hr__state *s, int gpu, int raised, uint32_t epoch,
-                      const hr_status_incident *incidents, int n);
+                      const hr_status_incident *incidents, const int *uids,
+                      int n);
+
+/* Restore the raise record of `gpu`. HR_ENOTFOUND, HR_EINVAL. */
+int hr__state_restore_raise(hr__state *s, int gpu, const hr__raise_rec *r);
 
 #endif /* HR_DAEMON_STATE_H */

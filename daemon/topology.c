@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "policy.h"
 #include "topology.h"
 
 /* The few driver API entry points we need, declared here rather than
@@ -95,7 +96,7 @@ void hr__topology_default(hr_topology *topo)
   topo->n_gpus = HR__DEFAULT_GPUS;
   for(g = 0; g < topo->n_gpus; g++) {
     topo->gpus[g].index = g;
-    topo->gpus[g].sms = HR__DEFAULT_SMS;
+    topo->gpus[g].sms = HR_POLICY_DEFAULT_SMS;
   }
 }
 

@@ -22,6 +22,7 @@
 #include <cuda_runtime.h>
 
 #include "calib_nccl.h"
+#include "hr_clock.h"
 #include "calib_probe.h"
 
 #define MAX_BUDGETS 32
@@ -347,10 +348,7 @@ static int trial(ctx *x, hr__nccl_set *s, order_t order, int headroom)
 
 static double now_ms(void)
 {
-  struct timespec ts;
-
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+  return hr__clock_ns() / 1e6;
 }
 
 /* Three concurrent all-reduces on both GPUs, alone: mean of 5 after 2

@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include "headroom.h"
+#include "hr_clock.h"
 #include "headroom_moe.h"
 #include "moe_bench.h"
 #include "moe_kernel.h"
@@ -579,13 +580,6 @@ int hr_moe_forward(hr_moe *m, const hr_lease *lease, const hr_moe_args *args,
 
 /* ---- waiting ----------------------------------------------------------- */
 
-static long long now_ns(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 /* The error word says launch m->seq failed: keep the record, report a
  * timeout under a lease, and plan the barrier reset. */
 static int failure_take(hr_moe *m)
@@ -639,7 +633,7 @@ static int sync_wait(hr_moe *m, long long timeout_ns)
   err = device_enter(m->device, &prev);
   if(err)
     return err;
-  start = now_ns();
+  start = hr__clock_ns();
   for(;;) {
     cudaError_t q = cudaEventQuery(m->done);
     /* Read the word after the query: once the launch is complete, what
@@ -656,7 +650,7 @@ static int sync_wait(hr_moe *m, long long timeout_ns)
       break;
     }
     /* Checked after a poll, so a bound of 0 still looks once. */
-    waited = now_ns() - start;
+    waited = hr__clock_ns() - start;
     if(timeout_ns >= 0 && waited >= timeout_ns) {
       err = HR_ETIMEDOUT;
       goto out;

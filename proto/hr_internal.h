@@ -21,6 +21,12 @@
 #define HR__VERSION_MAX 1000
 
 int hr__msg_type_from_name(const char *name, hr_msg_type *out);
+/* The "type" member of `root`: a string naming a message type that
+ * `accept` takes (any type when NULL); else a failure, unknown_type for a
+ * name that is not one, saying it is not a `what` ("request") type. */
+void hr__dec_msg_type(hr__dec *d, const cJSON *root,
+                      int (*accept)(hr_msg_type), const char *what,
+                      hr_msg_type *type);
 
 const char *hr__mode_name_i(int i);
 const char *hr__wire_error_name_i(int i);
@@ -91,6 +97,13 @@ void hr__metrics_encode(hr__enc *e, cJSON *parent, const char *name,
                         const hr_metrics *m);
 void hr__metrics_decode(hr__dec *d, const cJSON *parent, const char *name,
                         hr_metrics *m);
+
+/* The body of a raises_get or (`cleared` 1) raises_clear reply, as
+ * members of `o` itself (hr_raises.c). */
+void hr__raises_encode(hr__enc *e, cJSON *o, int cleared,
+                       const hr_rep_raises *r);
+void hr__raises_decode(hr__dec *d, const cJSON *o, int cleared,
+                       hr_rep_raises *r);
 
 /* Replies and events (hr_reply.c, hr_fastenc.c). hr_proto_encode_reply()
  * takes the direct encoder for the types hr__reply_fast() names and the

@@ -131,12 +131,11 @@ static int has_escaped_nul(const char *line, size_t len)
   return 0;
 }
 
+static cJSON *dec_parse(hr__dec *d, const char *line, size_t len,
+                        const char *what);
+
 cJSON *hr__dec_parse(hr__dec *d, const char *line, size_t len)
 {
-  const char *end = NULL;
-  cJSON *root;
-  size_t i;
-
   if(len == 0) {
     hr__dec_fail(d, HR_WERR_BAD_REQUEST, "invalid JSON: empty message");
     return NULL;
@@ -147,6 +146,30 @@ cJSON *hr__dec_parse(hr__dec *d, const char *line, size_t len)
                  HR_PROTO_MAX_LINE);
     return NULL;
   }
+  return dec_parse(d, line, len, "message");
+}
+
+cJSON *hr__dec_parse_doc(hr__dec *d, const char *text, size_t len,
+                         size_t max)
+{
+  if(len == 0) {
+    hr__dec_fail(d, HR_WERR_BAD_REQUEST, "invalid JSON: empty file");
+    return NULL;
+  }
+  if(len > max) {
+    hr__dec_fail(d, HR_WERR_TOO_LARGE, "larger than %zu bytes", max);
+    return NULL;
+  }
+  return dec_parse(d, text, len, "file");
+}
+
+static cJSON *dec_parse(hr__dec *d, const char *line, size_t len,
+                        const char *what)
+{
+  const char *end = NULL;
+  cJSON *root;
+  size_t i;
+
   /* JSON text is UTF-8 without raw control characters. Checking the whole
    * line up front means every string cJSON hands back is valid UTF-8 too,
    * so whatever a client names itself can be echoed in status safely. */
@@ -184,7 +207,7 @@ cJSON *hr__dec_parse(hr__dec *d, const char *line, size_t len)
     }
   }
   if(!cJSON_IsObject(root)) {
-    hr__dec_fail(d, HR_WERR_BAD_REQUEST, "message: must be a JSON object");
+    hr__dec_fail(d, HR_WERR_BAD_REQUEST, "%s: must be a JSON object", what);
     cJSON_Delete(root);
     return NULL;
   }
@@ -234,6 +257,21 @@ void hr__dec_value_i64(hr__dec *d, const cJSON *item, const char *label,
 bad:
   hr__dec_field_fail(d, label, "must be an integer %" PRId64 "..%" PRId64,
                      min, max);
+}
+
+void hr__dec_double(hr__dec *d, const cJSON *obj, const char *name,
+                    int required, double min, double max, double *out)
+{
+  const cJSON *it = hr__dec_field(d, obj, name, required);
+
+  if(!it)
+    return;
+  if(!cJSON_IsNumber(it) || !isfinite(it->valuedouble) ||
+     it->valuedouble < min || it->valuedouble > max) {
+    hr__dec_field_fail(d, name, "must be a number %g..%g", min, max);
+    return;
+  }
+  *out = it->valuedouble;
 }
 
 void hr__dec_i64(hr__dec *d, const cJSON *obj, const char *name, int required,

@@ -1,12 +1,14 @@
 /*
  * hr_json.h: the checked JSON building blocks the codec is made of.
  *
- * Internal to proto/. Decoding goes through an hr__dec and encoding through
- * an hr__enc; both keep the *first* failure and turn every later call into a
- * no-op, so a message codec reads as a flat list of fields with one check at
- * the end instead of a test after each line. The ranges each field accepts
- * are passed in by the caller, and the encoder checks the very same ranges,
- * so a struct the daemon can send is always one the client can read.
+ * Internal to proto/, and the daemon's reader of its own files (state.json,
+ * the calibration file), which must refuse what the wire refuses.
+ * Decoding goes through an hr__dec and encoding through an hr__enc; both
+ * keep the *first* failure and turn every later call into a no-op, so a
+ * message codec reads as a flat list of fields with one check at the end
+ * instead of a test after each line. The ranges each field accepts are
+ * passed in by the caller, and the encoder checks the very same ranges, so
+ * a struct the daemon can send is always one the client can read.
  */
 #ifndef HR_JSON_H
 #define HR_JSON_H
@@ -53,6 +55,13 @@ void hr__dec_leave(hr__dec *d, size_t mark);
  * value, and the value must be an object. NULL (and d->rc set) on error. */
 cJSON *hr__dec_parse(hr__dec *d, const char *line, size_t len);
 
+/* The same for a whole document of at most `max` bytes (a file the
+ * daemon reads, such as state.json): every check of a line (UTF-8, no raw
+ * control byte but whitespace, no \u0000, one object and nothing after
+ * it) but the line's size. */
+cJSON *hr__dec_parse_doc(hr__dec *d, const char *text, size_t len,
+                         size_t max);
+
 /* The member `name` of `obj`; NULL when absent (a failure if required) or
  * when it appears twice. */
 const cJSON *hr__dec_field(hr__dec *d, const cJSON *obj, const char *name,
@@ -64,6 +73,9 @@ void hr__dec_i64(hr__dec *d, const cJSON *obj, const char *name, int required,
                  int64_t min, int64_t max, int64_t *out);
 void hr__dec_int(hr__dec *d, const cJSON *obj, const char *name, int required,
                  int64_t min, int64_t max, int *out);
+/* A finite number in [min, max], fractions allowed. */
+void hr__dec_double(hr__dec *d, const cJSON *obj, const char *name,
+                    int required, double min, double max, double *out);
 void hr__dec_bool(hr__dec *d, const cJSON *obj, const char *name,
                   int required, bool *out);
 void hr__dec_string(hr__dec *d, const cJSON *obj, const char *name,

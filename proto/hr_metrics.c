@@ -21,7 +21,7 @@
 
 static int is_request(int t)
 {
-  return t >= HR_MSG_HELLO && t <= HR_MSG_METRICS;
+  return t >= HR_MSG_HELLO && t <= HR_MSG_LAST_REQUEST;
 }
 
 static const char *request_name_i(int i)

@@ -21,6 +21,8 @@ static const char *const msg_type_names[HR_MSG_COUNT] = {
   [HR_MSG_POLICY_GET] = "policy_get",
   [HR_MSG_POLICY_SET] = "policy_set",
   [HR_MSG_METRICS] = "metrics",
+  [HR_MSG_RAISES_GET] = "raises_get",
+  [HR_MSG_RAISES_CLEAR] = "raises_clear",
   [HR_MSG_BUDGET] = "budget",
   [HR_MSG_SHUTDOWN] = "shutdown",
   [HR_MSG_ERROR] = "error",
@@ -118,6 +120,27 @@ int hr__msg_type_from_name(const char *name, hr_msg_type *out)
     return HR_EINVAL;
   *out = (hr_msg_type)i;
   return HR_OK;
+}
+
+void hr__dec_msg_type(hr__dec *d, const cJSON *root,
+                      int (*accept)(hr_msg_type), const char *what,
+                      hr_msg_type *type)
+{
+  const cJSON *it = hr__dec_field(d, root, "type", HR__REQUIRED);
+  char quoted[48];
+
+  if(!it)
+    return;
+  if(!cJSON_IsString(it) || !it->valuestring) {
+    hr__dec_field_fail(d, "type", "must be a string");
+    return;
+  }
+  if(hr__msg_type_from_name(it->valuestring, type) == HR_OK &&
+     (!accept || accept(*type)))
+    return;
+  hr__quote(quoted, sizeof(quoted), it->valuestring, 32);
+  hr__dec_fail(d, HR_WERR_UNKNOWN_TYPE, "type: \"%s\" is not a %s type",
+               quoted, what);
 }
 
 const char *hr_wire_error_name(hr_wire_error code)

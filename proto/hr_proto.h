@@ -50,12 +50,17 @@ typedef enum hr_msg_type {
   HR_MSG_POLICY_GET,
   HR_MSG_POLICY_SET,
   HR_MSG_METRICS,
+  HR_MSG_RAISES_GET,                /* operators: learned raises, per GPU */
+  HR_MSG_RAISES_CLEAR,              /* operators: forget them */
   /* daemon-to-client only */
   HR_MSG_BUDGET,                    /* event: a GPU's budget changed */
   HR_MSG_SHUTDOWN,                  /* event: the daemon is stopping */
   HR_MSG_ERROR,                     /* reply: a request failed */
   HR_MSG_COUNT
 } hr_msg_type;
+
+/* The last request type: requests are HR_MSG_HELLO..HR_MSG_LAST_REQUEST. */
+#define HR_MSG_LAST_REQUEST HR_MSG_RAISES_CLEAR
 
 /* Wire name of a type ("register_comm"); NULL when out of range. */
 const char *hr_msg_type_name(hr_msg_type type);
@@ -202,6 +207,10 @@ typedef struct hr_req_policy_set {
   hr_policy policy;
 } hr_req_policy_set;
 
+typedef struct hr_req_raises_clear {
+  int gpu;                          /* -1: every GPU */
+} hr_req_raises_clear;
+
 typedef struct hr_request {
   hr_msg_type type;
   int64_t id;                       /* 0..HR_PROTO_MAX_ID, echoed */
@@ -215,7 +224,8 @@ typedef struct hr_request {
     hr_req_subscribe subscribe;
     hr_req_status status;
     hr_req_policy_set policy_set;
-    /* policy_get and metrics carry nothing */
+    hr_req_raises_clear raises_clear;
+    /* policy_get, metrics and raises_get carry nothing */
   } u;
 } hr_request;
 
@@ -356,6 +366,25 @@ typedef struct hr_rep_report {
   hr_budget budget;                 /* the GPU's budget after the report */
 } hr_rep_report;
 
+/* One GPU's learned raise: the headroom barrier timeouts added to its
+ * floor, and the latest raise (PROTOCOL.md §5.10). */
+typedef struct hr_raise {
+  int gpu;
+  int raised;                       /* SMs added to the floor */
+  int headroom;                     /* the GPU's headroom now */
+  int raises;                       /* timeouts that raised it since the
+                                     * last clear */
+  int64_t last_time_ms;             /* Unix ms of the latest; 0: none */
+  int last_uid;                     /* its reporter's uid; -1: unknown */
+  int64_t last_incident;            /* its incident id; 0: none */
+} hr_raise;
+
+typedef struct hr_rep_raises {
+  int cleared;                      /* raises_clear: GPUs it cleared */
+  int n_gpus;
+  hr_raise gpus[HR_MAX_GPUS];       /* every GPU of the node, in order */
+} hr_rep_raises;
+
 typedef struct hr_reply {
   hr_msg_type type;                 /* type of the request, or an event */
   int64_t id;                       /* echoed; -1 for events */
@@ -367,6 +396,7 @@ typedef struct hr_reply {
     hr_status status;               /* owns arrays: hr_status_free */
     hr_metrics metrics;             /* metrics */
     hr_policy policy;               /* policy_get and policy_set */
+    hr_rep_raises raises;           /* raises_get and raises_clear */
     hr_budget budget;               /* HR_MSG_BUDGET event */
     hr_proto_error error;           /* HR_MSG_ERROR */
     char shutdown_reason[HR_MESSAGE_MAX]; /* HR_MSG_SHUTDOWN event */

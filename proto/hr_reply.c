@@ -72,6 +72,11 @@ static void encode_body(hr__enc *e, cJSON *o, const hr_reply *rep)
   case HR_MSG_POLICY_SET:
     hr__policy_encode(e, o, "policy", &rep->u.policy, HR__POLICY_ALL);
     break;
+  case HR_MSG_RAISES_GET:
+  case HR_MSG_RAISES_CLEAR:
+    hr__raises_encode(e, o, rep->type == HR_MSG_RAISES_CLEAR,
+                      &rep->u.raises);
+    break;
   case HR_MSG_BUDGET:
     hr__budget_encode(e, o, "budget", &rep->u.budget);
     break;
@@ -195,6 +200,11 @@ static void decode_body(hr__dec *d, const cJSON *o, hr_reply *rep)
     hr__policy_decode(d, o, "policy", &rep->u.policy, HR__POLICY_ALL,
                       &fields);
     break;
+  case HR_MSG_RAISES_GET:
+  case HR_MSG_RAISES_CLEAR:
+    hr__raises_decode(d, o, rep->type == HR_MSG_RAISES_CLEAR,
+                      &rep->u.raises);
+    break;
   case HR_MSG_BUDGET:
     hr__budget_decode(d, o, "budget", &rep->u.budget);
     break;
@@ -205,28 +215,6 @@ static void decode_body(hr__dec *d, const cJSON *o, hr_reply *rep)
   default:                          /* unregister_comm, release, subscribe */
     break;
   }
-}
-
-/* "type": a string naming a reply or an event. */
-static void decode_type(hr__dec *d, const cJSON *root, hr_msg_type *type)
-{
-  const cJSON *it = hr__dec_field(d, root, "type", HR__REQUIRED);
-  char quoted[48];
-
-  if(!it)
-    return;
-  if(!cJSON_IsString(it) || !it->valuestring) {
-    hr__dec_field_fail(d, "type", "must be a string");
-    return;
-  }
-  if(hr__msg_type_from_name(it->valuestring, type) == HR_OK) {
-    if(*type == HR_MSG_ERROR)       /* the code lives in "error" */
-      hr__dec_field_fail(d, "error", "required when type is \"error\"");
-    return;
-  }
-  hr__quote(quoted, sizeof(quoted), it->valuestring, 32);
-  hr__dec_fail(d, HR_WERR_UNKNOWN_TYPE, "type: \"%s\" is not a reply type",
-               quoted);
 }
 
 int hr_proto_decode_reply(const char *line, size_t len, hr_reply *rep,
@@ -256,7 +244,9 @@ int hr_proto_decode_reply(const char *line, size_t len, hr_reply *rep,
     decode_error(&d, error, &rep->u.error);
     goto out;
   }
-  decode_type(&d, root, &rep->type);
+  hr__dec_msg_type(&d, root, NULL, "reply", &rep->type);
+  if(!d.rc && rep->type == HR_MSG_ERROR)  /* the code lives in "error" */
+    hr__dec_field_fail(&d, "error", "required when type is \"error\"");
   if(d.rc)
     goto out;
   if(!is_event(rep->type))

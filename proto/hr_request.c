@@ -12,7 +12,7 @@
 
 static int is_request_type(hr_msg_type t)
 {
-  return t >= HR_MSG_HELLO && t <= HR_MSG_METRICS;
+  return t >= HR_MSG_HELLO && t <= HR_MSG_LAST_REQUEST;
 }
 
 /* ---- Encoding ---------------------------------------------------------- */
@@ -101,7 +101,10 @@ static void encode_body(hr__enc *e, cJSON *o, const hr_request *req)
     hr__policy_encode(e, o, "policy", &req->u.policy_set.policy,
                       req->u.policy_set.fields);
     break;
-  default:                          /* policy_get, metrics */
+  case HR_MSG_RAISES_CLEAR:
+    hr__enc_i64(e, o, "gpu", req->u.raises_clear.gpu, -1, HR_MAX_GPUS - 1);
+    break;
+  default:                          /* policy_get, metrics, raises_get */
     break;
   }
 }
@@ -239,29 +242,15 @@ static void decode_body(hr__dec *d, const cJSON *o, hr_request *req)
   case HR_MSG_POLICY_SET:
     decode_policy_set(d, o, &req->u.policy_set);
     break;
-  default:                          /* policy_get, metrics */
+  case HR_MSG_RAISES_CLEAR:
+    /* Required: clearing every GPU must be asked for (-1), never be what
+     * a missing member means. */
+    hr__dec_int(d, o, "gpu", HR__REQUIRED, -1, HR_MAX_GPUS - 1,
+                &req->u.raises_clear.gpu);
+    break;
+  default:                          /* policy_get, metrics, raises_get */
     break;
   }
-}
-
-/* The "type" member of a request: a string naming a request. */
-static void decode_type(hr__dec *d, const cJSON *root, hr_msg_type *type)
-{
-  const cJSON *it = hr__dec_field(d, root, "type", HR__REQUIRED);
-  char quoted[48];
-
-  if(!it)
-    return;
-  if(!cJSON_IsString(it) || !it->valuestring) {
-    hr__dec_field_fail(d, "type", "must be a string");
-    return;
-  }
-  if(hr__msg_type_from_name(it->valuestring, type) == HR_OK &&
-     is_request_type(*type))
-    return;
-  hr__quote(quoted, sizeof(quoted), it->valuestring, 32);
-  hr__dec_fail(d, HR_WERR_UNKNOWN_TYPE, "type: \"%s\" is not a request type",
-               quoted);
 }
 
 int hr_proto_decode_request(const char *line, size_t len, hr_request *req,
@@ -284,7 +273,7 @@ int hr_proto_decode_request(const char *line, size_t len, hr_request *req,
     goto out;
   /* From here on an error reply can echo the id. */
   req->id = id;
-  decode_type(&d, root, &req->type);
+  hr__dec_msg_type(&d, root, is_request_type, "request", &req->type);
   if(d.rc)
     goto out;
   decode_body(&d, root, req);

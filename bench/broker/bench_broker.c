@@ -34,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hr_clock.h"
 #include "hr_proto.h"
 
 #define WARMUP_MS 500
@@ -53,13 +54,6 @@ typedef struct conn {
 
 static int redis;
 static const char *sock_path;
-
-static uint64_t now_ns(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void die(const char *what)
 {
@@ -134,7 +128,7 @@ static void send_next(conn *c, int64_t *id)
     n = snprintf(buf, sizeof(buf), "{\"id\":%lld,\"type\":\"release\","
                  "\"lease\":%lld}\n", (long long)++*id, (long long)c->lease);
   }
-  c->sent_ns = now_ns();
+  c->sent_ns = (uint64_t)hr__clock_ns();
   send_all(c->fd, buf, (size_t)n);
 }
 
@@ -266,11 +260,11 @@ int main(int argc, char **argv)
   }
   for(i = 0; i < n; i++)
     send_next(&cs[i], &id);
-  start = now_ns();
+  start = (uint64_t)hr__clock_ns();
   warm_end = start + WARMUP_MS * 1000000ull;
   end = warm_end + (uint64_t)secs * 1000000000ull;
   for(;;) {
-    uint64_t t = now_ns();
+    uint64_t t = (uint64_t)hr__clock_ns();
     if(t >= end)
       break;
     if(poll(pfd, (nfds_t)n, 100) < 0 && errno != EINTR)
@@ -290,7 +284,7 @@ int main(int argc, char **argv)
       nl = memchr(c->in, '\n', c->in_len);
       if(!nl)
         continue;
-      t = now_ns();
+      t = (uint64_t)hr__clock_ns();
       if(redis) {
         if(c->in[0] == '-')
           die("redis answered with an error");

@@ -2,6 +2,7 @@
  * gpu_util.c: see gpu_util.h.
  */
 #include "gpu_util.h"
+#include "hr_clock.h"
 
 #include <errno.h>
 #include <math.h>
@@ -101,9 +102,7 @@ float gt_uniform(float lo, float hi)
 
 double gt_now_ms(void)
 {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+  return hr__clock_ns() / 1e6;
 }
 
 void gt_sleep_ms(int ms)

@@ -11,7 +11,8 @@
  *  - a hello's degraded_ms is clamped before it is counted;
  *  - a state or calibration file that is a link, a FIFO, a folder or
  *    another user's is moved aside with a logged reason, and the daemon
- *    starts clean; a duplicated member makes the file corrupt.
+ *    starts clean; a duplicated member makes the file corrupt (it is read
+ *    with the wire's checked reader).
  * The tests needing a second uid or a file of another owner run as root
  * and skip visibly otherwise.
  */
@@ -21,7 +22,6 @@
 #include <pwd.h>
 #include <setjmp.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -38,25 +38,13 @@
 
 static hr_daemon daemon_;
 
+#define send_line(r, ...) assert_int_equal(th_raw_send_line(r, __VA_ARGS__), 0)
+
 static int teardown(void **state)
 {
   (void)state;
   th_daemon_cleanup(&daemon_);
   return 0;
-}
-
-static void send_line(th_raw *r, const char *fmt, ...)
-{
-  char line[2048];
-  va_list ap;
-  int n;
-
-  va_start(ap, fmt);
-  n = vsnprintf(line, sizeof(line) - 1, fmt, ap);
-  va_end(ap);
-  assert_true(n > 0 && (size_t)n < sizeof(line) - 1);
-  line[n++] = '\n';
-  assert_int_equal(th_raw_send(r, line, (size_t)n), 0);
 }
 
 /* ---- operators ----------------------------------------------------------- */
@@ -270,6 +258,212 @@ static void test_degraded_ms_clamped(void **state)
                                 "without a daemon, it says; counted as"));
 }
 
+/* ---- state and calibration files ------------------------------------------ */
+
+/* The one entry of the state folder whose name starts with `prefix`:
+ * lstat'ed into *st; 0 when found, -1 when none or more than one. */
+static int find_aside(const char *prefix, struct stat *st, char *name,
+                      size_t n)
+{
+  char cmd[600], line[256];
+  FILE *f;
+  int found = 0;
+
+  snprintf(cmd, sizeof(cmd), "ls -A '%s'", daemon_.state_dir);
+  f = popen(cmd, "r");
+  assert_non_null(f);
+  while(fgets(line, sizeof(line), f)) {
+    line[strcspn(line, "\n")] = '\0';
+    if(strncmp(line, prefix, strlen(prefix)))
+      continue;
+    found++;
+    snprintf(name, n, "%s/%s", daemon_.state_dir, line);
+  }
+  pclose(f);
+  if(found != 1)
+    return -1;
+  return lstat(name, st);
+}
+
+/* A barrier timeout on GPU 1 (raising its headroom) and a status read
+ * after it, so the report's save is done. */
+static void raise_gpu1(void)
+{
+  hr_client *c = th_client_open_connected(&daemon_, "raiser", 0);
+  hr_incident_detail d = {1, 120, 130, 4, 130, 2000, -1};
+  hr_lease *l;
+  hr_status st;
+
+  assert_int_equal(hr_lease_acquire(c, 1, 1, HR_MODE_HEADROOM, &l), HR_OK);
+  assert_int_equal(hr_report(c, l, HR_INCIDENT_BARRIER_TIMEOUT, &d,
+                             "learned"), HR_OK);
+  assert_int_equal(th_status(daemon_.socket, &st), 0);
+  assert_true(st.gpus[1].raised > 0);
+  hr_status_free(&st);
+  hr_client_close(c);
+}
+
+static int gpu1_raised(void)
+{
+  hr_status st;
+  int raised;
+
+  assert_int_equal(th_status(daemon_.socket, &st), 0);
+  raised = st.gpus[1].raised;
+  hr_status_free(&st);
+  return raised;
+}
+
+/* After a start on a hostile state.json: refused with `reason` logged,
+ * moved aside as state.json.refused-*, of `kind` (S_IFLNK, ...); the
+ * daemon runs clean and saves a regular file of its own again. */
+static void expect_refused_state(const char *reason, mode_t kind)
+{
+  char file[400], aside[1000], needle[200];
+  struct stat st;
+
+  snprintf(needle, sizeof(needle), "state.json is refused (%s); moved to",
+           reason);
+  if(!th_daemon_log_has(&daemon_, needle)) {
+    th_daemon_dump_log(&daemon_);
+    fail_msg("no \"%s\" in the log", needle);
+  }
+  assert_int_equal(find_aside("state.json.refused-", &st, aside,
+                              sizeof(aside)), 0);
+  assert_int_equal(st.st_mode & S_IFMT, kind);
+  assert_int_equal(gpu1_raised(), 0);
+  raise_gpu1();
+  snprintf(file, sizeof(file), "%s/state.json", daemon_.state_dir);
+  assert_int_equal(lstat(file, &st), 0);
+  assert_true(S_ISREG(st.st_mode));
+  assert_int_equal(st.st_uid, geteuid());
+}
+
+static void test_state_file_symlink(void **state)
+{
+  char file[400], victim[400], *before, *after;
+  (void)state;
+
+  assert_int_equal(th_daemon_start(&daemon_, NULL), 0);
+  raise_gpu1();
+  assert_int_equal(th_daemon_stop(&daemon_), 0);
+  /* A good state file elsewhere, and a link to it where the daemon looks:
+   * it must be neither read (its raise is not restored) nor written. */
+  snprintf(file, sizeof(file), "%s/state.json", daemon_.state_dir);
+  snprintf(victim, sizeof(victim), "%s/victim.json", daemon_.dir);
+  assert_int_equal(rename(file, victim), 0);
+  assert_int_equal(symlink(victim, file), 0);
+  before = th_file_read(victim);
+  assert_int_equal(th_daemon_restart(&daemon_), 0);
+  expect_refused_state("a symbolic link, not followed", S_IFLNK);
+  after = th_file_read(victim);
+  assert_string_equal(before, after);
+  free(before);
+  free(after);
+}
+
+/* A daemon started once (so its state folder exists) and stopped, and
+ * the path of `name` in that folder, for a test to plant something at. */
+static void stopped_daemon(const char *name, char *path, size_t n)
+{
+  assert_int_equal(th_daemon_start(&daemon_, NULL), 0);
+  assert_int_equal(th_daemon_stop(&daemon_), 0);
+  snprintf(path, n, "%s/%s", daemon_.state_dir, name);
+}
+
+static void test_state_file_fifo(void **state)
+{
+  char file[400];
+  (void)state;
+
+  stopped_daemon("state.json", file, sizeof(file));
+  assert_int_equal(mkfifo(file, 0644), 0);
+  /* Nobody writes to it: a blocking open would never return, and
+   * th_daemon_restart would time out waiting for the socket. */
+  assert_int_equal(th_daemon_restart(&daemon_), 0);
+  expect_refused_state("a FIFO", S_IFIFO);
+}
+
+static void test_state_file_folder(void **state)
+{
+  char file[400];
+  (void)state;
+
+  stopped_daemon("state.json", file, sizeof(file));
+  assert_int_equal(mkdir(file, 0755), 0);
+  assert_int_equal(th_daemon_restart(&daemon_), 0);
+  expect_refused_state("a folder", S_IFDIR);
+}
+
+static void test_state_file_other_owner(void **state)
+{
+  char file[400];
+  (void)state;
+
+  if(geteuid() != 0)
+    skip();                     /* only root can give a file away */
+  assert_int_equal(th_daemon_start(&daemon_, NULL), 0);
+  raise_gpu1();
+  assert_int_equal(th_daemon_stop(&daemon_), 0);
+  snprintf(file, sizeof(file), "%s/state.json", daemon_.state_dir);
+  assert_int_equal(chown(file, 65534, 65534), 0);
+  assert_int_equal(th_daemon_restart(&daemon_), 0);
+  expect_refused_state("owned by uid 65534, not by the daemon's user "
+                       "(uid 0)", S_IFREG);
+}
+
+/* The calibration file, in the state folder where headroomd looks when
+ * the config names none: a FIFO there hung start-up too. */
+static void test_calibration_file_fifo_and_link(void **state)
+{
+  char file[400], aside[1000];
+  struct stat st;
+  (void)state;
+
+  stopped_daemon("calibration.json", file, sizeof(file));
+  assert_int_equal(mkfifo(file, 0644), 0);
+  assert_int_equal(th_daemon_restart(&daemon_), 0);
+  assert_true(th_daemon_log_has(&daemon_, "calibration.json: a FIFO; moved "
+                                "to"));
+  assert_int_equal(find_aside("calibration.json.refused-", &st, aside,
+                              sizeof(aside)), 0);
+  assert_true(S_ISFIFO(st.st_mode));
+  assert_int_equal(unlink(aside), 0);
+
+  /* A link, at SIGHUP: refused the same way. */
+  assert_int_equal(symlink("/etc/hostname", file), 0);
+  assert_int_equal(kill(daemon_.pid, SIGHUP), 0);
+  for(int i = 0; i < 300 && find_aside("calibration.json.refused-", &st,
+                                       aside, sizeof(aside)); i++)
+    usleep(10 * 1000);
+  assert_int_equal(find_aside("calibration.json.refused-", &st, aside,
+                              sizeof(aside)), 0);
+  assert_true(S_ISLNK(st.st_mode));
+  assert_true(th_daemon_log_has(&daemon_, "calibration.json: a symbolic "
+                                "link, not followed; moved to"));
+}
+
+/* A member given twice: the wire refuses it, and so does the state file
+ * now. Read loosely, the first "raised" won and a planted 30 came back. */
+static void test_state_file_duplicate_member(void **state)
+{
+  char file[400], aside[1000];
+  struct stat st;
+  (void)state;
+
+  stopped_daemon("state.json", file, sizeof(file));
+  th_file_write(file, "{\"format\":1,\"next_incident\":1,\"gpus\":["
+                "{\"gpu\":1,\"sms\":132,\"raised\":30,\"raised\":0,"
+                "\"epoch\":1,\"incidents\":[]}]}\n");
+  assert_int_equal(th_daemon_restart(&daemon_), 0);
+  assert_int_equal(gpu1_raised(), 0);
+  assert_true(th_daemon_log_has(&daemon_, "state.json is corrupt "
+                                "(gpus[0].raised: given more than once)"));
+  assert_int_equal(find_aside("state.json.corrupt-", &st, aside,
+                              sizeof(aside)), 0);
+  assert_true(S_ISREG(st.st_mode));
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -279,6 +473,13 @@ int main(void)
     cmocka_unit_test_teardown(test_names_refuse_control_characters,
                               teardown),
     cmocka_unit_test_teardown(test_degraded_ms_clamped, teardown),
+    cmocka_unit_test_teardown(test_state_file_symlink, teardown),
+    cmocka_unit_test_teardown(test_state_file_fifo, teardown),
+    cmocka_unit_test_teardown(test_state_file_folder, teardown),
+    cmocka_unit_test_teardown(test_state_file_other_owner, teardown),
+    cmocka_unit_test_teardown(test_calibration_file_fifo_and_link,
+                              teardown),
+    cmocka_unit_test_teardown(test_state_file_duplicate_member, teardown),
   };
   signal(SIGPIPE, SIG_IGN);
   if(geteuid() != 0)

@@ -15,7 +15,6 @@
 #include <grp.h>
 #include <setjmp.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -34,6 +33,8 @@
 
 static hr_daemon daemon_;
 
+#define send_line(r, ...) assert_int_equal(th_raw_send_line(r, __VA_ARGS__), 0)
+
 static int teardown(void **state)
 {
   (void)state;
@@ -44,19 +45,6 @@ static int teardown(void **state)
 static hr_client *open_client(const char *name)
 {
   return th_client_open_connected(&daemon_, name, 0);
-}
-
-static void send_line(th_raw *r, const char *fmt, ...)
-{
-  char line[1024];
-  va_list ap;
-  int n;
-
-  va_start(ap, fmt);
-  n = vsnprintf(line, sizeof(line) - 1, fmt, ap);
-  va_end(ap);
-  line[n++] = '\n';
-  assert_int_equal(th_raw_send(r, line, (size_t)n), 0);
 }
 
 /* The next reply must be the error `code` for request `id`. */

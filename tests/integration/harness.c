@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,13 +17,12 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "hr_clock.h"
 #include "headroom.h"
 
 long long th_now_ms(void)
 {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+  return hr__clock_ms();
 }
 
 const char *th_build_dir(void)
@@ -242,6 +242,21 @@ int th_raw_send(th_raw *r, const void *data, size_t len)
 int th_raw_send_str(th_raw *r, const char *s)
 {
   return th_raw_send(r, s, strlen(s));
+}
+
+int th_raw_send_line(th_raw *r, const char *fmt, ...)
+{
+  char line[4096];
+  va_list ap;
+  int n;
+
+  va_start(ap, fmt);
+  n = vsnprintf(line, sizeof(line) - 1, fmt, ap);
+  va_end(ap);
+  if(n < 0 || (size_t)n >= sizeof(line) - 1)
+    return -1;
+  line[n++] = '\n';
+  return th_raw_send(r, line, (size_t)n);
 }
 
 long th_raw_read_line(th_raw *r, char *out, size_t cap, int timeout_ms)

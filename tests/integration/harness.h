@@ -52,6 +52,10 @@ int th_raw_connect(th_raw *r, const char *path);
 void th_raw_close(th_raw *r);
 int th_raw_send(th_raw *r, const void *data, size_t len);
 int th_raw_send_str(th_raw *r, const char *s);
+/* Format one line (at most 4 KiB), add its '\n' and send it; -1 when it
+ * does not fit or cannot be sent. */
+int th_raw_send_line(th_raw *r, const char *fmt, ...)
+  __attribute__((format(printf, 2, 3)));
 /* Read one line (without '\n') into out; returns its length, -1 on EOF or
  * error, -2 on timeout. */
 long th_raw_read_line(th_raw *r, char *out, size_t cap, int timeout_ms);

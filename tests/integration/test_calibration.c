@@ -129,14 +129,30 @@ static void test_calibrated_lease(void **state)
   hr_client_close(c);
 }
 
+/* headroomd on the calibration file `text`, which it must refuse whole
+ * with `why` in the log: GPU 0 runs on theory. */
+static void expect_refused_file(const char *text, const char *why)
+{
+  hr_client *c;
+  hr_lease *l0;
+
+  start_calibrated(text);
+  c = open_client("theory");
+  register_load(c);
+  assert_int_equal(hr_lease_acquire(c, 0, 2, HR_MODE_HEADROOM, &l0), HR_OK);
+  assert_int_equal(hr_lease_grid(l0), 100);
+  expect_sources(HR_SOURCE_THEORY, HR_SOURCE_THEORY);
+  assert_true(log_has(why));
+  assert_true(log_has("ignored, using the policy's theory"));
+  hr_client_close(c);
+}
+
 /* A file with one bad value is refused whole: GPU 0 runs on theory. */
 static void test_bad_file_ignored(void **state)
 {
   char bad[sizeof(good_file) + 1];
   const char *p;
   size_t at;
-  hr_client *c;
-  hr_lease *l0;
   (void)state;
 
   /* The 8/1 entry's safe headroom made negative: valid JSON, bad value. */
@@ -146,15 +162,25 @@ static void test_bad_file_ignored(void **state)
   memcpy(bad, good_file, at);
   bad[at] = '-';
   memcpy(bad + at + 1, good_file + at, sizeof(good_file) - at);
-  start_calibrated(bad);
-  c = open_client("theory");
-  register_load(c);
-  assert_int_equal(hr_lease_acquire(c, 0, 2, HR_MODE_HEADROOM, &l0), HR_OK);
-  assert_int_equal(hr_lease_grid(l0), 100);
-  expect_sources(HR_SOURCE_THEORY, HR_SOURCE_THEORY);
-  assert_true(log_has("budgets[1].safe_headroom"));
-  assert_true(log_has("ignored, using the policy's theory"));
-  hr_client_close(c);
+  expect_refused_file(bad, "budgets[1].safe_headroom");
+}
+
+/* A member given twice is refused as the wire refuses it: the second
+ * safe_headroom would otherwise be silently dropped (cJSON finds the
+ * first). The whole file is ignored. */
+static void test_duplicate_member_ignored(void **state)
+{
+  char bad[sizeof(good_file) + 32];
+  const char *p = strstr(good_file, "\"safe_headroom\":2,");
+  size_t at;
+  (void)state;
+
+  assert_non_null(p);
+  at = (size_t)(p - good_file);
+  memcpy(bad, good_file, at);
+  snprintf(bad + at, sizeof(bad) - at, "\"safe_headroom\":40,%s",
+           good_file + at);
+  expect_refused_file(bad, "budgets[1].safe_headroom: given more than once");
 }
 
 /* No calibration key: the default file in state_dir, absent at start,
@@ -184,7 +210,7 @@ static void test_default_file_on_sighup(void **state)
   assert_int_equal(kill(daemon_.pid, SIGHUP), 0);
   assert_int_equal(th_wait_grid(l0, 100, 3000), 0);
   expect_sources(HR_SOURCE_THEORY, HR_SOURCE_THEORY);
-  assert_true(log_has("not valid JSON"));
+  assert_true(log_has("invalid JSON"));
   unlink(path);
   hr_client_close(c);
 }
@@ -194,6 +220,8 @@ int main(void)
   const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(test_calibrated_lease, setup, teardown),
     cmocka_unit_test_setup_teardown(test_bad_file_ignored, setup, teardown),
+    cmocka_unit_test_setup_teardown(test_duplicate_member_ignored, setup,
+                                    teardown),
     cmocka_unit_test_setup_teardown(test_default_file_on_sighup, setup,
                                     teardown),
   };

@@ -38,31 +38,34 @@ static int teardown(void **state)
   return 0;
 }
 
-/* Run headroomd with `args` (NULL-terminated) to completion, its stderr
- * (expected noise: a refused config) into <dir>/NAME.err; the exit
- * status, -1 when it did not exit by itself. */
-static int run_daemon_bin(const char *const *args, const char *name)
+/* Run build/bin/PROG with `args` (NULL-terminated) to completion, its
+ * stdout into <dir>/NAME.out and its stderr (expected noise: a refused
+ * config, a refused request) into <dir>/NAME.err; the exit status, -1
+ * when it did not exit by itself. */
+static int run_bin(const char *prog, const char *const *args,
+                   const char *name)
 {
-  char bin[512], err[400];
-  char *argv[12];
+  char bin[512], err[400], out[400];
+  char *argv[16];
   pid_t pid;
   int status, i = 0, j;
 
-  snprintf(bin, sizeof(bin), "%s/bin/headroomd", th_build_dir());
+  snprintf(bin, sizeof(bin), "%s/bin/%s", th_build_dir(), prog);
   snprintf(err, sizeof(err), "%s/%s.err", daemon_.dir, name);
+  snprintf(out, sizeof(out), "%s/%s.out", daemon_.dir, name);
   argv[i++] = bin;
-  for(j = 0; args[j] && i < 11; j++)
+  for(j = 0; args[j] && i < 15; j++)
     argv[i++] = (char *)args[j];
   argv[i] = NULL;
   pid = fork();
   assert_true(pid >= 0);
   if(pid == 0) {
     int fd = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int null = open("/dev/null", O_WRONLY);
-    if(fd < 0 || null < 0)
+    int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if(fd < 0 || fo < 0)
       _exit(126);
     dup2(fd, 2);
-    dup2(null, 1);
+    dup2(fo, 1);
     execv(bin, argv);
     _exit(127);
   }
@@ -74,6 +77,23 @@ static int run_daemon_bin(const char *const *args, const char *name)
   kill(pid, SIGKILL);
   waitpid(pid, &status, 0);
   return -1;
+}
+
+static int run_daemon_bin(const char *const *args, const char *name)
+{
+  return run_bin("headroomd", args, name);
+}
+
+/* headroomctl on the test daemon's socket. */
+static int run_ctl(const char *const *args, const char *name)
+{
+  const char *argv[14] = {"--socket", daemon_.socket};
+  int i;
+
+  for(i = 0; args[i] && i < 11; i++)
+    argv[i + 2] = args[i];
+  argv[i + 2] = NULL;
+  return run_bin("headroomctl", argv, name);
 }
 
 static char *read_in_dir(const char *name)
@@ -269,6 +289,461 @@ static void test_reload_keeps_safe_policy(void **state)
   expect_default_policy();
 }
 
+/* ---- incidents belong to their reporter ------------------------------------ */
+
+static int64_t raw_lease(th_raw *r, int64_t id, int gpu)
+{
+  hr_reply rep;
+
+  assert_int_equal(th_raw_lease(r, id, gpu, 2, HR_MODE_HEADROOM, &rep), 0);
+  assert_int_equal(rep.type, HR_MSG_LEASE);
+  return rep.u.lease.lease;
+}
+
+static void raw_comm(th_raw *r, int64_t id, int gpu, int ctas, int conc)
+{
+  hr_request req;
+  hr_reply rep;
+
+  memset(&req, 0, sizeof(req));
+  req.type = HR_MSG_REGISTER_COMM;
+  req.id = id;
+  req.u.register_comm.gpu = gpu;
+  snprintf(req.u.register_comm.name, sizeof(req.u.register_comm.name), "c");
+  req.u.register_comm.ctas = ctas;
+  req.u.register_comm.cga = 1;
+  req.u.register_comm.concurrent = conc;
+  send_request(r, &req, &rep);
+  assert_int_equal(rep.type, HR_MSG_REGISTER_COMM);
+}
+
+/* A report; the reply (or error) in `rep`. */
+static void raw_report(th_raw *r, int64_t id, int gpu, hr_incident_kind kind,
+                       int64_t lease, hr_reply *rep)
+{
+  hr_request req;
+
+  memset(&req, 0, sizeof(req));
+  req.type = HR_MSG_REPORT;
+  req.id = id;
+  req.u.report.gpu = gpu;
+  req.u.report.kind = kind;
+  req.u.report.lease = lease;
+  memset(&req.u.report.detail, 0xff, sizeof(req.u.report.detail));
+  send_request(r, &req, rep);
+}
+
+static void expect_code(const hr_reply *rep, int64_t id, const char *code)
+{
+  if(rep->type != HR_MSG_ERROR)
+    fail_msg("expected %s, got message type %d", code, rep->type);
+  assert_string_equal(hr_wire_error_name(rep->u.error.code), code);
+  assert_true(rep->id == id);
+}
+
+static void gpu_state(int gpu, int *raised, int *headroom, int *incidents)
+{
+  hr_status st;
+
+  assert_int_equal(th_status(daemon_.socket, &st), 0);
+  *raised = st.gpus[gpu].raised;
+  *headroom = st.gpus[gpu].budget.headroom;
+  *incidents = st.gpus[gpu].n_incidents;
+  hr_status_free(&st);
+}
+
+/* In a child as nobody: connect, and run `fn`; its return is the child's
+ * exit status (0 good). The parent asserts it. */
+static void as_nobody(int (*fn)(void *), void *arg)
+{
+  pid_t pid = fork();
+  int status;
+
+  assert_true(pid >= 0);
+  if(pid == 0) {
+    if(setgroups(0, NULL) || setgid(65534) || setuid(65534))
+      _exit(100);
+    _exit(fn(arg));
+  }
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+static int nobody_reports_on(void *arg)
+{
+  const int64_t *lease = arg;
+  hr_reply rep;
+  th_raw r;
+
+  if(th_raw_open(&r, daemon_.socket))
+    return 1;
+  raw_report(&r, 7, 0, HR_INCIDENT_BARRIER_TIMEOUT, *lease, &rep);
+  if(rep.type != HR_MSG_ERROR ||
+     rep.u.error.code != HR_WERR_PERMISSION_DENIED)
+    return 2;
+  th_raw_close(&r);
+  return 0;
+}
+
+/* A report may name only a lease of its own connection: another
+ * connection's (same uid or not) is permission_denied, one that does not
+ * exist not_found, and neither is recorded nor raises anything. */
+static void test_report_names_own_lease_only(void **state)
+{
+  th_raw a, b;
+  hr_reply rep;
+  int64_t la;
+  int raised, headroom, n;
+  (void)state;
+
+  assert_int_equal(th_raw_open(&a, daemon_.socket), 0);
+  assert_int_equal(th_raw_open(&b, daemon_.socket), 0);
+  la = raw_lease(&a, 2, 0);
+  raw_report(&b, 3, 0, HR_INCIDENT_BARRIER_TIMEOUT, la, &rep);
+  expect_code(&rep, 3, "permission_denied");
+  raw_report(&b, 4, 0, HR_INCIDENT_BARRIER_TIMEOUT, la + 100, &rep);
+  expect_code(&rep, 4, "not_found");
+  raw_report(&b, 5, 1, HR_INCIDENT_LAUNCH_FAILURE, la, &rep); /* gpu 1 */
+  expect_code(&rep, 5, "not_found");
+  if(geteuid() == 0)
+    as_nobody(nobody_reports_on, &la);
+  else
+    print_message("SKIP: the other uid's report needs root\n");
+  gpu_state(0, &raised, &headroom, &n);
+  assert_int_equal(raised, 0);
+  assert_int_equal(headroom, 2);
+  assert_int_equal(n, 0);
+  /* Its own connection may. */
+  raw_report(&a, 6, 0, HR_INCIDENT_BARRIER_TIMEOUT, la, &rep);
+  assert_int_equal(rep.type, HR_MSG_REPORT);
+  assert_int_equal(rep.u.report.budget.headroom, 4);
+  th_raw_close(&a);
+  th_raw_close(&b);
+}
+
+static int setup_no_interval(void **state)
+{
+  (void)state;
+  return th_daemon_start(&daemon_, "incident_raise_interval = 0");
+}
+
+static void wait_headroom(int gpu, int want, int *raised)
+{
+  int headroom, n;
+  long long t0 = th_now_ms();
+
+  do {
+    gpu_state(gpu, raised, &headroom, &n);
+  } while(headroom != want && th_now_ms() - t0 < 3000 && !usleep(10 * 1000));
+  assert_int_equal(headroom, want);
+}
+
+/* One tenant registers a 64 x 64 footprint, leases and reports a
+ * timeout: while it stays the GPU is at the ceiling (its footprint), but
+ * once it has gone the GPU is one cluster above the floor, not at 30
+ * raised, also after a restart; the same from a second connection of its
+ * uid. Another uid's footprint does count. */
+static void test_inflated_footprint_raises_one_step(void **state)
+{
+  th_raw a, a2;
+  hr_reply rep;
+  int64_t la;
+  int raised, to_child[2], from_child[2];
+  pid_t pid;
+  char ch = 0;
+  (void)state;
+
+  assert_int_equal(th_raw_open(&a, daemon_.socket), 0);
+  raw_comm(&a, 2, 0, 64, 64);
+  la = raw_lease(&a, 3, 0);
+  raw_report(&a, 4, 0, HR_INCIDENT_BARRIER_TIMEOUT, la, &rep);
+  assert_int_equal(rep.type, HR_MSG_REPORT);
+  assert_int_equal(rep.u.report.budget.headroom, 32);
+  th_raw_close(&a);
+  wait_headroom(0, 4, &raised);
+  assert_int_equal(raised, 2);
+  assert_int_equal(th_daemon_stop(&daemon_), 0);
+  assert_int_equal(th_daemon_restart(&daemon_), 0);
+  wait_headroom(0, 4, &raised);
+  assert_int_equal(raised, 2);
+
+  /* The footprint on one connection, the report from another. */
+  assert_int_equal(th_raw_open(&a, daemon_.socket), 0);
+  assert_int_equal(th_raw_open(&a2, daemon_.socket), 0);
+  raw_comm(&a, 2, 1, 64, 64);
+  la = raw_lease(&a2, 3, 1);
+  raw_report(&a2, 4, 1, HR_INCIDENT_BARRIER_TIMEOUT, la, &rep);
+  assert_int_equal(rep.type, HR_MSG_REPORT);
+  th_raw_close(&a);
+  th_raw_close(&a2);
+  wait_headroom(1, 4, &raised);
+  assert_int_equal(raised, 2);
+
+  if(geteuid() != 0) {
+    print_message("SKIP: another uid's footprint needs root\n");
+    return;
+  }
+  /* nobody holds 8 CTAs on GPU 1 (16 SMs with pairs): root's timeout is
+   * one cluster above that, 18, and stays after nobody has gone. */
+  assert_int_equal(pipe(to_child), 0);
+  assert_int_equal(pipe(from_child), 0);
+  pid = fork();
+  assert_true(pid >= 0);
+  if(pid == 0) {
+    th_raw r;
+    if(setgroups(0, NULL) || setgid(65534) || setuid(65534) ||
+       th_raw_open(&r, daemon_.socket))
+      _exit(1);
+    raw_comm(&r, 2, 1, 8, 1);
+    if(write(from_child[1], "r", 1) != 1 || read(to_child[0], &ch, 1) != 1)
+      _exit(2);
+    _exit(0);
+  }
+  assert_int_equal(read(from_child[0], &ch, 1), 1);
+  assert_int_equal(th_raw_open(&a, daemon_.socket), 0);
+  la = raw_lease(&a, 2, 1);
+  raw_report(&a, 3, 1, HR_INCIDENT_BARRIER_TIMEOUT, la, &rep);
+  assert_int_equal(rep.type, HR_MSG_REPORT);
+  assert_int_equal(rep.u.report.budget.headroom, 18);
+  assert_int_equal(write(to_child[1], "x", 1), 1);
+  assert_int_equal(waitpid(pid, NULL, 0), pid);
+  th_raw_close(&a);
+  wait_headroom(1, 18, &raised);
+  assert_int_equal(raised, 16);
+  close(to_child[0]);
+  close(to_child[1]);
+  close(from_child[0]);
+  close(from_child[1]);
+}
+
+static int nobody_times_out(void *arg)
+{
+  int *want = arg;
+  hr_reply rep;
+  th_raw r;
+  int64_t l;
+
+  if(th_raw_open(&r, daemon_.socket))
+    return 1;
+  if(th_raw_lease(&r, 2, 0, 2, HR_MODE_HEADROOM, &rep) ||
+     rep.type != HR_MSG_LEASE)
+    return 2;
+  l = rep.u.lease.lease;
+  raw_report(&r, 3, 0, HR_INCIDENT_BARRIER_TIMEOUT, l, &rep);
+  if(rep.type != HR_MSG_REPORT || rep.u.report.budget.headroom != *want)
+    return 3;
+  th_raw_close(&r);
+  return 0;
+}
+
+/* One uid's timeouts raise a GPU once per incident_raise_interval; the
+ * rest are recorded and raise nothing. Another uid's still raises. */
+static void test_raises_rate_limited_per_uid(void **state)
+{
+  th_raw a, b;
+  hr_reply rep;
+  int64_t la, lb;
+  int raised, headroom, n, i, want = 6;
+  (void)state;
+
+  assert_int_equal(th_raw_open(&a, daemon_.socket), 0);
+  assert_int_equal(th_raw_open(&b, daemon_.socket), 0);
+  la = raw_lease(&a, 2, 0);
+  lb = raw_lease(&b, 2, 0);
+  raw_report(&a, 3, 0, HR_INCIDENT_BARRIER_TIMEOUT, la, &rep);
+  assert_int_equal(rep.u.report.budget.headroom, 4);
+  /* Same uid, whichever connection: limited. */
+  for(i = 0; i < 5; i++) {
+    raw_report(i % 2 ? &a : &b, 4 + i, 0, HR_INCIDENT_BARRIER_TIMEOUT,
+               i % 2 ? la : lb, &rep);
+    assert_int_equal(rep.type, HR_MSG_REPORT);
+    assert_int_equal(rep.u.report.budget.headroom, 4);
+  }
+  gpu_state(0, &raised, &headroom, &n);
+  assert_int_equal(raised, 2);
+  assert_int_equal(n, 6);
+  assert_true(th_daemon_log_has(&daemon_, "(incident_raise_interval)"));
+  /* Other GPUs are not held back. */
+  raw_report(&a, 20, 1, HR_INCIDENT_BARRIER_TIMEOUT, 0, &rep);
+  assert_int_equal(rep.u.report.budget.headroom, 4);
+  if(geteuid() == 0)
+    as_nobody(nobody_times_out, &want);
+  else
+    print_message("SKIP: the second uid's raise needs root\n");
+  th_raw_close(&a);
+  th_raw_close(&b);
+}
+
+static int nobody_floods(void *arg)
+{
+  hr_reply rep;
+  th_raw r;
+  int64_t l;
+  int i;
+
+  (void)arg;
+  if(th_raw_open(&r, daemon_.socket))
+    return 1;
+  if(th_raw_lease(&r, 2, 0, 2, HR_MODE_HEADROOM, &rep) ||
+     rep.type != HR_MSG_LEASE)
+    return 2;
+  l = rep.u.lease.lease;
+  for(i = 0; i < 40; i++) {
+    raw_report(&r, 3 + i, 0, i % 2 ? HR_INCIDENT_LAUNCH_FAILURE :
+               HR_INCIDENT_BARRIER_TIMEOUT, i % 2 ? 0 : l, &rep);
+    if(rep.type != HR_MSG_REPORT)
+      return 3;
+  }
+  th_raw_close(&r);
+  return 0;
+}
+
+static int has_incident(int64_t id, hr_incident_kind kind)
+{
+  hr_status st;
+  int i, found = 0;
+
+  assert_int_equal(th_status(daemon_.socket, &st), 0);
+  for(i = 0; i < st.gpus[0].n_incidents; i++)
+    if(st.gpus[0].incidents[i].id == id &&
+       st.gpus[0].incidents[i].kind == kind)
+      found = 1;
+  hr_status_free(&st);
+  return found;
+}
+
+/* 32 forged launch failures do not push a real barrier timeout out of
+ * status (or the state file); nor do another uid's 20 timeouts. */
+static void test_incidents_kept_per_kind_and_uid(void **state)
+{
+  th_raw a;
+  hr_reply rep;
+  int64_t la, real;
+  int i, raised, headroom, n;
+  (void)state;
+
+  assert_int_equal(th_raw_open(&a, daemon_.socket), 0);
+  la = raw_lease(&a, 2, 0);
+  raw_report(&a, 3, 0, HR_INCIDENT_BARRIER_TIMEOUT, la, &rep);
+  assert_int_equal(rep.type, HR_MSG_REPORT);
+  real = rep.u.report.incident;
+  for(i = 0; i < 32; i++) {
+    raw_report(&a, 10 + i, 0, HR_INCIDENT_LAUNCH_FAILURE, 0, &rep);
+    assert_int_equal(rep.type, HR_MSG_REPORT);
+  }
+  assert_true(has_incident(real, HR_INCIDENT_BARRIER_TIMEOUT));
+  gpu_state(0, &raised, &headroom, &n);
+  assert_int_equal(n, 17);      /* 16 launch failures, the timeout */
+  if(geteuid() == 0) {
+    as_nobody(nobody_floods, NULL);
+    assert_true(has_incident(real, HR_INCIDENT_BARRIER_TIMEOUT));
+  } else {
+    print_message("SKIP: the other uid's flood needs root\n");
+  }
+  /* Kept across a restart too. */
+  assert_int_equal(th_daemon_stop(&daemon_), 0);
+  assert_int_equal(th_daemon_restart(&daemon_), 0);
+  assert_true(has_incident(real, HR_INCIDENT_BARRIER_TIMEOUT));
+  th_raw_close(&a);
+}
+
+static int nobody_lists_raises(void *arg)
+{
+  hr_request req;
+  hr_reply rep;
+  th_raw r;
+
+  (void)arg;
+  if(th_raw_open(&r, daemon_.socket))
+    return 1;
+  memset(&req, 0, sizeof(req));
+  req.type = HR_MSG_RAISES_GET;
+  req.id = 2;
+  if(th_raw_request(&r, &req, &rep) || rep.type != HR_MSG_ERROR ||
+     rep.u.error.code != HR_WERR_PERMISSION_DENIED)
+    return 2;
+  req.type = HR_MSG_RAISES_CLEAR;
+  req.u.raises_clear.gpu = -1;
+  if(th_raw_request(&r, &req, &rep) || rep.type != HR_MSG_ERROR ||
+     rep.u.error.code != HR_WERR_PERMISSION_DENIED)
+    return 3;
+  th_raw_close(&r);
+  return 0;
+}
+
+/* Operators list learned raises and clear them, per GPU and all, with
+ * headroomctl; the clear reaches leases and survives a restart. Others
+ * may do neither. */
+static void test_raises_list_and_clear(void **state)
+{
+  const char *get[] = {"raises", "--json", NULL};
+  const char *table[] = {"raises", NULL};
+  const char *clear0[] = {"raises", "clear", "--gpu", "0", NULL};
+  const char *clear_all[] = {"raises", "clear", "--all", NULL};
+  const char *clear_none[] = {"raises", "clear", NULL};
+  hr_client *c;
+  hr_lease *l0;
+  th_raw a;
+  hr_reply rep;
+  char *out;
+  int raised, headroom, n;
+  (void)state;
+
+  assert_int_equal(run_ctl(clear_none, "ctl0"), 2);
+  if(geteuid() != 0)
+    skip();                     /* operators only */
+  c = th_client_open_connected(&daemon_, "raised", 50);
+  assert_int_equal(hr_lease_acquire(c, 0, 2, HR_MODE_HEADROOM, &l0), HR_OK);
+  assert_int_equal(th_raw_open(&a, daemon_.socket), 0);
+  raw_report(&a, 2, 0, HR_INCIDENT_BARRIER_TIMEOUT, 0, &rep);
+  raw_report(&a, 3, 1, HR_INCIDENT_BARRIER_TIMEOUT, 0, &rep);
+  assert_int_equal(th_wait_grid(l0, 128, 2000), 0);
+
+  assert_int_equal(run_ctl(get, "ctl1"), 0);
+  out = read_in_dir("ctl1.out");
+  if(!strstr(out, "\"type\":\"raises_get\"") ||
+     !strstr(out, "{\"gpu\":0,\"raised\":2,\"headroom\":4,\"raises\":1,") ||
+     !strstr(out, "\"last_uid\":0,"))
+    fail_msg("raises --json printed: %s", out);
+  free(out);
+  assert_int_equal(run_ctl(table, "ctl2"), 0);
+  out = read_in_dir("ctl2.out");
+  if(!strstr(out, "GPU  RAISED  HEADROOM") || !strstr(out, "\n0    2       4 "))
+    fail_msg("raises printed: %s", out);
+  free(out);
+
+  assert_int_equal(run_ctl(clear0, "ctl3"), 0);
+  out = read_in_dir("ctl3.out");
+  assert_non_null(strstr(out, "cleared the raise of 1 GPU\n"));
+  free(out);
+  assert_int_equal(th_wait_grid(l0, 130, 2000), 0);
+  gpu_state(0, &raised, &headroom, &n);
+  assert_int_equal(raised, 0);
+  assert_int_equal(n, 1);       /* the incident itself stays listed */
+  gpu_state(1, &raised, &headroom, &n);
+  assert_int_equal(raised, 2);
+
+  /* Persisted: after a restart GPU 0 is still clear, GPU 1 still raised. */
+  th_raw_close(&a);
+  assert_int_equal(th_daemon_stop(&daemon_), 0);
+  assert_int_equal(th_daemon_restart(&daemon_), 0);
+  gpu_state(0, &raised, &headroom, &n);
+  assert_int_equal(raised, 0);
+  gpu_state(1, &raised, &headroom, &n);
+  assert_int_equal(raised, 2);
+  as_nobody(nobody_lists_raises, NULL);
+  assert_int_equal(run_ctl(clear_all, "ctl4"), 0);
+  gpu_state(1, &raised, &headroom, &n);
+  assert_int_equal(raised, 0);
+  assert_int_equal(headroom, 2);
+  assert_int_equal(th_daemon_stop(&daemon_), 0);
+  assert_int_equal(th_daemon_restart(&daemon_), 0);
+  gpu_state(1, &raised, &headroom, &n);
+  assert_int_equal(raised, 0);
+  hr_client_close(c);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -279,6 +754,16 @@ int main(void)
     cmocka_unit_test_setup_teardown(test_start_refuses_unsafe, setup,
                                     teardown),
     cmocka_unit_test_setup_teardown(test_reload_keeps_safe_policy, setup,
+                                    teardown),
+    cmocka_unit_test_setup_teardown(test_report_names_own_lease_only, setup,
+                                    teardown),
+    cmocka_unit_test_setup_teardown(test_inflated_footprint_raises_one_step,
+                                    setup_no_interval, teardown),
+    cmocka_unit_test_setup_teardown(test_raises_rate_limited_per_uid, setup,
+                                    teardown),
+    cmocka_unit_test_setup_teardown(test_incidents_kept_per_kind_and_uid,
+                                    setup, teardown),
+    cmocka_unit_test_setup_teardown(test_raises_list_and_clear, setup,
                                     teardown),
   };
   signal(SIGPIPE, SIG_IGN);

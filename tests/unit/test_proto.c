@@ -209,7 +209,7 @@ static void test_names(void **state)
   static const char *const types[HR_MSG_COUNT] = {
     NULL, "hello", "register_comm", "unregister_comm", "lease", "release",
     "report", "status", "subscribe", "policy_get", "policy_set", "metrics",
-    "budget", "shutdown", "error",
+    "raises_get", "raises_clear", "budget", "shutdown", "error",
   };
   hr_wire_error code;
   hr_incident_kind kind;
@@ -520,6 +520,73 @@ static void expect_request_bytes(const hr_request *in, const char *want)
     print_error("encoded %.*s\n   want %s", (int)b.len, b.data, want);
   assert_int_equal(b.len, strlen(want));
   assert_memory_equal(b.data, want, b.len);
+  hr_buf_free(&b);
+}
+
+/* raises_clear: gpu required, -1..63; the reply's list is checked like
+ * any other. */
+static void test_raises(void **state)
+{
+  static const struct { const char *line; const char *why; } bad[] = {
+    {"{\"id\":1,\"type\":\"raises_clear\"}", "gpu"},
+    {"{\"id\":1,\"type\":\"raises_clear\",\"gpu\":-2}", "gpu"},
+    {"{\"id\":1,\"type\":\"raises_clear\",\"gpu\":64}", "gpu"},
+    {"{\"id\":1,\"type\":\"raises_clear\",\"gpu\":\"all\"}", "gpu"},
+  };
+  static const struct { const char *line; const char *why; } bad_rep[] = {
+    {"{\"id\":1,\"type\":\"raises_get\"}", "raises"},
+    {"{\"id\":1,\"type\":\"raises_get\",\"raises\":[{\"gpu\":0,"
+     "\"raised\":2000,\"headroom\":4,\"raises\":1}]}", "raises[0].raised"},
+    {"{\"id\":1,\"type\":\"raises_get\",\"raises\":[7]}", "raises[0]"},
+    {"{\"id\":1,\"type\":\"raises_clear\",\"raises\":[]}", "cleared"},
+  };
+  hr_request req;
+  hr_reply rep;
+  hr_proto_error err;
+  hr_buf b;
+  size_t i;
+
+  (void)state;
+  for(i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    assert_int_equal(hr_proto_decode_request(bad[i].line, strlen(bad[i].line),
+                                             &req, &err), HR_EPROTO);
+    assert_int_equal(err.code, HR_WERR_BAD_REQUEST);
+    assert_non_null(strstr(err.message, bad[i].why));
+  }
+  for(i = 0; i < sizeof(bad_rep) / sizeof(bad_rep[0]); i++) {
+    assert_int_equal(hr_proto_decode_reply(bad_rep[i].line,
+                                           strlen(bad_rep[i].line), &rep,
+                                           &err), HR_EPROTO);
+    if(!strstr(err.message, bad_rep[i].why))
+      fail_msg("'%s': %s", bad_rep[i].line, err.message);
+  }
+  /* The encoder refuses what the decoder would. */
+  hr_buf_init(&b, HR_PROTO_MAX_LINE);
+  memset(&req, 0, sizeof(req));
+  req.type = HR_MSG_RAISES_CLEAR;
+  req.u.raises_clear.gpu = -2;
+  assert_int_equal(hr_proto_encode_request(&req, &b), HR_EINVAL);
+  memset(&rep, 0, sizeof(rep));
+  rep.type = HR_MSG_RAISES_GET;
+  rep.u.raises.n_gpus = HR_MAX_GPUS + 1;
+  assert_int_equal(hr_proto_encode_reply(&rep, &b), HR_EINVAL);
+  /* Every GPU of a full node fits a line. */
+  rep.u.raises.n_gpus = HR_MAX_GPUS;
+  for(i = 0; i < HR_MAX_GPUS; i++) {
+    rep.u.raises.gpus[i].gpu = (int)i;
+    rep.u.raises.gpus[i].raised = HR_MAX_SMS;
+    rep.u.raises.gpus[i].headroom = HR_MAX_SMS;
+    rep.u.raises.gpus[i].raises = 2147483647;
+    rep.u.raises.gpus[i].last_time_ms = HR_PROTO_MAX_ID;
+    rep.u.raises.gpus[i].last_uid = 2147483647;
+    rep.u.raises.gpus[i].last_incident = HR_PROTO_MAX_ID;
+  }
+  hr_buf_reset(&b);
+  assert_int_equal(hr_proto_encode_reply(&rep, &b), HR_OK);
+  assert_int_equal(hr_proto_decode_reply(b.data, b.len - 1, &rep, &err),
+                   HR_OK);
+  assert_int_equal(rep.u.raises.n_gpus, HR_MAX_GPUS);
+  assert_int_equal(rep.u.raises.gpus[63].last_uid, 2147483647);
   hr_buf_free(&b);
 }
 
@@ -2533,6 +2600,7 @@ int main(void)
     cmocka_unit_test(test_request_leases),
     cmocka_unit_test(test_request_report),
     cmocka_unit_test(test_request_small),
+    cmocka_unit_test(test_raises),
     cmocka_unit_test(test_reply_hello),
     cmocka_unit_test(test_reply_others),
     cmocka_unit_test(test_reply_events_and_errors),

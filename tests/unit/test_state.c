@@ -373,7 +373,7 @@ static void test_partition_leases(void **state)
   assert_int_equal(hr__state_gpu(&s, 0)->budget.cluster, 2);
   /* 3 all-reduces of 8 CTAs: 24 SMs, NCCL held to the GPU's cap of 4;
    * the GPU's epoch moves, so the lease is told. */
-  assert_int_equal(hr__state_comm_add(&s, 1, &cr, &comm, &changed), HR_OK);
+  assert_int_equal(hr__state_comm_add(&s, 2, &cr, &comm, &changed), HR_OK);
   assert_int_equal(changed, BIT(0));
   assert_int_equal(hr__state_budget(&s, 0, HR_MODE_PARTITION, &b), HR_OK);
   assert_int_equal(b.epoch, 2);
@@ -381,11 +381,12 @@ static void test_partition_leases(void **state)
   assert_int_equal(b.grid, 108);
   assert_int_equal(b.nccl_max_ctas, 4);
   /* A report names the lease: its reply is in partition mode, and a
-   * barrier timeout raises the floor under the partition too (the
-   * headroom was at the ceiling, 32: raised 30, floor 2 + 30). */
+   * barrier timeout raises the floor under the partition too (the other
+   * client's footprint put the headroom at the ceiling, 32: raised 30,
+   * floor 2 + 30). */
   rr = report_req(0, HR_INCIDENT_BARRIER_TIMEOUT, lease);
   changed = 0;
-  assert_int_equal(hr__state_report(&s, 1, &rr, 1, &inc, &b, &changed),
+  assert_int_equal(hr__state_report(&s, 1, 0, &rr, 1, &inc, &b, &changed, NULL),
                    HR_OK);
   assert_int_equal(hr__state_gpu(&s, 0)->raised, 30);
   assert_int_equal(b.mode, HR_MODE_PARTITION);
@@ -487,7 +488,7 @@ static void test_report_raises(void **state)
   state_of(&s, 2);
   /* A launch failure is recorded, not acted on. */
   rr = report_req(0, HR_INCIDENT_LAUNCH_FAILURE, 0);
-  assert_int_equal(hr__state_report(&s, 1, &rr, 1000, &inc1, &b, &changed),
+  assert_int_equal(hr__state_report(&s, 1, 0, &rr, 1000, &inc1, &b, &changed, NULL),
                    HR_OK);
   assert_int_equal(changed, 0);
   assert_int_equal(b.headroom, 2);
@@ -497,7 +498,7 @@ static void test_report_raises(void **state)
 
   /* A barrier timeout raises the headroom one cluster. */
   rr = report_req(0, HR_INCIDENT_BARRIER_TIMEOUT, 0);
-  assert_int_equal(hr__state_report(&s, 1, &rr, 2000, &inc2, &b, &changed),
+  assert_int_equal(hr__state_report(&s, 1, 0, &rr, 2000, &inc2, &b, &changed, NULL),
                    HR_OK);
   assert_int_equal(changed, BIT(0));
   assert_int_equal(b.headroom, 4);
@@ -515,20 +516,25 @@ static void test_report_raises(void **state)
     assert_string_equal(in->message, "gang stuck");
   }
   /* Again: raised again, up to the ceiling and no further. */
-  hr__state_report(&s, 1, &rr, 3000, &inc3, &b, &changed);
+  hr__state_report(&s, 1, 0, &rr, 3000, &inc3, &b, &changed, NULL);
   assert_int_equal(b.headroom, 6);
   for(int i = 0; i < 40; i++)
-    hr__state_report(&s, 1, &rr, 4000 + i, &inc3, &b, &changed);
+    hr__state_report(&s, 1, 0, &rr, 4000 + i, &inc3, &b, &changed, NULL);
   assert_int_equal(b.headroom, 32);
-  /* Only the most recent 32 kept, oldest first. */
-  assert_int_equal(hr__state_gpu(&s, 0)->n_incidents, HR__INCIDENTS_KEPT);
-  assert_int_equal(hr__state_gpu(&s, 0)->incidents[31].id, inc3);
-  assert_int_equal(hr__state_gpu(&s, 0)->incidents[0].id, inc3 - 31);
+  /* Only the most recent 16 timeouts kept, oldest first; the launch
+   * failure, of another kind, stays. */
+  assert_int_equal(hr__state_gpu(&s, 0)->n_incidents,
+                   HR__INCIDENTS_PER_KIND + 1);
+  assert_int_equal(hr__state_gpu(&s, 0)->incidents[0].id, inc1);
+  assert_int_equal(hr__state_gpu(&s, 0)->incidents[HR__INCIDENTS_PER_KIND].id,
+                   inc3);
+  assert_int_equal(hr__state_gpu(&s, 0)->incidents[1].id,
+                   inc3 - (HR__INCIDENTS_PER_KIND - 1));
   /* GPU 1 never moved. */
   hr__state_budget(&s, 1, HR_MODE_HEADROOM, &b);
   assert_int_equal(b.epoch, 1);
   rr = report_req(9, HR_INCIDENT_BARRIER_TIMEOUT, 0);
-  assert_int_equal(hr__state_report(&s, 1, &rr, 1, &inc3, &b, &changed),
+  assert_int_equal(hr__state_report(&s, 1, 0, &rr, 1, &inc3, &b, &changed, NULL),
                    HR_ENOTFOUND);
   hr__state_free(&s);
 }
@@ -548,9 +554,17 @@ static void test_report_mode_and_no_raise(void **state)
   hr__state_lease_add(&s, 1, &lr, &lease, NULL, &changed);
   /* The reply is in the mode of the caller's own lease. */
   rr = report_req(0, HR_INCIDENT_LAUNCH_FAILURE, lease);
-  hr__state_report(&s, 1, &rr, 1, &inc, &b, &changed);
+  hr__state_report(&s, 1, 0, &rr, 1, &inc, &b, &changed, NULL);
   assert_int_equal(b.mode, HR_MODE_COOPERATIVE);
-  hr__state_report(&s, 2, &rr, 1, &inc, &b, &changed);
+  /* Another client may not name it: refused, nothing recorded. */
+  assert_int_equal(hr__state_report(&s, 2, 0, &rr, 1, &inc, &b, &changed,
+                                    NULL), HR_EPERM);
+  rr.lease = 99;
+  assert_int_equal(hr__state_report(&s, 1, 0, &rr, 1, &inc, &b, &changed,
+                                    NULL), HR_ENOTFOUND);
+  assert_int_equal(hr__state_gpu(&s, 0)->n_incidents, 1);
+  rr.lease = 0;
+  hr__state_report(&s, 2, 0, &rr, 1, &inc, &b, &changed, NULL);
   assert_int_equal(b.mode, HR_MODE_HEADROOM);
   /* incident_raise = no: recorded, not raised. */
   hr__policy_default(&p);
@@ -558,10 +572,153 @@ static void test_report_mode_and_no_raise(void **state)
   hr__state_set_policy(&s, &p, &changed);
   changed = 0;
   rr = report_req(0, HR_INCIDENT_BARRIER_TIMEOUT, lease);
-  hr__state_report(&s, 1, &rr, 1, &inc, &b, &changed);
+  hr__state_report(&s, 1, 0, &rr, 1, &inc, &b, &changed, NULL);
   assert_int_equal(changed, 0);
   assert_int_equal(hr__state_gpu(&s, 0)->raised, 0);
   assert_int_equal(hr__state_gpu(&s, 0)->n_incidents, 3);
+  hr__state_free(&s);
+}
+
+/* Clients 1 and 2 are uid 1000, the others uid 2000 + id. */
+static int test_uid_of(const void *ctx, int64_t client)
+{
+  (void)ctx;
+  return client <= 2 ? 1000 : 2000 + (int)client;
+}
+
+/* The raise a timeout earns leaves out the reporter's own footprints;
+ * one uid raises a GPU once per interval; the operator clears it. */
+static void test_report_raise_rules(void **state)
+{
+  hr__state s;
+  hr_req_register_comm big = comm_req(0, 64, 64), other = comm_req(0, 8, 1);
+  hr_req_lease lr = lease_req(0, 2, HR_MODE_HEADROOM);
+  hr_req_report rr;
+  hr__gpu_mask changed = 0;
+  hr__raise_outcome outcome;
+  int64_t lease, comm, inc;
+  hr_raise info;
+  hr_budget b;
+
+  (void)state;
+  state_of(&s, 2);
+  s.raise_interval_ms = 60000;
+  s.uid_of = test_uid_of;
+  hr__state_comm_add(&s, 1, &big, &comm, &changed);
+  hr__state_lease_add(&s, 1, &lr, &lease, NULL, &changed);
+  rr = report_req(0, HR_INCIDENT_BARRIER_TIMEOUT, lease);
+  assert_int_equal(hr__state_report(&s, 1, 1000, &rr, 10000, &inc, &b,
+                                    &changed, &outcome), HR_OK);
+  assert_int_equal(outcome, HR__RAISE_DONE);
+  assert_int_equal(b.headroom, 32);           /* its footprint, for now */
+  assert_int_equal(hr__state_gpu(&s, 0)->raised, 2); /* not 30 */
+  assert_int_equal(hr__state_raise_info(&s, 0, &info), HR_OK);
+  assert_int_equal(info.raises, 1);
+  assert_int_equal(info.last_uid, 1000);
+  assert_int_equal(info.last_incident, inc);
+  assert_int_equal(info.last_time_ms, 10000);
+  /* The same uid again within the interval, from another client: limited. */
+  rr.lease = 0;
+  assert_int_equal(hr__state_report(&s, 2, 1000, &rr, 69999, &inc, &b,
+                                    &changed, &outcome), HR_OK);
+  assert_int_equal(outcome, HR__RAISE_LIMITED);
+  assert_int_equal(hr__state_gpu(&s, 0)->raised, 2);
+  /* A clock set back does not hold raises off; client 1's footprint is
+   * of the reporter's uid, so it does not count. */
+  hr__state_report(&s, 2, 1000, &rr, 5000, &inc, &b, &changed, &outcome);
+  assert_int_equal(outcome, HR__RAISE_DONE);
+  assert_int_equal(hr__state_gpu(&s, 0)->raised, 4);
+  /* Another uid: one cluster above what the others explain. Client 3's
+   * own 8 CTAs do not count for it, client 1's 64 x 64 do: the ceiling. */
+  hr__state_comm_add(&s, 3, &other, &comm, &changed);
+  hr__state_report(&s, 3, 2003, &rr, 5001, &inc, &b, &changed, &outcome);
+  assert_int_equal(outcome, HR__RAISE_DONE);
+  assert_int_equal(hr__state_gpu(&s, 0)->raised, 30);
+  assert_int_equal(hr__state_raise_info(&s, 0, &info), HR_OK);
+  assert_int_equal(info.raises, 3);
+  assert_int_equal(info.last_uid, 2003);
+  /* A launch failure raises nothing and is not rate-limited. */
+  rr.kind = HR_INCIDENT_LAUNCH_FAILURE;
+  hr__state_report(&s, 3, 2003, &rr, 5002, &inc, &b, &changed, &outcome);
+  assert_int_equal(outcome, HR__RAISE_NONE);
+
+  /* Clear: one GPU, then all; the incidents stay, the limit goes. */
+  rr = report_req(1, HR_INCIDENT_BARRIER_TIMEOUT, 0);
+  hr__state_report(&s, 3, 2003, &rr, 5003, &inc, &b, &changed, &outcome);
+  assert_int_equal(hr__state_gpu(&s, 1)->raised, 2);
+  hr__state_drop_client(&s, 1, &changed);
+  assert_int_equal(hr__state_gpu(&s, 0)->budget.headroom, 32); /* raised */
+  changed = 0;
+  assert_int_equal(hr__state_raises_clear(&s, 0, &changed), 1);
+  assert_int_equal(changed, BIT(0));
+  assert_int_equal(hr__state_gpu(&s, 0)->raised, 0);
+  assert_int_equal(hr__state_gpu(&s, 0)->budget.headroom, 16); /* client 3 */
+  assert_int_equal(hr__state_gpu(&s, 0)->n_incidents, 5);
+  assert_int_equal(hr__state_raise_info(&s, 0, &info), HR_OK);
+  assert_int_equal(info.raises, 0);
+  assert_int_equal(info.last_incident, 0);
+  assert_int_equal(info.last_uid, -1);
+  assert_int_equal(hr__state_gpu(&s, 1)->raised, 2);
+  rr = report_req(0, HR_INCIDENT_BARRIER_TIMEOUT, 0);
+  hr__state_report(&s, 3, 2003, &rr, 5004, &inc, &b, &changed, &outcome);
+  assert_int_equal(outcome, HR__RAISE_DONE); /* the limit was cleared too */
+  assert_int_equal(hr__state_raises_clear(&s, -1, &changed), 2);
+  assert_int_equal(hr__state_gpu(&s, 1)->raised, 0);
+  assert_int_equal(hr__state_raises_clear(&s, -1, &changed), 0);
+  assert_int_equal(hr__state_raises_clear(&s, 2, &changed), HR_ENOTFOUND);
+  assert_int_equal(hr__state_raises_clear(&s, -2, &changed), HR_ENOTFOUND);
+  hr__state_free(&s);
+}
+
+static int count_uid(const hr__gpu *g, hr_incident_kind kind, int uid)
+{
+  int i, n = 0;
+
+  for(i = 0; i < g->n_incidents; i++)
+    if(g->incidents[i].kind == kind && g->incident_uid[i] == uid)
+      n++;
+  return n;
+}
+
+/* Per kind, per uid: a flood of one kind keeps the other kind's, and a
+ * uid flooding a kind pushes out its own, not another uid's. */
+static void test_incident_quota(void **state)
+{
+  hr__state s;
+  hr_req_report rr;
+  hr__gpu_mask changed = 0;
+  int64_t inc, real;
+  const hr__gpu *g;
+  int i;
+
+  (void)state;
+  state_of(&s, 1);
+  rr = report_req(0, HR_INCIDENT_BARRIER_TIMEOUT, 0);
+  hr__state_report(&s, 1, 1000, &rr, 1, &real, NULL, &changed, NULL);
+  rr.kind = HR_INCIDENT_LAUNCH_FAILURE;
+  for(i = 0; i < 32; i++)
+    hr__state_report(&s, 2, 1000, &rr, 2 + i, &inc, NULL, &changed, NULL);
+  g = hr__state_gpu(&s, 0);
+  assert_int_equal(g->n_incidents, 1 + HR__INCIDENTS_PER_KIND);
+  assert_int_equal(g->incidents[0].id, real);
+  /* Another uid floods timeouts: uid 1000's one stays. */
+  rr.kind = HR_INCIDENT_BARRIER_TIMEOUT;
+  for(i = 0; i < 40; i++)
+    hr__state_report(&s, 3, 2000, &rr, 100 + i, &inc, NULL, &changed, NULL);
+  assert_int_equal(count_uid(g, HR_INCIDENT_BARRIER_TIMEOUT, 1000), 1);
+  assert_int_equal(count_uid(g, HR_INCIDENT_BARRIER_TIMEOUT, 2000),
+                   HR__INCIDENTS_PER_KIND - 1);
+  assert_int_equal(g->incidents[0].id, real);
+  assert_int_equal(g->incidents[g->n_incidents - 1].id, inc); /* newest */
+  /* A third uid gets its place from the uid holding the most. */
+  hr__state_report(&s, 4, 3000, &rr, 200, &inc, NULL, &changed, NULL);
+  assert_int_equal(count_uid(g, HR_INCIDENT_BARRIER_TIMEOUT, 3000), 1);
+  assert_int_equal(count_uid(g, HR_INCIDENT_BARRIER_TIMEOUT, 2000),
+                   HR__INCIDENTS_PER_KIND - 2);
+  assert_int_equal(count_uid(g, HR_INCIDENT_BARRIER_TIMEOUT, 1000), 1);
+  /* Ids stay in order, oldest first. */
+  for(i = 1; i < g->n_incidents; i++)
+    assert_true(g->incidents[i].id > g->incidents[i - 1].id);
   hr__state_free(&s);
 }
 
@@ -611,16 +768,21 @@ static int teardown_dir(void **state)
 static void learned_state(hr__state *s)
 {
   hr_req_report rr;
+  hr_req_lease lr;
   hr__gpu_mask changed = 0;
-  int64_t inc;
+  int64_t inc, lease;
 
   state_of(s, 2);
   rr = report_req(1, HR_INCIDENT_LAUNCH_FAILURE, 0);
   rr.detail.cuda_error = 720;
-  hr__state_report(s, 3, &rr, 1700000000123LL, &inc, NULL, &changed);
-  rr = report_req(1, HR_INCIDENT_BARRIER_TIMEOUT, 5);
+  hr__state_report(s, 3, 1003, &rr, 1700000000123LL, &inc, NULL, &changed,
+                   NULL);
+  lr = lease_req(1, 2, HR_MODE_HEADROOM);
+  hr__state_lease_add(s, 4, &lr, &lease, NULL, &changed);
+  rr = report_req(1, HR_INCIDENT_BARRIER_TIMEOUT, lease);
   snprintf(rr.message, sizeof(rr.message), "quote \" and \\ and \xc3\xa9");
-  hr__state_report(s, 4, &rr, 1700000000456LL, &inc, NULL, &changed);
+  hr__state_report(s, 4, 1004, &rr, 1700000000456LL, &inc, NULL, &changed,
+                   NULL);
 }
 
 static void test_persist_round_trip(void **state)
@@ -656,6 +818,14 @@ static void test_persist_round_trip(void **state)
     assert_memory_equal(&y->detail, &x->detail, sizeof(x->detail));
     assert_string_equal(y->message, x->message);
   }
+  /* Each incident's uid, and what raised the GPU, come back too. */
+  for(i = 0; i < 2; i++)
+    assert_int_equal(gb->incident_uid[i], ga->incident_uid[i]);
+  assert_int_equal(gb->incident_uid[1], 1004);
+  assert_int_equal(gb->raise.raises, 1);
+  assert_int_equal(gb->raise.last_uid, 1004);
+  assert_int_equal(gb->raise.last_incident, ga->incidents[1].id);
+  assert_int_equal(gb->raise.last_ms, 1700000000456LL);
   /* New incidents get ids past the restored ones. */
   assert_true(b.next_incident > ga->incidents[1].id);
   /* GPU 0 had nothing learned. */
@@ -710,6 +880,22 @@ static void test_persist_rejects(void **state)
                   "{\"gpu\":0,\"sms\":132,\"raised\":0,\"epoch\":1,"
                   "\"incidents\":[]},{\"gpu\":0,\"sms\":132,\"raised\":0,"
                   "\"epoch\":1,\"incidents\":[]}]}", "twice");
+  /* A member given twice, as the wire refuses it: neither copy wins. */
+  expect_rejected("{\"format\":1,\"next_incident\":1,\"gpus\":["
+                  "{\"gpu\":0,\"sms\":132,\"raised\":0,\"raised\":30,"
+                  "\"epoch\":1,\"incidents\":[]}]}",
+                  "gpus[0].raised: given more than once");
+  expect_rejected("{\"format\":1,\"format\":1,\"next_incident\":1,"
+                  "\"gpus\":[]}", "format: given more than once");
+  expect_rejected("{\"format\":1,\"next_incident\":1,\"gpus\":["
+                  "{\"gpu\":0,\"sms\":132,\"raised\":0,\"epoch\":1,"
+                  "\"incidents\":[{\"id\":1,\"time_ms\":1,\"client\":0,"
+                  "\"lease\":0,\"kind\":\"launch_failure\",\"message\":\"a\","
+                  "\"message\":\"b\",\"detail\":{}}]}]}",
+                  "gpus[0].incidents[0].message: given more than once");
+  /* What the wire refuses in its text, a file does too. */
+  expect_rejected("{\"format\":1,\"next_incident\":1,\"gpus\":[],"
+                  "\"x\":\"a\\u0000b\"}", "\\u0000");
 }
 
 static void test_persist_other_hardware(void **state)
@@ -911,6 +1097,8 @@ int main(void)
     cmocka_unit_test(test_drop_client),
     cmocka_unit_test(test_report_raises),
     cmocka_unit_test(test_report_mode_and_no_raise),
+    cmocka_unit_test(test_report_raise_rules),
+    cmocka_unit_test(test_incident_quota),
     cmocka_unit_test(test_set_policy),
     cmocka_unit_test(test_persist_round_trip),
     cmocka_unit_test(test_persist_rejects),
