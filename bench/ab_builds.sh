@@ -5,14 +5,17 @@
 # the first is the baseline. The builds run in turn, AB_RUNS times (2 by
 # default), so that run r of each meets the machine in the same state:
 #
-#   BUILD/tests/moe_phases --reps 20 --no-phases --match NOTHING --no-floor $AB_ARGS
+#   BUILD/tests/moe_phases --reps 20 --no-phases --no-floor $AB_ARGS
 #       --out DIR/NAME-rR.md          (NAME: BUILD with / made -)
 #
 # with BUILD/lib first in LD_LIBRARY_PATH, so that each build runs its own
 # libraries whatever the caller's LD_LIBRARY_PATH names.
 #
 # AB_FLOOR=1: the floor measured too in each run (moe_phases without
-# --no-floor; builds whose moe_phases predates that option always do).
+# --no-floor; builds whose moe_phases predates that option always do). A
+# build whose moe_phases still times the benchmark's GEMM variants (a
+# revision before the one kernel build) gets --match NOTHING, so that it
+# times its normal launches alone, as a later one does.
 #
 # AB_ARGS: moe_phases' shapes and token counts (default
 # `--shapes qwen3-30b-a3b --tokens 512,1024`). Then bench/ab_table.py
@@ -56,9 +59,13 @@ while [ "$r" -le "$runs" ]; do
     if [ -z "${AB_FLOOR:-}" ] && grep -q -e '--no-floor' "$b/tests/moe_phases"; then
       nofloor=--no-floor
     fi
+    nomatch=
+    if grep -q -e '--match' "$b/tests/moe_phases"; then
+      nomatch="--match NOTHING"
+    fi
     # shellcheck disable=SC2086 # AB_ARGS is a list of arguments
     LD_LIBRARY_PATH="$blib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-      "$b/tests/moe_phases" --reps 20 --no-phases --match NOTHING $nofloor $args \
+      "$b/tests/moe_phases" --reps 20 --no-phases $nomatch $nofloor $args \
       --out "$dir/$name-r$r.md" > "$dir/$name-r$r.log" 2>&1
     s=$?
     echo "$b run $r: exit $s"

@@ -11,19 +11,10 @@ space := $(empty) $(empty)
 bench-gpu: $(LIBDIR)/libheadroom_moe.so
 	python3 bench/bench_moe.py --lib $(LIBDIR)/libheadroom_moe.so --out $(BENCH_OUT) $(BENCH_ARGS)
 
-# The same, with build-time variants of the tiny tile timed beside the
-# default (see kernels/kernels.mk, MOE_VARIANTS; BENCH_ARGS may give
-# --variant-tokens).
-.PHONY: bench-variants
-bench-variants: $(LIBDIR)/libheadroom_moe.so kernels-variants
-	python3 bench/bench_moe.py --lib $(LIBDIR)/libheadroom_moe.so --out $(BENCH_OUT) \
-	  --variants $(subst $(space),$(comma),$(foreach v,$(MOE_VARIANTS),$(v)=$(LIBDIR)/variants/libheadroom_moe-$(v).so)) \
-	  $(BENCH_ARGS)
-
 # `make bench-phases` (an H200; no PyTorch needed): where the time goes.
-# Each kernel's normal launch against variants that leave one phase out or
-# run it twice (bench/moe_phases.c). The program links the static library,
-# the only one with the benchmark's entry point (kernels/moe_bench.h).
+# Each kernel's normal launch against launches that leave one phase out or
+# run it twice (bench/moe_phases.c), through the benchmark hook
+# (kernels/moe_bench.h), which only the static library exports.
 BENCH_PHASES_OUT ?= $(BUILD)/bench-phases.md
 MOE_PHASES := $(TESTBIN)/moe_phases
 
@@ -52,7 +43,7 @@ BENCH_TIMELINE_ARGS ?= --shapes qwen3-30b-a3b,deepseek-v3 --tokens 1024
 .PHONY: bench-timeline
 bench-timeline: $(MOE_PHASES)
 	@mkdir -p $(BENCH_TIMELINE_DIR)
-	$(MOE_PHASES) --reps 5 --no-phases --match NOTHING --trace $(BENCH_TIMELINE_DIR)/tr \
+	$(MOE_PHASES) --reps 5 --no-phases --trace $(BENCH_TIMELINE_DIR)/tr \
 	  --out $(BENCH_TIMELINE_DIR)/times.md $(BENCH_TIMELINE_ARGS)
 	python3 bench/trace_summary.py $(BENCH_TIMELINE_DIR)/tr-*.txt \
 	  > $(BENCH_TIMELINE_DIR)/summary.txt
@@ -74,7 +65,7 @@ bench-ab:
 	sh bench/ab_builds.sh $(AB_DIR) $(AB_BUILDS)
 
 # `make gpu-report` (an H200 machine; two GPUs for the NCCL tests): the GPU
-# tests, the table against PyTorch, the GEMM variants at the goal cells
+# tests, the table against PyTorch, the normal launches at the goal cells
 # and the timeline in one command, every output and a summary in
 # GPU_REPORT_DIR (bench/gpu_report.sh; GPU_REPORT_STEPS picks steps).
 GPU_REPORT_DIR ?= $(BUILD)/gpu-report

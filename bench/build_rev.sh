@@ -9,9 +9,11 @@
 #   make bench-ab AB_BUILDS="build-p build-x"      (on an H200)
 #
 # so that a change kept on a branch is timed without checking it out.
-# NVCC_EXTRA defaults to -DHR__MOE_NO_VARIANTS=1: the production
-# library's code (docs/kernels.md, "Two builds"); pass "" for the
-# variants' build, which the GPU tests that inject faults need.
+# NVCC_EXTRA defaults to -DHR__MOE_NO_VARIANTS=1: in a revision from
+# before the one kernel build, whose static library (moe_phases') held
+# the benchmark's variants, it builds both libraries as production's, so
+# that an old revision is timed on the code it shipped; a later revision
+# has one build, and the define changes nothing there.
 # BUILD_REV_TARGETS (paths under DIR, default tests/moe_phases) builds
 # other programs too, e.g. the GPU tests of the branch:
 #

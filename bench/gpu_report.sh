@@ -5,7 +5,7 @@
 #   1. make gpu-test                      -> DIR/gpu-test.log
 #      (with one GPU: make gpu-test-one, the 2-GPU tests named as not run)
 #   2. make bench-gpu (against PyTorch)   -> DIR/bench-moe.md, bench-gpu.log
-#   3. make bench-phases, GEMM variants   -> DIR/bench-phases.md, .log
+#   3. make bench-phases, normal launches -> DIR/bench-phases.md, .log
 #      at the goal cells (T = 1, 1024, 8192 of both shapes)
 #   4. make bench-timeline, the barrier   -> DIR/timeline/ (summary.txt),
 #      kernel's timeline at T = 1024         DIR/timeline.log

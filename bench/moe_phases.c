@@ -1,9 +1,9 @@
 /*
  * moe_phases.c: where the time of a mega-MoE forward goes, measured. For
  * each shape, T and kernel (barrier, agnostic), the time of the normal
- * launch and of variants that leave one phase out or run it twice
- * (hr__moe_forward_variant, kernels/moe_bench.h); a phase's cost is then
- * seen two ways:
+ * launch and of launches that leave one phase out or run it twice,
+ * through the benchmark hook (hr__moe_forward_hook, kernels/moe_bench.h)
+ * into the production kernels; a phase's cost is then seen two ways:
  *
  *   t(repeat) - t(normal)   what one more run of the phase costs, with the
  *                           rest of the launch around it
@@ -12,29 +12,17 @@
  * The two differ where a phase overlaps others (the agnostic kernel's
  * GEMM2 starts while GEMM1 ends) or where the barriers' waits move. The
  * route phase is the placing of the pairs: every CTA still counts them.
- * A phase run twice writes the same bytes, which is checked (y of the
- * variant against y of the normal launch, bitwise).
+ * A phase run twice writes the same bytes, which is checked (y of that
+ * launch against y of the normal launch, bitwise).
  *
- * Then the GEMM variants (HR__MOE_VAR_*), each at the T where it changes
- * something: the default against what it replaced or might replace (at
- * T = 1024 the mid tile waiting for each step's MMAs where the wide tile
- * or the mid tile with one step's MMAs in flight now runs, and the mid
- * tile where the wide one runs; the big tile's weights evict-first; the
- * L2 prefetch before the waits), each changing one thing while the rest
- * runs as usual; y of each against the default's (bitwise where the sums
- * are the same ones) and the default's against the CPU reference on
- * sampled tokens. The diagnostics (HR__MOE_VAR_DIAG_*) each leave one
- * part of the cp.async wgmma tiles out (the results' copy to memory, the
- * MMAs, the token rows' loads): y is wrong with them, and their times
- * say what each part costs. --no-phases times the variants alone; --match TEXT
- * times only the default and the variants whose name contains TEXT;
- * --phase-variant BITS runs the phase timings with those variant bits
- * (with the diagnostics' bits: where a part's cost falls, phase by phase);
- * --trace PREFIX writes the barrier kernel's timeline of a launch (with
- * those bits) per shape and T: each CTA's stage boundaries and unit ends,
- * after other launches (PREFIX-SHAPE-T.txt) and right behind the same
- * launch (PREFIX-SHAPE-T-again.txt), and each SM's clock at the same
- * marks (PREFIX-SHAPE-T[-again]-clocks.txt); from a build with
+ * Then the normal launch's row ("default": the name bench/ab_table.py
+ * reads) with its TFLOP/s and y against the CPU reference on sampled
+ * tokens. --no-phases times the normal launches alone; --trace PREFIX
+ * writes the barrier kernel's timeline of a launch per shape and T: each
+ * CTA's stage boundaries and unit ends, after other launches
+ * (PREFIX-SHAPE-T.txt) and right behind the same launch
+ * (PREFIX-SHAPE-T-again.txt), and each SM's clock at the same marks
+ * (PREFIX-SHAPE-T[-again]-clocks.txt); from a build with
  * NVCC_EXTRA=-DHR__MOE_TRACE_INNER=1, the steps inside the first unit's
  * end of each stage too (PREFIX-SHAPE-T[-again]-inner.txt); from a build
  * with NVCC_EXTRA=-DHR__MOE_TRACE_AGN=1, the agnostic kernel's timeline
@@ -64,11 +52,9 @@
  * access allows from what its math and bookkeeping cost.
  *
  *     build/tests/moe_phases [--reps N] [--shapes a,b] [--tokens 1,16,..]
- *                            [--no-phases] [--phase-variant BITS]
- *                            [--trace PREFIX] [--match TEXT] [--patterns]
- *                            [--out FILE]
+ *                            [--no-phases] [--no-floor] [--trace PREFIX]
+ *                            [--patterns] [--out FILE]
  */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,112 +74,6 @@ static const char *const phase_names[] = { "route", "GEMM1", "GEMM2", "combine" 
 static const unsigned phase_bits[] = { HR__MOE_PHASE_ROUTE, HR__MOE_PHASE_GEMM1,
                                        HR__MOE_PHASE_GEMM2, HR__MOE_PHASE_COMBINE };
 #define NPHASES 4
-
-/* The GEMM variants: the default, then what it replaced or might replace,
- * one change at a time (kernels/moe_kernel.h), each timed at the T from
- * t_min to t_max (where its tile runs). */
-typedef struct gemm_variant {
-  const char *name;
-  unsigned bits;
-  int t_min, t_max;
-} gemm_variant;
-
-static const gemm_variant gemm_variants[] = {
-  { "default", 0, 1, 1 << 30 },
-  { "barrier: the mid tile 256 rows tall", HR__MOE_VAR_TALL, 512, 4096 },
-  { "barrier, before: the wide96 tile 128 rows tall",
-    HR__MOE_VAR_WIDE96 | HR__MOE_VAR_WIDE96_SHORT, 512, 4096 },
-  { "the big TMA tile where mid, wide96 or wide run", HR__MOE_VAR_BIG_TALL, 512, 4096 },
-  { "before: the cp.async tiles where mid, wide96 or wide run", HR__MOE_VAR_CPASYNC_MID, 512,
-    4096 },
-  { "before: the 128-token wide tile", HR__MOE_VAR_WIDE128, 1024, 1024 },
-  { "the mid tile where the wide one runs", HR__MOE_VAR_NO_WIDE, 1024, 1024 },
-  { "before: the TMA tile's results stored 2 bytes at a time", HR__MOE_VAR_TMA_DIRECT_STORE,
-    512, 1 << 30 },
-  { "the big TMA tile where mid ... run, results stored 2 bytes at a time",
-    HR__MOE_VAR_BIG_TALL | HR__MOE_VAR_TMA_DIRECT_STORE, 512, 4096 },
-  { "before: the 96-token tile from 48 pairs per expert", HR__MOE_VAR_WIDE96, 512, 2048 },
-  { "the 80-token tile up to 72 pairs per expert", HR__MOE_VAR_WIDE80, 512, 2048 },
-  { "agnostic, before: the mid, wide80, wide96 tiles 128 rows tall", HR__MOE_VAR_AGN_SHORT,
-    256, 2048 },
-  { "before: the TMA tile's wgmma descriptors made whole", HR__MOE_VAR_DESC_FULL, 512,
-    1 << 30 },
-  { "before: big tile on the cp.async pipeline", HR__MOE_VAR_CPASYNC, 8192, 1 << 30 },
-  { "weights evict-first in L2", HR__MOE_VAR_A_EVICT_FIRST, 8192, 1 << 30 },
-  { "barrier kernel without clusters", HR__MOE_VAR_NO_CLUSTER, 8192, 1 << 30 },
-  { "L2 prefetch of the weights before the waits", HR__MOE_VAR_PREFETCH, 1, 2048 },
-  { "before: the big TMA tile from 25 to 71 pairs (I >= 2048)", HR__MOE_VAR_BIG_MID_ALL, 512,
-    4096 },
-  { "barrier, before: the cp.async tiles' units dealt round robin", HR__MOE_VAR_DEALT, 1,
-    1 << 30 },
-  { "barrier, before: the pairs placed a slice per CTA, then barrier 0", HR__MOE_VAR_ROUTE_SPLIT,
-    1, 16 },
-  { "barrier: the cp.async tiles claimed at every H", HR__MOE_VAR_CLAIM, 1, 1 << 30 },
-  { "before: the wgmma tiles' results staged in two passes", HR__MOE_VAR_STORE_TWO_PASS, 256,
-    4096 },
-  { "barrier: the cp.async tiles 256 rows tall where the big TMA tile runs",
-    HR__MOE_VAR_CPASYNC_MID | HR__MOE_VAR_TALL, 512, 4096 },
-  { "before: the 80-token tile (agnostic: and the mid) with two barriers a step",
-    HR__MOE_VAR_TWO_SYNC, 128, 2048 },
-  { "before: the combine a chunk a thread", HR__MOE_VAR_COMBINE_CHUNKS, 1, 1 << 30 },
-  /* what the cp.async tiles' parts cost: y is wrong with each */
-  { "diagnostic: results not stored", HR__MOE_VAR_DIAG_NO_STORE, 256, 4096 },
-  { "diagnostic, barrier: CTA b starts each GEMM stage b x 64 ns late",
-    HR__MOE_VAR_DIAG_STAGGER, 256, 2048 },
-  { "diagnostic: no MMAs", HR__MOE_VAR_DIAG_NO_MMA, 256, 4096 },
-  { "diagnostic: token rows not loaded", HR__MOE_VAR_DIAG_NO_TOKENS, 256, 4096 },
-  { "diagnostic: no MMAs, token rows not loaded",
-    HR__MOE_VAR_DIAG_NO_MMA | HR__MOE_VAR_DIAG_NO_TOKENS, 256, 4096 },
-  { "diagnostic: the weights' loads alone",
-    HR__MOE_VAR_DIAG_NO_MMA | HR__MOE_VAR_DIAG_NO_TOKENS | HR__MOE_VAR_DIAG_NO_STORE, 256,
-    4096 },
-  /* the default and the two tile choices again, last: whether the order
-   * in which they ran matters shows */
-  { "default, again", 0, 512, 4096 },
-  { "the big TMA tile ..., again", HR__MOE_VAR_BIG_TALL, 512, 4096 },
-  { "before: the cp.async tiles ..., again", HR__MOE_VAR_CPASYNC_MID, 512, 4096 },
-  { "before: the 96-token tile ..., again", HR__MOE_VAR_WIDE96, 512, 2048 },
-  { "the 80-token tile ..., again", HR__MOE_VAR_WIDE80, 512, 2048 },
-  { "agnostic, before: the ... tiles 128 rows tall, again", HR__MOE_VAR_AGN_SHORT, 256,
-    2048 },
-  { "before: the TMA tile's wgmma descriptors made whole, again", HR__MOE_VAR_DESC_FULL, 512,
-    1 << 30 },
-  { "before: the big TMA tile from 25 to 71 pairs (I >= 2048), again",
-    HR__MOE_VAR_BIG_MID_ALL, 512, 4096 },
-  { "barrier, before: the cp.async tiles' units dealt round robin, again", HR__MOE_VAR_DEALT,
-    1, 1 << 30 },
-  { "barrier: the cp.async tiles claimed at every H, again", HR__MOE_VAR_CLAIM, 1,
-    1 << 30 },
-  { "before: the wgmma tiles' results staged in two passes, again", HR__MOE_VAR_STORE_TWO_PASS,
-    256, 4096 },
-  { "barrier, before: the pairs placed a slice per CTA, then barrier 0, again",
-    HR__MOE_VAR_ROUTE_SPLIT, 1, 16 },
-  { "diagnostic: results not stored, again", HR__MOE_VAR_DIAG_NO_STORE, 256, 4096 },
-  { "before: the combine a chunk a thread, again", HR__MOE_VAR_COMBINE_CHUNKS, 1, 1 << 30 },
-  { "before: the 80-token tile (agnostic: and the mid) with two barriers a step, again",
-    HR__MOE_VAR_TWO_SYNC, 128, 2048 },
-};
-#define NGEMM ((int)(sizeof(gemm_variants) / sizeof(gemm_variants[0])))
-/* Variants of what only the barrier kernel has: not timed for the other. */
-#define BARRIER_ONLY                                                                  \
-  (HR__MOE_VAR_NO_CLUSTER | HR__MOE_VAR_TALL | HR__MOE_VAR_WIDE96_SHORT |             \
-   HR__MOE_VAR_DEALT | HR__MOE_VAR_ROUTE_SPLIT | HR__MOE_VAR_CLAIM |                  \
-   HR__MOE_VAR_DIAG_STAGGER)
-/* And of what only the agnostic kernel has. */
-#define AGNOSTIC_ONLY HR__MOE_VAR_AGN_SHORT
-
-/* Relative L2 difference of two bf16 arrays. */
-static double rel_l2(const uint16_t *a, const uint16_t *ref, size_t n)
-{
-  double d = 0, r = 0;
-  size_t i;
-  for(i = 0; i < n; i++) {
-    const double x = hr_moe_bf16_to_float(a[i]), y = hr_moe_bf16_to_float(ref[i]);
-    d += (x - y) * (x - y);
-    r += y * y;
-  }
-  return r > 0 ? sqrt(d / r) : sqrt(d);
-}
 
 /* One input set on the device (x, ids, wts for T tokens). */
 typedef struct input_set {
@@ -233,19 +113,19 @@ static hr_moe_args set_args(const bench *b, int i)
   return a;
 }
 
-static void launch(bench *b, const hr__moe_variant *v, int set)
+static void launch(bench *b, const hr__moe_hook *v, int set)
 {
   hr_moe_args a = set_args(b, set);
-  int rc = hr__moe_forward_variant(b->g.m, hr_moe_sms(b->g.m), v, &a, b->g.stream);
+  int rc = hr__moe_forward_hook(b->g.m, hr_moe_sms(b->g.m), v, &a, b->g.stream);
   if(rc) {
-    fprintf(stderr, "FAIL: hr__moe_forward_variant: %s\n", hr_strerror(rc));
+    fprintf(stderr, "FAIL: hr__moe_forward_hook: %s\n", hr_strerror(rc));
     exit(1);
   }
 }
 
 static void launch_moe(bench *b, const void *arg, int set)
 {
-  launch(b, (const hr__moe_variant *)arg, set);
+  launch(b, (const hr__moe_hook *)arg, set);
 }
 
 /* The floor kernels: reading the touched weights once (of set `set`, or
@@ -336,7 +216,7 @@ static float time_launches(bench *b, launch_fn fn, const void *arg)
   return b->reps % 2 ? ms[b->reps / 2] : 0.5f * (ms[b->reps / 2 - 1] + ms[b->reps / 2]);
 }
 
-static float time_variant(bench *b, const hr__moe_variant *v)
+static float time_hook(bench *b, const hr__moe_hook *v)
 {
   return time_launches(b, launch_moe, v);
 }
@@ -375,7 +255,7 @@ static void set_experts(bench *b, input_set *in)
 
 /* y of one launch of v on the last set (whose host copies gt_moe keeps,
  * for the CPU reference), into host memory `out`. */
-static void y_of(bench *b, const hr__moe_variant *v, uint16_t *out)
+static void y_of(bench *b, const hr__moe_hook *v, uint16_t *out)
 {
   const size_t n = (size_t)b->T * b->g.s.H * 2;
   launch(b, v, b->nsets - 1);
@@ -419,7 +299,7 @@ static double trace_us(unsigned long long x, unsigned long long t0)
  * The agnostic kernel's (v->agnostic 1) into PREFIX-agnostic-SHAPE-T...,
  * from a build that writes it (HR__MOE_TRACE_AGN): from any other, no
  * word is written, and this says so and writes no file. */
-static void trace_to(bench *b, const hr__moe_variant *v, const char *prefix_in,
+static void trace_to(bench *b, const hr__moe_hook *v, const char *prefix_in,
                      const char *shape, int warm)
 {
   const char *kname = v->agnostic ? "agnostic" : "barrier";
@@ -430,7 +310,7 @@ static void trace_to(bench *b, const hr__moe_variant *v, const char *prefix_in,
   const size_t n = HR__MOE_TRACE_CLOCKS_AT(grid), all = HR__MOE_TRACE_BUFFER_WORDS(grid);
   unsigned long long *d = NULL, *h = malloc(all * sizeof(*h)), t0 = ~0ULL;
   const unsigned long long *inner;
-  hr__moe_variant tv = *v;
+  hr__moe_hook tv = *v;
   FILE *f;
   int i, c, w, any_inner = 0;
   if(!h) {
@@ -484,8 +364,8 @@ static void trace_to(bench *b, const hr__moe_variant *v, const char *prefix_in,
   f = trace_file(prefix, shape, b->T, warm, "");
   fprintf(f, "# %s kernel timeline, us from the first CTA's start; words: "
              "%d marks (the last the CTA's SM), then %d GEMM1 unit ends, %d GEMM2 unit "
-             "ends; variant 0x%x%s\n",
-          kname, HR__MOE_TRACE_MARKS, HR__MOE_TRACE_UNITS, HR__MOE_TRACE_UNITS, v->gemm,
+             "ends%s\n",
+          kname, HR__MOE_TRACE_MARKS, HR__MOE_TRACE_UNITS, HR__MOE_TRACE_UNITS,
           warm ? "; a launch right behind the same one" : "");
   for(c = 0; c < grid; c++) {
     fprintf(f, "%d", c);
@@ -555,10 +435,9 @@ static int parse_list(const char *s, int *out, int max)
 
 int main(int argc, char **argv)
 {
-  const char *shapes = "qwen3-30b-a3b,deepseek-v3", *out_path = NULL, *match = NULL;
+  const char *shapes = "qwen3-30b-a3b,deepseek-v3", *out_path = NULL;
   int tokens[MAX_TOKENS], ntok, reps = 20, i, si, ti, kk, ph, phases = 1, patterns = 0;
   int with_floor = 1;             /* 0: --no-floor */
-  unsigned phase_variant = 0;     /* variant bits of the phase timings' launches */
   const char *trace_prefix = NULL;
   char mach[256], date[64], cmd[1024] = "";
   char *table = NULL, *vtable = NULL, *ftable = NULL;
@@ -580,18 +459,14 @@ int main(int argc, char **argv)
       phases = 0;
     else if(strcmp(argv[i], "--no-floor") == 0)
       with_floor = 0;
-    else if(strcmp(argv[i], "--match") == 0 && i + 1 < argc)
-      match = argv[++i];
     else if(strcmp(argv[i], "--patterns") == 0)
       patterns = 1;
-    else if(strcmp(argv[i], "--phase-variant") == 0 && i + 1 < argc)
-      phase_variant = (unsigned)strtoul(argv[++i], NULL, 0);
     else if(strcmp(argv[i], "--trace") == 0 && i + 1 < argc)
       trace_prefix = argv[++i];
     else {
       fprintf(stderr, "usage: %s [--reps N] [--shapes a,b] [--tokens 1,16,...] "
-                      "[--no-phases] [--no-floor] [--phase-variant BITS] [--trace PREFIX] [--match TEXT] "
-                      "[--patterns] [--out FILE]\n", argv[0]);
+                      "[--no-phases] [--no-floor] [--trace PREFIX] [--patterns] "
+                      "[--out FILE]\n", argv[0]);
       return 2;
     }
   }
@@ -630,9 +505,9 @@ int main(int argc, char **argv)
                 "barrier ms | no phases: agnostic ms | empty kernel ms | empty, launched "
                 "alike: barrier / agnostic ms |\n"
                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-  fprintf(vf, "\nGEMM variants (same inputs; TFLOP/s = "
-              "2 T k 3 H I / time; y against the default's: bitwise or rel L2; "
-              "the default's against the CPU reference on sampled tokens):\n\n"
+  fprintf(vf, "\nNormal launches (same inputs; TFLOP/s = "
+              "2 T k 3 H I / time; y against the CPU reference on sampled "
+              "tokens):\n\n"
               "| shape | T | kernel | variant | ms | TFLOP/s | y |\n"
               "|---|---|---|---|---|---|---|\n");
   fprintf(tf, "# Mega-MoE phase timings (%s)\n\n", date);
@@ -661,10 +536,6 @@ int main(int argc, char **argv)
               "counts are always made)\n");
   fprintf(tf, "- rep same: every phase run twice gave y bitwise the normal "
               "launch's\n");
-  if(phase_variant)
-    fprintf(tf, "- every launch of this table with the variant bits 0x%x "
-                "(kernels/moe_kernel.h; a diagnostic's y is wrong, but the same "
-                "run twice)\n", phase_variant);
   fprintf(tf, "\n");
   fprintf(tf, "| shape | T | kernel | normal ms |");
   for(ph = 0; ph < NPHASES; ph++)
@@ -770,9 +641,9 @@ int main(int argc, char **argv)
       }
       if(with_floor) {
         /* the floor, measured */
-        const hr__moe_variant none0 = { 0, HR__MOE_PHASE_ROUTE | HR__MOE_PHASE_GEMM1 |
+        const hr__moe_hook none0 = { 0, HR__MOE_PHASE_ROUTE | HR__MOE_PHASE_GEMM1 |
                                         HR__MOE_PHASE_GEMM2 | HR__MOE_PHASE_COMBINE, 0, 0, NULL };
-        hr__moe_variant none1 = none0, v0 = { 0, 0, 0, 0, NULL }, v1 = { 1, 0, 0, 0, NULL };
+        hr__moe_hook none1 = none0, v0 = { 0, 0, 0, 0, NULL }, v1 = { 1, 0, 0, 0, NULL };
         double nexp = 0, mb;
         char spread[8 * 24];
         int sp_len = 0;
@@ -789,10 +660,10 @@ int main(int argc, char **argv)
         nexp /= b.nsets;
         mb = nexp * 3 * s->H * s->I * 2 / 1e6;
         st = time_launches(&b, launch_stream, NULL);
-        tb = time_variant(&b, &v0);
-        ta = time_variant(&b, &v1);
-        nb = time_variant(&b, &none0);
-        na = time_variant(&b, &none1);
+        tb = time_hook(&b, &v0);
+        ta = time_hook(&b, &v1);
+        nb = time_hook(&b, &none0);
+        na = time_hook(&b, &none1);
         nul = time_launches(&b, launch_null, NULL);
         nl2 = time_launches(&b, launch_null_like, &two);
         nl1 = time_launches(&b, launch_null_like, &one);
@@ -808,10 +679,12 @@ int main(int argc, char **argv)
                 mb / 1e6 / (st * 1e-3), tb, tb / st, ta, ta / st, nb, na, nul, nl2, nl1);
       }
       for(kk = 0; kk < 2; kk++) {
-        hr__moe_variant v = { kk, 0, 0, phase_variant, NULL };
+        hr__moe_hook v = { kk, 0, 0, 0, NULL };
+        const double flops = 2.0 * T * s->k * 3.0 * s->H * s->I;
+        double max_abs;
         float t0, rep_ms[NPHASES], skip_ms[NPHASES];
         int same = 1;
-        t0 = time_variant(&b, &v);
+        t0 = time_hook(&b, &v);
         y_of(&b, &v, y0);
         if(trace_prefix) {
           trace_to(&b, &v, trace_prefix, s->name, 0);
@@ -820,12 +693,12 @@ int main(int argc, char **argv)
         for(ph = 0; ph < NPHASES && phases; ph++) {
           v.skip = 0;
           v.repeat = phase_bits[ph];
-          rep_ms[ph] = time_variant(&b, &v);
+          rep_ms[ph] = time_hook(&b, &v);
           y_of(&b, &v, y1);
           same &= memcmp(y0, y1, ybytes) == 0;
           v.repeat = 0;
           v.skip = phase_bits[ph];
-          skip_ms[ph] = time_variant(&b, &v);
+          skip_ms[ph] = time_hook(&b, &v);
         }
         if(phases) {
           fprintf(tf, "| %s | %d | %s | %.3f |", s->name, T, kk ? "agnostic" : "barrier", t0);
@@ -840,39 +713,11 @@ int main(int argc, char **argv)
           fprintf(stderr, "  %s +%.3f -%.3f", phase_names[ph], rep_ms[ph] - t0,
                   t0 - skip_ms[ph]);
         fprintf(stderr, "\n");
-        for(i = 0; i < NGEMM; i++) {
-          const gemm_variant *gvar = &gemm_variants[i];
-          hr__moe_variant gv = { kk, 0, 0, gvar->bits, NULL };
-          const double flops = 2.0 * T * s->k * 3.0 * s->H * s->I;
-          char ycell[96];
-          float ms;
-          if(T < gvar->t_min || T > gvar->t_max)
-            continue;
-          if(i > 0 && match && !strstr(gvar->name, match))
-            continue;
-          if(kk == 1 && (gvar->bits & BARRIER_ONLY))      /* nothing to change there */
-            continue;
-          if(kk == 0 && (gvar->bits & AGNOSTIC_ONLY))
-            continue;
-          ms = time_variant(&b, &gv);
-          y_of(&b, &gv, y1);
-          if(i == 0) {
-            double max_abs;
-            memcpy(b.g.y_h, y1, ybytes);
-            snprintf(ycell, sizeof(ycell), "vs CPU ref %.1e (%zu non-finite)",
-                     gt_check_sampled(&b.g, s->sample, &max_abs), gt_count_nonfinite(&b.g));
-            memcpy(y0, y1, ybytes);
-          } else if(memcmp(y0, y1, ybytes) == 0) {
-            snprintf(ycell, sizeof(ycell), "bitwise");
-          } else {
-            snprintf(ycell, sizeof(ycell), "rel L2 %.1e", rel_l2(y1, y0, ybytes / 2));
-          }
-          fprintf(vf, "| %s | %d | %s | %s | %.3f | %.1f | %s |\n", s->name, T,
-                  kk ? "agnostic" : "barrier", gvar->name, ms, flops / (ms * 1e-3) / 1e12,
-                  ycell);
-          fflush(vf);
-          fprintf(stderr, "  %-44s %8.3f ms  %s\n", gvar->name, ms, ycell);
-        }
+        memcpy(b.g.y_h, y0, ybytes);
+        fprintf(vf, "| %s | %d | %s | default | %.3f | %.1f | vs CPU ref %.1e (%zu non-finite) |\n",
+                s->name, T, kk ? "agnostic" : "barrier", t0, flops / (t0 * 1e-3) / 1e12,
+                gt_check_sampled(&b.g, s->sample, &max_abs), gt_count_nonfinite(&b.g));
+        fflush(vf);
       }
       for(i = 0; i < b.nsets; i++) {
         cudaFree(b.set[i].x);

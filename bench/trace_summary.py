@@ -48,17 +48,70 @@ it): then it prints when the CTAs were past
 each (counted, placed, tiled, and the agnostic kernel's piece
 published), median and range. Clock and inner files named as arguments
 are read as companions only.
+
+The words' layout is read from kernels/moe_kernel.h beside this script
+(its HR__MOE_TRACE_*, HR__MOE_MARK_*, HR__MOE_INNER_* and
+HR__MOE_ROUTE_MARK_* definitions), the one place it is written; the
+names printed here are checked against it, and a header that disagrees
+with them stops the script with what differs.
 Standard library only.
 """
 import os
+import re
 import statistics
 import sys
 
-MARKS = 12
-UNITS = 24
+HEADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "kernels",
+                      "moe_kernel.h")
+
+
+def read_layout(path=HEADER):
+    """{name: value} of the header's integer #defines and enum members
+    (an enum member's value: its own, or one past the one before)."""
+    with open(path) as f:
+        text = re.sub(r"/\*.*?\*/", " ", f.read(), flags=re.S)
+    values = {}
+
+    def value(expr):
+        expr = expr.strip()
+        for name in sorted(values, key=len, reverse=True):
+            expr = re.sub(rf"\b{name}\b", str(values[name]), expr)
+        if not re.fullmatch(r"[0-9+\-*() <]+", expr):
+            raise ValueError(f"{path}: cannot evaluate '{expr}'")
+        return int(eval(expr))                 # digits and operators only
+
+    for m in re.finditer(r"#define\s+(HR__MOE_\w+)\s+(\(?[0-9][0-9 +*()]*)$", text, re.M):
+        values[m.group(1)] = value(m.group(2))
+    for m in re.finditer(r"\benum\s*\{(.*?)\}", text, re.S):
+        nxt = 0
+        for item in filter(None, (i.strip() for i in m.group(1).split(","))):
+            name, _, expr = item.partition("=")
+            nxt = value(expr) if expr else nxt
+            values[name.strip()] = nxt
+            nxt += 1
+    return values
+
+
+def check_layout(layout):
+    """The names below against the header's layout: a list of what
+    differs (empty: they agree)."""
+    want = [("HR__MOE_MARK_SM", len(NAMES)),
+            ("HR__MOE_MARK_ARRIVED", NAMES.index("arrived 0")),
+            ("HR__MOE_INNER_STEP", len(INNER_NAMES)),
+            ("HR__MOE_INNER_INIT", len(INNER_NAMES) + len(INNER_STEPS)),
+            ("HR__MOE_INNER_MARKS", len(INNER_NAMES) + len(INNER_STEPS) +
+             len(INNER_START_NAMES)),
+            ("HR__MOE_ROUTE_MARK_PUBLISHED", len(ROUTE_NAMES) - 1)]
+    bad = [f"{name} is {layout.get(name)}, the names here make it {n}"
+           for name, n in want if layout.get(name) != n]
+    if layout.get("HR__MOE_TRACE_MARKS") != layout.get("HR__MOE_MARK_SM", -2) + 1:
+        bad.append("HR__MOE_TRACE_MARKS is not one past HR__MOE_MARK_SM")
+    return bad
+
+
 # the diagnostic build's inner marks (moe_kernel.h, HR__MOE_INNER_*): a
-# stage's words are half a line's (16 words a line before the step marks,
-# 32 since)
+# stage's words are half a line's (16 words a line in files written
+# before the step marks, HR__MOE_TRACE_INNER_WORDS since)
 INNER_MIN_WORDS = 16
 INNER_NAMES = ["last step", "drained", "staged", "stored", "end", "decoded",
                "drained (last warp)", "written (last warp)"]
@@ -70,6 +123,18 @@ INNER_START_NAMES = ["loader set up", "first steps issued"]
 ROUTE_NAMES = ["counted", "placed", "tiled", "published"]
 NAMES = ["start", "routed", "GEMM1 start", "GEMM1 end", "GEMM2 start", "GEMM2 end",
          "combine start", "end", "arrived 0", "arrived 1", "arrived 2"]
+
+try:
+    LAYOUT = read_layout()
+except (OSError, ValueError) as e:
+    sys.exit(f"trace_summary.py: the timeline's layout: {e}")
+_BAD = check_layout(LAYOUT)
+if _BAD:
+    sys.exit(f"trace_summary.py: {HEADER} and this script disagree: " + "; ".join(_BAD))
+MARKS = LAYOUT["HR__MOE_TRACE_MARKS"]           # the marks, the SM word last
+UNITS = LAYOUT["HR__MOE_TRACE_UNITS"]           # unit ends a stage
+ARRIVED = LAYOUT["HR__MOE_MARK_ARRIVED"]        # + barrier: thread 0's arrival
+SM_WORD = LAYOUT["HR__MOE_MARK_SM"]             # the CTA's SM, + 1
 
 
 def load(path, expected=MARKS + 2 * UNITS):
@@ -189,7 +254,7 @@ def claimed_tail(rows, base, stage):
     late = sorted(range(len(tails)), key=lambda c: tails[c][-1] if tails[c] else -1)[-3:]
     for c in reversed(late):
         t = tails[c]
-        print(f"  GEMM{stage} CTA {c} (SM {int(rows[c][MARKS - 1])}): its last units, us: "
+        print(f"  GEMM{stage} CTA {c} (SM {int(rows[c][SM_WORD])}): its last units, us: "
               + " ".join(f"{b - a:.1f}" for a, b in zip(t[-6:], t[-5:])))
 
 
@@ -231,12 +296,12 @@ def summary(path):
             print(f"  GEMM{stage} first unit over the middle units' median: "
                   f"{durations[0] - middle:+.1f} us")
     for b, release in ((0, 2), (1, 4), (2, 6)):
-        w = [r[release] - r[MARKS - 4 + b] for r in rows
-             if r[release] >= 0 and r[MARKS - 4 + b] >= 0]
+        w = [r[release] - r[ARRIVED + b] for r in rows
+             if r[release] >= 0 and r[ARRIVED + b] >= 0]
         if w:
             print(f"  barrier {b}: mean wait {statistics.mean(w):.1f} us, "
                   f"longest {max(w):.1f}")
-    if not any(r[MARKS - 4 + b] >= 0 for r in rows for b in range(3)):
+    if not any(r[ARRIVED + b] >= 0 for r in rows for b in range(3)):
         for a, b, name in ((1, 2, "routed to GEMM1 start"), (3, 4, "GEMM1 end to GEMM2 start"),
                            (5, 6, "GEMM2 end to combine start")):
             w = [r[b] - r[a] for r in rows if r[a] >= 0 and r[b] >= 0]
@@ -247,7 +312,7 @@ def summary(path):
     for c, r in enumerate(rows if not claimed[1] else []):
         ends = [x for x in r[MARKS:MARKS + UNITS] if x >= 0]
         if len(ends) >= 3:
-            pace.append(((ends[-1] - ends[0]) / (len(ends) - 1), c, int(r[MARKS - 1])))
+            pace.append(((ends[-1] - ends[0]) / (len(ends) - 1), c, int(r[SM_WORD])))
     if len(pace) >= 2:
         pace.sort()
         show = lambda part: ", ".join(f"{t:.1f} (CTA {c}, SM {sm})" for t, c, sm in part)

@@ -26,12 +26,18 @@
  * one returns HR_EINVAL with nothing changed. All functions are thread-safe
  * unless noted. Prefix hr_ is public; hr__ is internal.
  *
- * When no daemon answers, the library does not fail: it hands out a
- * "degraded" lease computed from the environment (DG_MEGA_MOE_SM_HEADROOM;
- * unset means headroom 0, the historical full grid), says so once on stderr,
- * and keeps reconnecting in the background. When the daemon comes (back),
- * footprints and leases are registered again with no help from the caller,
- * and hr_lease_grid() starts returning the daemon's answer.
+ * When no daemon answers (none listening, a connection lost, a hello
+ * refused), the library does not fail, and fails safe: it hands out
+ * "degraded" leases computed in the process with the daemon's own policy
+ * (default policy) for the footprints and leases this process registered,
+ * recomputed as they change. The NCCL fields are always decided (CGA 1,
+ * NVLS off, a max CTA count). DG_MEGA_MOE_SM_HEADROOM may raise the
+ * headroom, never lower it; headroom 0, the full grid that deadlocks when
+ * a comm kernel holds one SM, only with HEADROOM_ALLOW_FULL_GRID=1 and
+ * DG_MEGA_MOE_SM_HEADROOM=0 both set (dangerous). It says so once on
+ * stderr and keeps reconnecting in the background. When the daemon comes
+ * (back), footprints and leases are registered again with no help from the
+ * caller, and hr_lease_grid() starts returning the daemon's answer.
  */
 #ifndef HEADROOM_H
 #define HEADROOM_H
@@ -220,8 +226,9 @@ int hr_partition_stale(const hr_partition *p);
 
 /* Fill an NCCL config from a lease. Defined inline when nccl.h was
  * included before this header, so libheadroom itself never depends on
- * NCCL's struct layout. Fields the lease does not decide (0 in a degraded
- * budget whose environment names none) are left as they were. */
+ * NCCL's struct layout. Every budget decides minCTAs, maxCTAs and
+ * cgaClusterSize, a degraded one too; a field that is 0 (a budget from a
+ * peer that leaves it out) is left as it was. */
 #ifdef NCCL_CONFIG_INITIALIZER
 static inline int hr_lease_fill_nccl_config(const hr_lease *lease,
                                             ncclConfig_t *config)

@@ -369,16 +369,26 @@ int main(int argc, char **argv)
     goto out;
   }
   if(err) {
-    /* No daemon: the same fallback the library uses. */
+    /* No daemon: the library's fallback, for what CMD would have
+     * registered (its footprint and its lease): the NCCL caps and a
+     * headroom the policy gives it, never the full grid unless the
+     * environment forces it (hr_fallback.c). */
     hr__fallback f;
-    int sms = hr__cuda_sms(o.gpu);
-    if(sms <= 0)
-      sms = HR_POLICY_DEFAULT_SMS;
+    hr__fallback_in in;
+    hr_footprint fp = {o.ctas, o.cga, o.concurrent};
     hr__conn_close(&conn);
     hr__fallback_read(&f, o.quiet);
-    hr__fallback_budget(&f, o.gpu, sms, o.cluster, o.mode, &b);
+    memset(&in, 0, sizeof(in));
+    in.gpu = o.gpu;
+    in.sms = hr__fallback_sms(o.gpu);
+    in.granularity = hr__fallback_granularity(o.gpu);
+    in.cluster = o.mode == HR_MODE_HEADROOM || o.mode == HR_MODE_COOPERATIVE ?
+                 o.cluster : HR_POLICY_DEFAULT_CLUSTER;
+    in.n_footprints = o.ctas ? 1 : 0;
+    in.footprints = &fp;
+    hr__fallback_budget(&f, &in, o.mode, &b);
     if(!o.quiet)
-      hr__fallback_notice(&f, o.path, why, sms);
+      hr__fallback_notice(&f, o.path, why, &b);
     socket_hint(&o);
     unsetenv("HEADROOM_FD");
   }

@@ -176,15 +176,14 @@ int hr__client_known_budget(hr_client *c, int gpu, hr_budget *out)
 
 int hr__client_sms(hr_client *c, int gpu)
 {
-  int i, sms;
+  int i;
   if(c->have_topology) {
     for(i = 0; i < c->topology.n_gpus; i++) {
       if(c->topology.gpus[i].index == gpu && c->topology.gpus[i].sms > 0)
         return c->topology.gpus[i].sms;
     }
   }
-  sms = hr__cuda_sms(gpu);
-  return sms > 0 ? sms : HR_POLICY_DEFAULT_SMS;
+  return hr__fallback_sms(gpu);
 }
 
 int hr__client_check_gpu(hr_client *c, int gpu)
@@ -329,8 +328,17 @@ int hr_client_open(hr_client **out, const char *socket_path,
   err = hr__io_connect(c, why, sizeof(why));
   if(err == HR_EVERSION || err == HR_ENOMEM)
     goto out;
-  if(err && !c->quiet)
-    hr__fallback_notice(&c->fallback, c->path, why, hr__client_sms(c, 0));
+  if(err && !c->quiet) {
+    /* What a first lease on GPU 0 would get, before anything registered. */
+    hr__fallback_in in;
+    hr_budget b;
+    memset(&in, 0, sizeof(in));
+    in.sms = hr__client_sms(c, 0);
+    in.granularity = hr__fallback_granularity(0);
+    in.cluster = HR_POLICY_DEFAULT_CLUSTER;
+    hr__fallback_budget(&c->fallback, &in, HR_MODE_HEADROOM, &b);
+    hr__fallback_notice(&c->fallback, c->path, why, &b);
+  }
   err = start_thread(c);
 
 out:

@@ -34,17 +34,32 @@
 
 enum { HR__DOWN = 0, HR__SYNCING, HR__UP };
 
-/* What the environment said when the client was opened: the fallback for
- * degraded leases. Read once so that the I/O thread never calls getenv()
- * while the application may be calling setenv(). */
+/* What the environment said when the client was opened, for the budgets
+ * computed with no daemon (hr_fallback.c). Read once so that the I/O
+ * thread never calls getenv() while the application may be calling
+ * setenv(). */
 typedef struct hr__fallback {
-  int headroom;            /* DG_MEGA_MOE_SM_HEADROOM, 0 when unset/bad */
+  int headroom;            /* DG_MEGA_MOE_SM_HEADROOM when valid, else 0 */
   int headroom_set;        /* the variable was set (valid or not) */
+  int headroom_valid;      /* ... and is a number of SMs */
   char headroom_raw[32];   /* its text, for the warning */
+  int allow_full_grid;     /* HEADROOM_ALLOW_FULL_GRID=1: with
+                            * DG_MEGA_MOE_SM_HEADROOM=0, the full grid */
   int nccl_min_ctas;       /* NCCL_MIN_CTAS, 0 when unset */
   int nccl_max_ctas;       /* NCCL_MAX_CTAS, 0 when unset */
-  int nccl_cga_cluster_size; /* NCCL_CGA_CLUSTER_SIZE, 0 when unset */
 } hr__fallback;
+
+/* What this process holds on one GPU, as the fallback sizes it. */
+typedef struct hr__fallback_in {
+  int gpu;
+  int sms;                 /* SMs of the GPU (hr__fallback_sms) */
+  int granularity;         /* green-context step; 0: no partitions */
+  int cluster;             /* largest cluster of its headroom and
+                            * cooperative leases on the GPU, else
+                            * HR_POLICY_DEFAULT_CLUSTER */
+  int n_footprints;
+  const hr_footprint *footprints;
+} hr__fallback_in;
 
 /* A request waiting for its reply; lives on the requester's stack. */
 typedef struct hr__pending {
@@ -76,6 +91,11 @@ struct hr_lease {
   uint64_t gen;
   pthread_mutex_t mu;      /* guards budget */
   hr_budget budget;
+  /* Under client->mu: the daemon's last budget for this lease when the
+   * daemon went away; while degraded the lease keeps it where it leaves
+   * more headroom than the one computed here (hr__lease_fallback_budget). */
+  int have_kept;
+  hr_budget kept;
   struct hr_lease *prev, *next;
 };
 
@@ -115,6 +135,7 @@ struct hr_client {
   char daemon_name[HR_NAME_MAX];
   hr_budget gpu_budget[HR_MAX_GPUS]; /* latest budget seen per GPU ... */
   uint64_t gpu_budget_gen[HR_MAX_GPUS]; /* ... valid when == gen */
+  uint32_t fb_epoch[HR_MAX_GPUS]; /* epoch of the budgets computed here */
   hr_comm *comms;
   hr_lease *leases;
 
@@ -187,27 +208,59 @@ void hr__lease_set_budget(hr_lease *l, const hr_budget *b);
  * or partition lease is never noted as the GPU's. */
 void hr__lease_take_granted(hr_lease *l, const hr_budget *reply);
 
-/* Fill the degraded budget of a lease (c->mu held); what
- * hr__fallback_budget returns. */
+/* Fill the degraded budget of a lease (c->mu held): hr__fallback_budget
+ * from this process's footprints and leases on the lease's GPU (the lease
+ * itself counted, linked or not), or the daemon's last budget for it
+ * where that leaves more headroom. */
 int hr__lease_fallback_budget(hr_lease *l, hr_budget *out);
+
+/* Give every lease on `gpu` that no daemon holds its degraded budget
+ * again (c->mu held): after a footprint or lease came or went while
+ * degraded, and when the daemon goes away. `gpu` -1: every GPU. The
+ * GPU's fallback epoch goes up when a budget changed; change_cv is
+ * broadcast. */
+void hr__client_refresh_fallback(hr_client *c, int gpu);
 
 /* ---- hr_env.c ---------------------------------------------------------- */
 
 /* Read the environment once. Warns (unless quiet) about a bad value. */
 void hr__fallback_read(hr__fallback *f, int quiet);
 
-/* The degraded budget of a GPU of `sms` SMs for a lease of `cluster`.
- * HR_EUNSUPPORTED for a partition lease where no split fits (the budget
- * then keeps the headroom-mode numbers, as hr__policy_for_mode does). */
-int hr__fallback_budget(const hr__fallback *f, int gpu, int sms,
-                        int cluster, hr_mode mode, hr_budget *out);
-
-/* The one-per-process notice that no daemon answered. */
-void hr__fallback_notice(const hr__fallback *f, const char *path,
-                         const char *why, int sms);
-
 /* setenv the variables a lease stands for (see hr_lease_export_env). */
 int hr__budget_export_env(const hr_budget *b);
+
+/* Parse a whole decimal int in [min, max]; HR_EINVAL otherwise. */
+int hr__parse_int(const char *s, int min, int max, int *out);
+
+/* ---- hr_fallback.c ----------------------------------------------------- */
+
+/* The budget of a lease in `mode` while no daemon answers: the daemon's
+ * policy (policy/policy.h) on the default policy, for what this process
+ * holds on the GPU (`in`), with the NCCL caps always decided (maxCTAs
+ * from the policy, or NCCL_MAX_CTAS when smaller; minCTAs at most that;
+ * cgaClusterSize 1; NVLS off). DG_MEGA_MOE_SM_HEADROOM can only raise the
+ * headroom; headroom 0 (the full grid) only with HEADROOM_ALLOW_FULL_GRID=1
+ * and DG_MEGA_MOE_SM_HEADROOM=0 both set. epoch 0, degraded 1.
+ * HR_EUNSUPPORTED for a partition lease where no split fits (the budget
+ * then keeps the headroom-mode numbers, as hr__policy_for_mode does);
+ * HR_EINVAL for a NULL argument. */
+int hr__fallback_budget(const hr__fallback *f, const hr__fallback_in *in,
+                        hr_mode mode, hr_budget *out);
+
+/* SMs of CUDA device `gpu` when the driver says, else
+ * HR_POLICY_DEFAULT_SMS; and its green-context step, else
+ * HR__DEFAULT_PARTITION_GRANULARITY. */
+int hr__fallback_sms(int gpu);
+int hr__fallback_granularity(int gpu);
+
+/* 1 when the environment forces the full grid: HEADROOM_ALLOW_FULL_GRID=1
+ * and DG_MEGA_MOE_SM_HEADROOM=0. */
+int hr__fallback_full_grid(const hr__fallback *f);
+
+/* The one-per-process notice that no daemon answered, with the budget
+ * computed for `b`'s GPU. */
+void hr__fallback_notice(const hr__fallback *f, const char *path,
+                         const char *why, const hr_budget *b);
 
 /* The partition fields of `b` (granularity, comm SMs, NCCL cap) for a GPU
  * of `sms` SMs split in steps of `granularity`: a comm partition of `need`
@@ -216,12 +269,9 @@ int hr__budget_export_env(const hr_budget *b);
  * `collectives` <= its SMs (1 at the least), no more than `nccl_max_ctas`
  * (0: no limit).
  * All three 0 when no such partition exists. The daemon's rule, applied
- * to degraded budgets. */
+ * to degraded budgets whose DG_MEGA_MOE_SM_HEADROOM asks for more. */
 void hr__partition_fields(hr_budget *b, int sms, int granularity, int need,
                           int collectives, int ceiling, int nccl_max_ctas);
-
-/* Parse a whole decimal int in [min, max]; HR_EINVAL otherwise. */
-int hr__parse_int(const char *s, int min, int max, int *out);
 
 /* ---- hr_text.c --------------------------------------------------------- */
 

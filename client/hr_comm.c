@@ -67,6 +67,8 @@ int hr_comm_register(hr_client *c, int gpu, const char *name, int ctas,
       break;
     if(c->state != HR__UP) {
       comm_link(c, m);      /* registered when a daemon answers */
+      /* Meanwhile the budgets computed here count it. */
+      hr__client_refresh_fallback(c, gpu);
       break;
     }
     memset(&req, 0, sizeof(req));
@@ -117,6 +119,8 @@ int hr_comm_unregister(hr_comm *m)
   err = hr__client_drop_remote(c, HR_MSG_UNREGISTER_COMM, &m->daemon_id,
                                &m->gen);
   comm_unlink(c, m);
+  if(c->state != HR__UP)
+    hr__client_refresh_fallback(c, m->gpu);
   pthread_mutex_unlock(&c->mu);
   free(m);
   return err;

@@ -5,7 +5,7 @@
  * replies to the requesters waiting for them, applies pushed budgets to
  * the leases before anyone can read them, and keeps the client connected:
  * when the daemon goes away it marks every lease degraded (keeping its last
- * budget, or the environment's if that leaves more headroom), retries
+ * budget, or the one computed here if that leaves more headroom), retries
  * every reconnect_ms, and on a new connection registers every footprint
  * and re-acquires every lease again (new daemon ids, same objects), so the
  * application never has to notice.
@@ -142,21 +142,21 @@ static void mark_down(hr_client *c)
   for(m = c->comms; m; m = m->next)
     m->daemon_id = 0;
   for(l = c->leases; l; l = l->next) {
-    hr_budget b, last;
-    l->daemon_id = 0;
-    hr__lease_fallback_budget(l, &b);
-    /* A lease the daemon had sized keeps the larger of that answer and
-     * the environment's: a daemon restart must not send a running trainer
-     * back to the full grid, the very launch that deadlocks. */
-    pthread_mutex_lock(&l->mu);
-    last = l->budget;
-    pthread_mutex_unlock(&l->mu);
-    if(!last.degraded && last.headroom > b.headroom) {
-      last.degraded = 1;
-      b = last;
+    /* What the daemon last said for it, kept where it leaves more
+     * headroom than the budget computed here (hr__lease_fallback_budget);
+     * a lease the daemon never held keeps what it had. */
+    if(l->daemon_id && l->gen == c->gen) {
+      pthread_mutex_lock(&l->mu);
+      l->kept = l->budget;
+      pthread_mutex_unlock(&l->mu);
+      l->have_kept = !l->kept.degraded;
+      /* Epochs computed here continue above the daemon's. */
+      if(c->fb_epoch[l->gpu] < l->kept.epoch)
+        c->fb_epoch[l->gpu] = l->kept.epoch;
     }
-    hr__lease_set_budget(l, &b);
+    l->daemon_id = 0;
   }
+  hr__client_refresh_fallback(c, -1);
   pthread_cond_broadcast(&c->reply_cv);
   pthread_cond_broadcast(&c->state_cv);
   pthread_cond_broadcast(&c->change_cv);
@@ -164,7 +164,7 @@ static void mark_down(hr_client *c)
 
 static void lose_connection(hr_client *c, const char *why)
 {
-  int was_up, headroom;
+  int was_up;
   pthread_mutex_lock(&c->wmu);
   c->wfd = -1;                  /* no requester may write to it any more */
   pthread_mutex_unlock(&c->wmu);
@@ -172,12 +172,11 @@ static void lose_connection(hr_client *c, const char *why)
   pthread_mutex_lock(&c->mu);
   was_up = c->state == HR__UP;
   mark_down(c);
-  headroom = c->fallback.headroom;
   pthread_mutex_unlock(&c->mu);
   if(was_up && !c->quiet)
-    fprintf(stderr, "headroom: lost the daemon at %s (%s); leases keep their "
-            "last budget (or DG_MEGA_MOE_SM_HEADROOM=%d if larger) until it "
-            "answers\n", c->path, why, headroom);
+    fprintf(stderr, "headroom: lost the daemon at %s (%s); until it answers, "
+            "leases keep their last budget, or the one computed here if it "
+            "leaves more headroom\n", c->path, why);
 }
 
 static void resync_refused(hr_client *c, const char *what, int gpu, int err)

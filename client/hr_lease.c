@@ -63,11 +63,119 @@ void hr__lease_take_granted(hr_lease *l, const hr_budget *reply)
   hr__lease_set_budget(l, &b);
 }
 
+/* Footprints kept on the stack before the fallback needs the heap. */
+#define FALLBACK_STACK_FOOTPRINTS 32
+
+static int counts_for_cluster(hr_mode mode)
+{
+  /* As the daemon: an agnostic kernel gets no headroom, and a partition
+   * kernel never shares an SM with NCCL (policy/policy.h). */
+  return mode == HR_MODE_HEADROOM || mode == HR_MODE_COOPERATIVE;
+}
+
 int hr__lease_fallback_budget(hr_lease *l, hr_budget *out)
 {
+  hr_footprint stack[FALLBACK_STACK_FOOTPRINTS], *fp = stack;
   hr_client *c = l->client;
-  return hr__fallback_budget(&c->fallback, l->gpu, hr__client_sms(c, l->gpu),
-                             l->cluster, l->mode, out);
+  hr__fallback_in in;
+  const hr_comm *m;
+  const hr_lease *o;
+  int n = 0, err;
+
+  memset(&in, 0, sizeof(in));
+  in.gpu = l->gpu;
+  in.sms = hr__client_sms(c, l->gpu);
+  in.granularity = hr__fallback_granularity(l->gpu);
+  in.cluster = counts_for_cluster(l->mode) ? l->cluster : 0;
+  for(o = c->leases; o; o = o->next)
+    if(o->gpu == l->gpu && counts_for_cluster(o->mode) &&
+       o->cluster > in.cluster)
+      in.cluster = o->cluster;
+  if(!in.cluster)
+    in.cluster = HR_POLICY_DEFAULT_CLUSTER;
+  for(m = c->comms; m; m = m->next)
+    n += m->gpu == l->gpu;
+  if(n > FALLBACK_STACK_FOOTPRINTS) {
+    fp = malloc((size_t)n * sizeof(*fp));
+    if(!fp) {
+      /* No memory to list them: one footprint as large as any, which
+       * sizes the headroom at the ceiling: more than needed, never less. */
+      static const hr_footprint all = {HR_MAX_CTAS, 1, HR_MAX_CONCURRENT};
+      fp = (hr_footprint *)&all;
+      n = -1;
+    }
+  }
+  if(n >= 0) {
+    n = 0;
+    for(m = c->comms; m; m = m->next)
+      if(m->gpu == l->gpu)
+        fp[n++] = (hr_footprint){m->ctas, m->cga, m->concurrent};
+  }
+  in.n_footprints = n < 0 ? 1 : n;
+  in.footprints = fp;
+  err = hr__fallback_budget(&c->fallback, &in, l->mode, out);
+  if(fp != stack && n >= 0)
+    free(fp);
+  out->epoch = c->fb_epoch[l->gpu];
+  /* A lease the daemon had sized keeps the larger of that answer and the
+   * one computed here: the daemon knew the GPU's other tenants, and a
+   * daemon restart must not send a running trainer to a smaller
+   * headroom. */
+  if(l->have_kept && l->kept.headroom > out->headroom &&
+     !hr__fallback_full_grid(&c->fallback)) {
+    *out = l->kept;
+    out->degraded = 1;
+    out->epoch = c->fb_epoch[l->gpu];
+    err = HR_OK;
+  }
+  return err;
+}
+
+static int budget_differs(const hr_budget *a, const hr_budget *b)
+{
+  return a->sms != b->sms || a->cluster != b->cluster ||
+         a->headroom != b->headroom || a->grid != b->grid ||
+         a->degraded != b->degraded ||
+         a->nccl_min_ctas != b->nccl_min_ctas ||
+         a->nccl_max_ctas != b->nccl_max_ctas ||
+         a->nccl_cga_cluster_size != b->nccl_cga_cluster_size ||
+         a->partition_granularity != b->partition_granularity ||
+         a->partition_comm_sms != b->partition_comm_sms ||
+         a->partition_nccl_max_ctas != b->partition_nccl_max_ctas;
+}
+
+void hr__client_refresh_fallback(hr_client *c, int gpu)
+{
+  int g;
+
+  for(g = gpu < 0 ? 0 : gpu; g < (gpu < 0 ? HR_MAX_GPUS : gpu + 1); g++) {
+    hr_lease *l;
+    int changed = 0;
+
+    /* First whether anything changes, so that every lease on the GPU
+     * moves to the same new epoch at once. */
+    for(l = c->leases; l && !changed; l = l->next) {
+      hr_budget b, now;
+      if(l->gpu != g || (l->daemon_id && l->gen == c->gen))
+        continue;
+      hr__lease_fallback_budget(l, &b);
+      pthread_mutex_lock(&l->mu);
+      now = l->budget;
+      pthread_mutex_unlock(&l->mu);
+      changed = budget_differs(&b, &now);
+    }
+    if(!changed)
+      continue;
+    c->fb_epoch[g]++;
+    for(l = c->leases; l; l = l->next) {
+      hr_budget b;
+      if(l->gpu != g || (l->daemon_id && l->gen == c->gen))
+        continue;
+      hr__lease_fallback_budget(l, &b);
+      hr__lease_set_budget(l, &b);
+    }
+  }
+  pthread_cond_broadcast(&c->change_cv);
 }
 
 static void lease_link(hr_client *c, hr_lease *l)
@@ -137,6 +245,8 @@ int hr_lease_acquire(hr_client *c, int gpu, int cluster, hr_mode mode,
         break;
       hr__lease_set_budget(l, &b);
       lease_link(c, l);
+      /* Its cluster may be larger than the GPU's other leases had. */
+      hr__client_refresh_fallback(c, gpu);
       break;
     }
     memset(&req, 0, sizeof(req));
@@ -189,6 +299,8 @@ int hr_lease_release(hr_lease *l)
   pthread_mutex_lock(&c->mu);
   err = hr__client_drop_remote(c, HR_MSG_RELEASE, &l->daemon_id, &l->gen);
   lease_unlink(c, l);
+  if(c->state != HR__UP)
+    hr__client_refresh_fallback(c, l->gpu);
   pthread_mutex_unlock(&c->mu);
   pthread_mutex_destroy(&l->mu);
   free(l);

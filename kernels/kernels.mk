@@ -14,16 +14,13 @@ HAVE_NVCC := $(shell test -x "$(NVCC)" && echo 1)
 
 ifeq ($(HAVE_NVCC),1)
 
-# Two builds of the same sources. The shared library is production's: its
-# kernels compiled with HR__MOE_NO_VARIANTS=1, so that none of the
-# benchmark's variant code is in them (moe_kernel.h, HR__MOE_VARIANT: half
-# the SASS, and 2-10% faster at Qwen3-30B-A3B T = 1-1024,
-# bench/results/moe-novariants-h200-2026-12-01.md). The static library
-# keeps every variant: the benchmark's entry point (kernels/moe_bench.h)
-# and the tests that launch variants and faults link it.
+# One build of the kernels: the shared library and the static one hold
+# the same objects. The static library is for the programs that use the
+# benchmark hook (kernels/moe_bench.h: bench/moe_phases, the GPU tests
+# that force a path or a fault), which the shared library does not
+# export; so what they time and test is what the shared library ships.
 MOE_CU_SRCS := kernels/moe_kernel.cu kernels/moe_agnostic.cu kernels/moe_api.cu
 MOE_CU_OBJS := $(patsubst %.cu,$(OBJDIR)/%.cu.o,$(MOE_CU_SRCS))
-MOE_BENCH_CU_OBJS := $(patsubst kernels/%.cu,$(OBJDIR)/kernels/bench/%.cu.o,$(MOE_CU_SRCS))
 MOE_LIB_SO := $(LIBDIR)/libheadroom_moe.so
 MOE_LIB_A := $(LIBDIR)/libheadroom_moe.a
 CUDA_LIBDIR := $(CUDA_HOME)/lib64
@@ -49,18 +46,13 @@ BINS += $(MOE_LIB_SO) $(MOE_LIB_A)
 # a register spill, or wgmma instructions serialized across a function
 # call (C7510) or a loop (C7518), is a performance regression the build
 # should stop, not a line in its log (docs/kernels.md says what each
-# cost). The benchmark's build-time variants below are exempt: a tuning
-# point may spill.
+# cost).
 NVCC_PTXAS_STRICT := -Xptxas -Werror
 
 MOE_CU_DEPS := kernels/*.h kernels/*.cuh client/headroom.h kernels/nvcc_strict.sh
 MOE_NVCC_STRICT = sh kernels/nvcc_strict.sh $@ $(NVCC) $(NVCCFLAGS) $(NVCC_PTXAS_STRICT)
 
 $(OBJDIR)/kernels/%.cu.o: kernels/%.cu $(MOE_CU_DEPS)
-	@mkdir -p $(dir $@)
-	$(MOE_NVCC_STRICT) -DHR__MOE_NO_VARIANTS=1 -c -o $@ $<
-
-$(OBJDIR)/kernels/bench/%.cu.o: kernels/%.cu $(MOE_CU_DEPS)
 	@mkdir -p $(dir $@)
 	$(MOE_NVCC_STRICT) -c -o $@ $<
 
@@ -75,41 +67,12 @@ $(MOE_LIB_SO): $(MOE_CU_OBJS) $(MOE_LIBHEADROOM) kernels/libheadroom_moe.map
 	  -Wl,--exclude-libs,ALL -Wl,-z,defs -Wl,-rpath,'$$ORIGIN' \
 	  $(MOE_LINK_HEADROOM) $(LDLIBS_CUDART) -lstdc++
 
-$(MOE_LIB_A): $(MOE_BENCH_CU_OBJS)
+$(MOE_LIB_A): $(MOE_CU_OBJS)
 	@mkdir -p $(dir $@)
 	rm -f $@
 	ar rcs $@ $^
 
-# Build-time variants of the tiny tile, for tuning on a GPU
-# (`make bench-variants`): tiny-BM-BK-STAGES, see moe_gemm.cuh. (The big
-# tile has none: the public API, which bench_moe.py times, runs it on
-# wgmma only.)
-MOE_VARIANTS ?= tiny-64-128-9 tiny-64-256-5
-MOE_VARIANT_LIBS := $(foreach v,$(MOE_VARIANTS),$(LIBDIR)/variants/libheadroom_moe-$(v).so)
-moe_vw = $(word $(2),$(subst -, ,$(1)))
-moe_variant_flags = -DHR_MOE_TINY_BM=$(call moe_vw,$(1),2) \
-  -DHR_MOE_TINY_BK=$(call moe_vw,$(1),3) -DHR_MOE_TINY_STAGES=$(call moe_vw,$(1),4)
-
-$(OBJDIR)/kernels/variants/moe_kernel-%.cu.o: kernels/moe_kernel.cu kernels/*.h kernels/*.cuh client/headroom.h
-	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -DHR__MOE_NO_VARIANTS=1 $(call moe_variant_flags,$*) -c -o $@ $<
-
-$(OBJDIR)/kernels/variants/moe_agnostic-%.cu.o: kernels/moe_agnostic.cu kernels/*.h kernels/*.cuh client/headroom.h
-	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -DHR__MOE_NO_VARIANTS=1 $(call moe_variant_flags,$*) -c -o $@ $<
-
-$(LIBDIR)/variants/libheadroom_moe-%.so: $(OBJDIR)/kernels/variants/moe_kernel-%.cu.o \
-                                         $(OBJDIR)/kernels/variants/moe_agnostic-%.cu.o \
-                                         $(OBJDIR)/kernels/moe_api.cu.o $(MOE_LIBHEADROOM)
-	@mkdir -p $(dir $@)
-	$(CC) -shared -o $@ $(filter %.o,$^) $(LDFLAGS) \
-	  -Wl,--version-script=kernels/libheadroom_moe.map \
-	  -Wl,--exclude-libs,ALL -Wl,-z,defs -Wl,-rpath,'$$ORIGIN/..' \
-	  $(MOE_LINK_HEADROOM) $(LDLIBS_CUDART) -lstdc++
-
-.PRECIOUS: $(OBJDIR)/kernels/variants/%.cu.o
-.PHONY: kernels-variants kernels-sass
-kernels-variants: $(MOE_VARIANT_LIBS)
+.PHONY: kernels-sass
 
 # The kernels' registers, shared memory and spills, and their SASS, for
 # review without a GPU: build/kernels.sass

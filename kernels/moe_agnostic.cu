@@ -78,8 +78,8 @@ struct agn_plan {
   int g1, g2, cb;    /* first ticket of GEMM1, GEMM2, combine */
   int end;           /* tickets in all */
   /* What a wait counts to: scatter tickets, GEMM1 (GEMM2) units per token
-   * tile. Each phase's tickets come 1 time over, or 0 or 2 times in the
-   * benchmark's variants (moe_phase_runs), and so do these. */
+   * tile. Each phase's tickets come 1 time over, or 0 or 2 times through
+   * the benchmark hook (moe_phase_runs), and so do these. */
   unsigned need_s, need1, need2;
 };
 
@@ -144,10 +144,10 @@ static __device__ __forceinline__ int agn_wrap(int t, int n)
  * abort word every 128th, in one CTA only (sh.asks_host).
  *
  * Why one: reads of host memory stall the loads of the CTAs at work (the
- * barrier kernel's DeepSeek-V3 T = 1024 lost 10%, moe_barrier.cuh), and
- * with every CTA asking, here in its waits and every 32nd task, Qwen3
- * T = 2048 ran 0.72 ms against 0.67 with nobody asking
- * (bench/results/moe-abortpoll-h200-2026-12-01.md). The CTA that took
+ * barrier kernel's case, moe_barrier.cuh), and with every CTA asking,
+ * here in its waits and every 32nd task, the launch ran slower than with
+ * nobody asking (docs/decisions.md, "One reader of the abort word"). The
+ * CTA that took
  * ticket 0 asks: it is running, and it takes tasks until the tickets run
  * out, past which the launch is in its last tasks. An abort it sees
  * reaches the others through sync->fail, which they all poll. */
@@ -290,7 +290,7 @@ static __device__ __forceinline__ void agn_piece(const hr__moe_params &p, int t,
  * GEMM1 and the combine wait for. */
 static __device__ void agn_scatter_publish(const hr__moe_params &p, int lo, int hi)
 {
-  if(moe_tile_copies_xs(p, sh.pl.tile, HR__MOE_VARIANT(p))) {
+  if(moe_tile_copies_xs(p, sh.pl.tile)) {
     moe_copy_xs(p, lo, hi);
     __syncthreads();
   }
@@ -321,13 +321,13 @@ static __device__ void agn_route(const hr__moe_params &p, const moe_route &rt, i
     sh.scat_from = hi;
   __syncthreads();
   if(tid == 0)
-    sh.pl.tile = moe_pick_tile(rt.off[E], sh.nonempty, p.I, HR__MOE_VARIANT(p), 1);
+    sh.pl.tile = moe_pick_tile(rt.off[E], sh.nonempty, p.I, p.flags, 1);
   __syncthreads();
   moe_route_tiles(p, rt, moe_tile_bn(sh.pl.tile), sh.warp_sums);
   if(tid == 0) {
     agn_plan &pl = sh.pl;
     const int tiles = rt.tile_off[E];
-    const int bm = moe_unit_rows(pl.tile, HR__MOE_VARIANT(p), 1);
+    const int bm = moe_unit_rows(pl.tile, p.flags, 1);
     const int r1 = moe_phase_runs(p, HR__MOE_PHASE_GEMM1);
     const int r2 = moe_phase_runs(p, HR__MOE_PHASE_GEMM2);
     pl.bn = moe_tile_bn(pl.tile);
@@ -351,9 +351,9 @@ static __device__ void agn_route(const hr__moe_params &p, const moe_route &rt, i
 }
 
 /* Scatter task c past the CTA's first: piece c of the pairs into expert
- * order (fewer CTAs running than pieces, or the benchmark's variant that
- * runs every piece twice). The cursor moves on over the pairs between the
- * CTA's last piece and this one; a piece before it (the variant's second
+ * order (fewer CTAs running than pieces, or the benchmark hook running
+ * every piece twice). The cursor moves on over the pairs between the
+ * CTA's last piece and this one; a piece before it (the hook's second
  * round) is counted again from the start. */
 static __device__ void agn_scatter(const hr__moe_params &p, const moe_route &rt, int ticket)
 {
@@ -405,7 +405,7 @@ static __device__ int agn_place(const hr__moe_params &p, const moe_route &rt, in
       return 1;
     }
     {
-      const moe_unit un = unit_decode(u, rt, p, pl.nf2, C::BN, moe_tt_major<C>(p));
+      const moe_unit un = unit_decode(u, rt, p, pl.nf2, C::BN, C::TT_MAJOR);
       if(ld_acquire_gpu(p.g1_done + agn_tile_of(rt, un, pl.bn)) >= pl.need1) {
         *slot = u;
         return 1;
@@ -498,7 +498,7 @@ static __device__ int agn_gemm_run(const hr__moe_params &p, const moe_route &rt,
     }
     cp_async_commit();
   }
-  un = unit_decode(first, rt, p, nf, C::BN, moe_tt_major<C>(p));
+  un = unit_decode(first, rt, p, nf, C::BN, C::TT_MAJOR);
   tile_zero<C>(acc);
   for(;;) {
     moe_step_landed<C>();                       /* this step has landed */
@@ -524,7 +524,7 @@ static __device__ int agn_gemm_run(const hr__moe_params &p, const moe_route &rt,
 
     {
       const uint32_t a = smem_addr(pipe + slot * C::STAGE_BYTES);
-      tile_step<C>(acc, a, a + C::A_BYTES, wm, wn, wk, moe_mma_n(p, un));
+      tile_step<C>(acc, a, a + C::A_BYTES, wm, wn, wk, un.nvalid);
     }
     if constexpr(C::DEPTH && !C::ONE_SYNC) {
       /* As in moe_gemm_stage: the previous step's slot is free once every
@@ -558,7 +558,7 @@ static __device__ int agn_gemm_run(const hr__moe_params &p, const moe_route &rt,
       u++;
       if(sh.ring[u & (HR__MOE_RING - 1)] < 0)
         break;
-      un = unit_decode(sh.ring[u & (HR__MOE_RING - 1)], rt, p, nf, C::BN, moe_tt_major<C>(p));
+      un = unit_decode(sh.ring[u & (HR__MOE_RING - 1)], rt, p, nf, C::BN, C::TT_MAJOR);
     }
   }
   tile_drain<C>(acc);                           /* as in moe_gemm_stage */
@@ -627,7 +627,7 @@ static __device__ int agn_gemm_run_tma(const hr__moe_params &p, const moe_route 
   }
   __syncthreads();
   tma_gather_fill<C, STAGE, G>(p, pipe, full, g, tok_pos0, tok);
-  un = unit_decode(first, rt, p, nf, C::BN, moe_tt_major<C>(p));
+  un = unit_decode(first, rt, p, nf, C::BN, C::TT_MAJOR);
   tile_zero<C>(acc);
   for(s = 0;; s++) {
     /* as in moe_gemm_stage_tma: a timed-out thread goes on, dead */
@@ -677,7 +677,7 @@ static __device__ int agn_gemm_run_tma(const hr__moe_params &p, const moe_route 
       if(sh.ring[u & (HR__MOE_RING - 1)] < 0)
         break;
       un = unit_decode(sh.ring[u & (HR__MOE_RING - 1)], rt, p, nf, C::BN,
-                       moe_tt_major<C>(p));
+                       C::TT_MAJOR);
     }
   }
   tile_drain<C>(acc);
@@ -748,8 +748,7 @@ static __device__ __forceinline__ int agn_combine(const hr__moe_params &p, const
   }
   if(!__syncthreads_and(ok))
     return 0;
-  if(!(HR__MOE_VARIANT(p) & HR__MOE_VAR_COMBINE_CHUNKS) &&
-     moe_combine_by_token(nt, p.H, p.k, HR__MOE_THREADS / 32)) {
+  if(moe_combine_by_token(nt, p.H, p.k, HR__MOE_THREADS / 32)) {
     for(i = tid >> 5; i < nt; i += HR__MOE_THREADS / 32)   /* a token a warp */
       moe_combine_token(a, t0 + i, tid & 31);
   } else {
@@ -774,10 +773,8 @@ static __device__ __forceinline__ int agn_combine(const hr__moe_params &p, const
  * call to a function holding wgmma instructions makes the compiler
  * serialize them: in a function of its own, the parameters are reached
  * through a generic pointer, and the cp.async loader read them with
- * generic loads at every step. Nsight Compute counted 1.9 million of
- * those against none in the barrier kernel (Qwen3 T = 16); inlined, the
- * agnostic kernel took 0.214 ms there instead of 0.254
- * (bench/results/moe-floor-h200-2026-11-30.md). */
+ * generic loads at every step, which the barrier kernel has none of
+ * (docs/decisions.md, "The agnostic kernel's inlined tasks"). */
 template <class C>
 static __device__ __forceinline__ int agn_tasks(const hr__moe_params &p, int ticket)
 {
@@ -791,10 +788,6 @@ static __device__ __forceinline__ int agn_tasks(const hr__moe_params &p, int tic
     }
     if(ticket < sh.pl.g2) {
       const int u = agn_wrap(ticket - sh.pl.g1, sh.pl.u1);
-      /* the unit's weights need no routing: L2 may fetch them meanwhile
-       * (only in the benchmark's variant HR__MOE_VAR_PREFETCH) */
-      if(sh.scatter_seen == 0)
-        moe_prefetch_unit<C, 1>(p, rt, sh.pl.nf1, u);
       if(!agn_wait_cta(p, &p.agn->scatter_done, sh.pl.need_s, HR__MOE_WAIT_SCATTER))
         return -1;
       if(threadIdx.x == 0)
@@ -804,9 +797,7 @@ static __device__ __forceinline__ int agn_tasks(const hr__moe_params &p, int tic
       moe_trace_agn(p, HR__MOE_MARK_G1_END, 0);
     } else if(ticket < sh.pl.cb) {
       const int u = agn_wrap(ticket - sh.pl.g2, sh.pl.u2);
-      const moe_unit un = unit_decode(u, rt, p, sh.pl.nf2, C::BN, moe_tt_major<C>(p));
-      if(!sh.all1)
-        moe_prefetch_unit<C, 2>(p, rt, sh.pl.nf2, u);    /* as for GEMM1 */
+      const moe_unit un = unit_decode(u, rt, p, sh.pl.nf2, C::BN, C::TT_MAJOR);
       if(!sh.all1 && !agn_wait_cta(p, p.g1_done + agn_tile_of(rt, un, C::BN),
                                    sh.pl.need1, HR__MOE_WAIT_GEMM1))
         return -1;
@@ -851,9 +842,9 @@ static __device__ __forceinline__ int agn_combines(const hr__moe_params &p, int 
  * generic pointer, p.ids reloaded before each id of the count and the
  * plan's fields one dependent load after another (the file's PTX had 235
  * generic loads, 195 of them here; 40 inlined, in the functions that stay
- * apart). The agnostic kernel's count, placing and plan took 0.6-2.5 us
- * longer each than the barrier kernel's same code at Qwen3-30B-A3B
- * T = 1024 (bench/results/moe-route-steps-h200-2026-12-01.md). */
+ * apart), and its count, placing and plan each took longer than the
+ * barrier kernel's same code (docs/decisions.md, "The agnostic kernel's
+ * inlined tasks"). */
 static __device__ __forceinline__ int agn_begin(const hr__moe_params &p)
 {
   const moe_route rt = agn_rt();
@@ -944,12 +935,11 @@ hr__moe_agnostic_kernel(const __grid_constant__ hr__moe_params p)
 
   if(ticket < 0)
     return;
-  /* The tile shape follows the routing: the same in every CTA. */
-  const unsigned v = HR__MOE_VARIANT(p);
+  /* The tile shape follows the routing: the same in every CTA. The
+   * 80-token and mid tiles run one __syncthreads a step (moe_one_sync),
+   * 256 rows tall as the wide96 one (moe_tile_tall). */
   const int tile = sh.pl.tile;
-  if(moe_tile_tma(tile, v) && (v & HR__MOE_VAR_DESC_FULL))
-    ticket = agn_tasks<moe_tile_big_tma_desc_full>(p, ticket);
-  else if(moe_tile_tma(tile, v))
+  if(moe_tile_tma(tile))
     ticket = agn_tasks<moe_tile_big_tma>(p, ticket);
   else if(tile == MOE_TILE_TINY)
     ticket = agn_tasks<moe_tile_tiny>(p, ticket);
@@ -957,32 +947,12 @@ hr__moe_agnostic_kernel(const __grid_constant__ hr__moe_params p)
     ticket = agn_tasks<moe_tile_narrow>(p, ticket);
   else if(tile == MOE_TILE_WIDE)
     ticket = agn_tasks<moe_tile_wide>(p, ticket);
-  else if(moe_tile_tall(tile, v, 1)) {
-    /* the 80-token and mid tiles one __syncthreads a step (moe_one_sync) */
-    if(tile == MOE_TILE_WIDE80 && !(v & HR__MOE_VAR_TWO_SYNC))
-      ticket = agn_tasks<moe_tile_wide80_tall_1s>(p, ticket);
-    else if(tile == MOE_TILE_WIDE80)
-      ticket = agn_tasks<moe_tile_wide80_tall>(p, ticket);
-    else if(tile == MOE_TILE_WIDE96)
-      ticket = agn_tasks<moe_tile_wide96_tall>(p, ticket);
-    else if(!(v & HR__MOE_VAR_TWO_SYNC))
-      ticket = agn_tasks<moe_tile_mid_tall_1s>(p, ticket);
-    else
-      ticket = agn_tasks<moe_tile_mid_tall>(p, ticket);
-  } else if(tile == MOE_TILE_WIDE96)
-    ticket = agn_tasks<moe_tile_wide96>(p, ticket);
   else if(tile == MOE_TILE_WIDE80)
-    ticket = agn_tasks<moe_tile_wide80>(p, ticket);
-  else if(tile == MOE_TILE_MID && (v & HR__MOE_VAR_MID_SYNC))
-    ticket = agn_tasks<moe_tile_mid_sync>(p, ticket);
-  else if(tile == MOE_TILE_MID && (v & HR__MOE_VAR_MID_WAIT))
-    ticket = agn_tasks<moe_tile_mid_w0>(p, ticket);
-  else if(tile == MOE_TILE_MID)
-    ticket = agn_tasks<moe_tile_mid>(p, ticket);
-  else if(v & HR__MOE_VAR_SYNC_BIG)
-    ticket = agn_tasks<moe_tile_big_sync>(p, ticket);
+    ticket = agn_tasks<moe_tile_wide80_tall_1s>(p, ticket);
+  else if(tile == MOE_TILE_WIDE96)
+    ticket = agn_tasks<moe_tile_wide96_tall>(p, ticket);
   else
-    ticket = agn_tasks<moe_tile_big>(p, ticket);
+    ticket = agn_tasks<moe_tile_mid_tall_1s>(p, ticket);
   if(ticket >= 0 && agn_combines(p, ticket)) {
     moe_trace_agn(p, HR__MOE_MARK_END, 0);
     agn_leave(p);

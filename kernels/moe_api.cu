@@ -401,10 +401,11 @@ static int failure_take(hr_moe *m);
  * stream belongs to keeps NCCL off its SMs; the grid is that partition's);
  * HR_MODE_AGNOSTIC: the residency-agnostic kernel, an ordinary launch of
  * `grid` CTAs without clusters (it needs neither: any grid is correct).
- * `v`: the benchmark's phase variant, NULL for every production launch. */
+ * `h`: the benchmark hook (moe_bench.h), NULL for every production
+ * launch. */
 static int launch(hr_moe *m, const hr_lease *lease, int grid, int mode,
                   int cluster, const hr_moe_args *a, cudaStream_t stream,
-                  const hr__moe_variant *v)
+                  const hr__moe_hook *h)
 {
   hr__moe_params p;
   cudaError_t ce;
@@ -482,15 +483,14 @@ static int launch(hr_moe *m, const hr_lease *lease, int grid, int mode,
   p.host = m->host_dev;
   p.seq = m->seq + 1;
   p.timeout_ns = (unsigned long long)timeout_ms * 1000000ULL;
-  if(v) {
-    p.skip = v->skip;
-    p.repeat = v->repeat;
-    p.variant = v->gemm;
-    p.trace = v->trace;
+  if(h) {
+    p.skip = h->skip;
+    p.repeat = h->repeat;
+    p.trace = h->trace;
   }
   /* long GEMM units: the barrier kernel claims them (moe_kernel.h) */
-  if(p.H >= HR__MOE_CLAIM_MIN_H)
-    p.variant |= HR__MOE_VAR_CLAIM;
+  if(p.H >= HR__MOE_CLAIM_MIN_H || (h && h->claim))
+    p.flags |= HR__MOE_FLAG_CLAIM;
 
   /* A cooperative grid larger than the device: CUDA would refuse it too,
    * but with clusters its answer varies; say it the same way always. */
@@ -548,14 +548,13 @@ int hr_moe_forward_agnostic_grid(hr_moe *m, int grid, const hr_moe_args *args,
   return launch(m, NULL, grid, HR_MODE_AGNOSTIC, 1, args, (cudaStream_t)stream, NULL);
 }
 
-int hr__moe_forward_variant(hr_moe *m, int grid, const hr__moe_variant *v,
-                            const hr_moe_args *args, void *stream)
+int hr__moe_forward_hook(hr_moe *m, int grid, const hr__moe_hook *h,
+                         const hr_moe_args *args, void *stream)
 {
-  if(!v)
+  if(!h)
     return HR_EINVAL;
-  return launch(m, NULL, grid, v->agnostic ? HR_MODE_AGNOSTIC : HR_MODE_HEADROOM,
-                v->agnostic || (v->gemm & HR__MOE_VAR_NO_CLUSTER) ? 1 : 2, args,
-                (cudaStream_t)stream, v);
+  return launch(m, NULL, grid, h->agnostic ? HR_MODE_AGNOSTIC : HR_MODE_HEADROOM,
+                h->agnostic ? 1 : 2, args, (cudaStream_t)stream, h);
 }
 
 int hr_moe_forward(hr_moe *m, const hr_lease *lease, const hr_moe_args *args,

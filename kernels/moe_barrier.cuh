@@ -118,9 +118,8 @@ static __device__ __noinline__ int moe_barrier_wait(const hr__moe_params &p, hr_
     }
     /* The abort word lives in host memory, and reads of it stall the
      * CTAs still at work: with every waiting CTA asking every 128th poll,
-     * the last units of DeepSeek-V3 T = 1024's GEMM1 took 700-800 us
-     * instead of ~118, and the launch 6.4 ms instead of 5.6
-     * (bench/results/moe-abortpoll-h200-2026-12-01.md). So only the
+     * the last units of a long GEMM1 took several times as long
+     * (docs/decisions.md, "One reader of the abort word"). So only the
      * first CTA to arrive asks, every 128th poll (tens of microseconds);
      * it is resident and waiting for as long as the barrier holds, and
      * an abort it sees reaches the others through sync->fail. */

@@ -145,10 +145,9 @@ static __device__ __forceinline__ void moe_combine_token(const moe_comb &a, int 
  * `warps` warps rather than a chunk a thread (moe_combine_chunk): the
  * way with fewer dependent L2 round trips per thread. A token a warp
  * costs one for the positions and one per two chunks a lane; a chunk a
- * thread two per batch of 4 slots, per chunk. Measured, Qwen3-30B-A3B,
- * both kernels (bench/results/moe-combine-h200-2026-12-01.md): a token a
- * warp 1.4-1.7% faster at T = 1024 and 3-3.5% at 8192, 2% slower at
- * T = 128 and 10-13% at T = 1, where this picks a chunk a thread. */
+ * thread two per batch of 4 slots, per chunk. Measured, a token a warp
+ * is faster at large T and slower at small T, where this picks a chunk
+ * a thread (docs/decisions.md, "The combine a token a warp"). */
 static __host__ __device__ __forceinline__ int moe_combine_by_token(int tokens, int H, int k,
                                                                      int warps)
 {

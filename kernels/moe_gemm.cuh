@@ -11,9 +11,10 @@
  *          ypair [pairs, H]
  *
  * Work unit = (expert, BM weight rows, BN tokens) with the whole K; units
- * are dealt round-robin over the CTAs (unit u to CTA u % grid), except the
- * big tile's, which run on the TMA pipeline of moe_gemm_tma.cuh and are
- * claimed in order. Within an
+ * are dealt round-robin over the CTAs (unit u to CTA u % grid), or
+ * claimed in order (the big tile's, on the TMA pipeline of
+ * moe_gemm_tma.cuh; the agnostic kernel's; the barrier kernel's from
+ * H = HR__MOE_CLAIM_MIN_H, moe_gemm_claim.cuh). Within an
  * expert, units that share weight rows are adjacent (the big tile: units
  * that share a token tile), so the CTAs that read the same tile run side
  * by side and share it in L2; at small T (a few tokens per expert) every
@@ -35,25 +36,21 @@
  * alone, and the tile shape on the routing alone: results never depend on
  * the grid.
  *
- * Seven tile shapes, by the pairs per expert that has any:
+ * Seven tile shapes, by the pairs per expert that has any (moe_pick_tile):
  *   tiny (<= 12), narrow (<= 24): 128 weight rows by 16 or 32 tokens,
  *        the weights streamed in 256-byte row pieces (the work is reading
  *        each touched expert once: T up to ~128), mma.sync
- *   mid (< 48): 128 x 64, 8 stages of 64, wgmma (Qwen3 T ~ 512); in
- *        the agnostic kernel 256 x 64, 5 stages
- *   wide80 (< 68): 256 x 80, 5 stages of 64, wgmma (Qwen3 T ~ 768 to
- *        1024)
+ *   mid (< 48): 128 x 64, 8 stages of 64, wgmma; 256 x 64, 5 stages, in
+ *        the agnostic kernel and where the barrier kernel claims its units
+ *   wide80 (< 68): 256 x 80, 5 stages of 64, wgmma
  *   wide96 (< 72): 256 x 96, 4 stages of 64, wgmma
- *   (moe_tile_tall: which kernel runs which height)
  *   wide (< 96): 128 x 128, 6 stages of 64, wgmma
- *   big: 256 x 128, 4 stages of 64, wgmma, where the MMAs dominate, and
- *        from 25 pairs where I >= 2048 but where a kernel that claims its
- *        units runs a 256-row cp.async tile (moe_pick_tile); in production on
- *        TMA (moe_gemm_tma.cuh), here on cp.async for the benchmark's
- *        comparison (HR__MOE_VAR_CPASYNC)
- * The mid and wide tiles keep one step's MMAs in flight while the next
- * step's loads land (DEPTH 1); the cp.async big tile waits for each
- * step's.
+ *   big: 256 x 128, 4 stages of 64, wgmma on the TMA pipeline
+ *        (moe_gemm_tma.cuh), where the MMAs dominate, and from 25 pairs
+ *        where I >= 2048 but where a kernel that claims its units runs a
+ *        256-row cp.async tile (moe_pick_tile)
+ * The cp.async wgmma tiles keep one step's MMAs in flight while the next
+ * step's loads land (DEPTH 1).
  *
  * GEMM1 interleaves gate and up rows per 16-row MMA tile (rows 0..7 gate
  * of 8 features, rows 8..15 up of the same 8), so each thread holds the
@@ -83,7 +80,7 @@ static_assert(HR__MOE_SMEM_BYTES > 228 * 1024 / 2, "one CTA per SM");
 #define HR__MOE_RING 8
 
 template <int BM_, int BN_, int BK_, int WM_, int WN_, int WK_, int STAGES_,
-          int A_STREAM_ = 0, int WG_ = 0, int DEPTH_ = 0>
+          int WG_ = 0, int DEPTH_ = 0>
 struct moe_tile {
   static constexpr int BM = BM_;          /* weight rows per unit */
   static constexpr int BN = BN_;          /* tokens per unit */
@@ -92,8 +89,6 @@ struct moe_tile {
   static constexpr int WN = WN_;          /* warps along tokens */
   static constexpr int WK = WK_;          /* warps along each stage's K */
   static constexpr int STAGES = STAGES_;
-  /* 1: weight tiles are marked evict-first in L2 (see moe_loader) */
-  static constexpr int A_STREAM = A_STREAM_;
   /* 1: wgmma, the two warpgroups taking BM/2 rows each, all BN tokens, in
    * 64-row blocks (tile_wgmma); 0: mma.sync, warps WM x WN x WK */
   static constexpr int WG = WG_;
@@ -109,12 +104,9 @@ struct moe_tile {
   /* cp.async tiles: one __syncthreads a step (moe_one_sync) or, with
    * DEPTH 1, two (moe_lookahead says how far ahead the loads run) */
   static constexpr int ONE_SYNC = 0;
-  /* WG tiles: 1, a step's wgmma descriptors by adds to two
-   * (wgmma_desc_add); 0, each made whole (the benchmark's comparison) */
-  static constexpr int DESC_ADD = 1;
-  /* Units of an expert token tile major (the big tiles): the units that
-   * read one token tile, a dozen or more, start together and share it in
-   * L2; row tile major otherwise (unit_decode). */
+  /* Units of an expert token tile major (the 128-token tiles): the units
+   * that read one token tile, a dozen or more, start together and share it
+   * in L2; row tile major otherwise (unit_decode). */
   static constexpr int TT_MAJOR = BN >= 128;
   /* per warp (per warpgroup with WG: 64-row blocks) */
   static constexpr int MT = WG ? BM / 2 / 64 : BM / WM / 16; /* 16-row MMA tiles */
@@ -156,96 +148,41 @@ struct moe_tile {
   }
 };
 
-/* The tile shapes. Tiny can be set at build time, for tuning (kernels.mk
- * builds variants, bench/bench_moe.py times them): BM rows, BK deep,
- * STAGES stages, the 8 warps split BM/16 ways along rows and the rest
- * along K. */
-#ifndef HR_MOE_TINY_BM
-#define HR_MOE_TINY_BM 128
-#endif
-#ifndef HR_MOE_TINY_BK
-#define HR_MOE_TINY_BK 128
-#endif
-#ifndef HR_MOE_TINY_STAGES
-#define HR_MOE_TINY_STAGES 5
-#endif
-/* Up to 16, 32 and 64 tokens per unit: the weights stream from memory in
+/* The tile shapes the dispatcher picks (moe_pick_tile, moe_tile_tall).
+ * Why each is as it is: docs/decisions.md, "Tile shapes". */
+/* Up to 16 and 32 tokens per unit: the weights stream from memory in
  * 256-byte row pieces, 4 or more stages in flight (about 100 KB per SM). */
-typedef moe_tile<HR_MOE_TINY_BM, 16, HR_MOE_TINY_BK, HR_MOE_TINY_BM / 16, 1,
-                 8 / (HR_MOE_TINY_BM / 16), HR_MOE_TINY_STAGES> moe_tile_tiny;
+typedef moe_tile<128, 16, 128, 8, 1, 1, 5> moe_tile_tiny;
 typedef moe_tile<128, 32, 128, 8, 1, 1, 5> moe_tile_narrow;
-typedef moe_tile<128, 64, 128, 4, 2, 1, 4> moe_tile_mid_sync;
-/* The mid tile on wgmma (128-byte rows, so BK 64 and twice the stages),
- * one step's MMAs in flight, the default; the mma.sync one above is the
- * benchmark's comparison (HR__MOE_VAR_MID_SYNC), and so is the same tile
- * waiting for each step's MMAs (HR__MOE_VAR_MID_WAIT, the tile before
- * 2026-11-30 10:00). (Measured, same run: DeepSeek-V3 T = 1024 5.86 ms
- * against 6.46 waiting and 6.74 for mma.sync; 6 stages instead of 8 gave
- * 5.90, Qwen3 0.532 against 0.531; y bitwise.) */
-typedef moe_tile<128, 64, 64, 8, 1, 1, 8, 0, 1, 1> moe_tile_mid;
-typedef moe_tile<128, 64, 64, 8, 1, 1, 8, 0, 1, 0> moe_tile_mid_w0;
-/* 128 tokens wide, 6 stages, one step's MMAs in flight: with ~64 pairs
- * per expert (Qwen3-30B-A3B at T = 1024) half the experts have a few more
- * than 64, and with the mid tile each of those streams its weights twice,
- * the second time for a handful of tokens; this tile streams them once.
- * (Measured: Qwen3 T = 1024 0.508 ms against 0.531 for the mid tile, the
- * agnostic kernel 0.621 against 0.770; but DeepSeek-V3, 32 pairs per
- * expert, 6.48 against 5.86, so it runs from 48 pairs per expert.) */
-typedef moe_tile<128, 128, 64, 8, 1, 1, 6, 0, 1, 1> moe_tile_wide;
-/* 96 tokens wide, 7 stages: from 48 to 72 pairs per expert (Qwen3-30B-A3B
- * at T = 1024 has ~64) the experts above 96 are a few percent, and the
- * smaller token tile buys a stage: 6 steps of weights in flight instead
- * of 5. At T = 1024 the weights stream at ~2.7 TB/s of 4.2, and the tiny
- * tile, with ~1.8x the weight bytes in flight per SM, reaches ~1.7x the
- * DRAM throughput (ncu, bench/results/ncu-qwen3-h200-2026-11-30.md):
- * latency-bound, so bytes in flight are what counts. */
-typedef moe_tile<128, 96, 64, 8, 1, 1, 7, 0, 1, 1> moe_tile_wide96;
-/* The wide96 tile 256 weight rows a unit instead of 128 (both kernels;
- * the agnostic kernel's from 2026-11-30 16:30, and its mid tile too),
- * so that each token row read from L2 feeds twice the weight rows (per
- * step, 32 KB of weights and 12 KB of tokens instead of 16 and 12), 4
- * stages. The token rows beside the weights are what limits these tiles
- * (bench/results/moe-patterns-h200-2026-11-30.md). Measured at
- * Qwen3-30B-A3B T = 1024 in eight runs side by side with the 128-row tile
- * (HR__MOE_VAR_WIDE96_SHORT): 1-3% faster in every one (0.407-0.417 ms
- * against 0.414-0.422), y bitwise. In the barrier kernel the mid tile
- * 256 rows tall (HR__MOE_VAR_TALL) measured level and stays a variant. */
-typedef moe_tile<256, 64, 64, 8, 1, 1, 5, 0, 1, 1> moe_tile_mid_tall;
-typedef moe_tile<256, 96, 64, 8, 1, 1, 4, 0, 1, 1> moe_tile_wide96_tall;
-/* 80 tokens wide, from 48 to 67 pairs per expert: 16 token rows less a
- * step buy a stage, 5 steps of 256 weight rows (4 in flight while the
- * warps wait) instead of 4, or 8 steps of 128 instead of 7; the experts
- * above 80 pairs stream their weights twice. Measured at Qwen3-30B-A3B
- * T = 768 to 1024 (48 to 64 pairs per expert) against the 96-token tile
- * (HR__MOE_VAR_WIDE96): barrier kernel 5-6% faster (T = 1024: 0.394 ms
- * against 0.414), agnostic kernel 1.5-3.5%; at 68 and 70 pairs 5-10%
- * slower, where more experts have over 80 (HR__MOE_VAR_WIDE80);
- * bench/results/moe-wide80-h200-2026-11-30.md. y bitwise.
- * Both kernels run it 256 rows tall (moe_tile_tall); in the agnostic
- * kernel: Qwen3 T = 1024 0.428 ms against 0.514 with 128 rows
- * and 8 stages (HR__MOE_VAR_AGN_SHORT), T = 768 0.418 against 0.497:
- * half the steps, so half the per-step work (the loads' addresses, the
- * MMAs' descriptors, the barriers), and half the token rows read again
- * from L2. */
-typedef moe_tile<128, 80, 64, 8, 1, 1, 8, 0, 1, 1> moe_tile_wide80;
-typedef moe_tile<256, 80, 64, 8, 1, 1, 5, 0, 1, 1> moe_tile_wide80_tall;
+/* The barrier kernel's mid tile where it deals its units: wgmma (128-byte
+ * rows, so BK 64), one step's MMAs in flight. */
+typedef moe_tile<128, 64, 64, 8, 1, 1, 8, 1, 1> moe_tile_mid;
+/* 128 tokens wide, 6 stages: with ~64 pairs per expert half the experts
+ * have a few more than 64, and a 64-token tile streams their weights
+ * twice, the second time for a handful of tokens; this tile streams them
+ * once. From 72 pairs per expert. */
+typedef moe_tile<128, 128, 64, 8, 1, 1, 6, 1, 1> moe_tile_wide;
+/* 256 weight rows a unit, so that each token row read from L2 feeds
+ * twice the weight rows of a 128-row tile: half the K steps for the same
+ * work, so half the per-step work (the loads' addresses, the MMAs'
+ * descriptors, the barriers). The token rows beside the weights are what
+ * limits these tiles. mid: where a kernel claims its units; wide96: 48
+ * to 72 pairs per expert the experts above 96 are a few percent; wide80:
+ * 16 token rows less a step buy a stage (5 steps of weights instead of
+ * 4), and from 68 pairs too many experts have over 80. */
+typedef moe_tile<256, 64, 64, 8, 1, 1, 5, 1, 1> moe_tile_mid_tall;
+typedef moe_tile<256, 96, 64, 8, 1, 1, 4, 1, 1> moe_tile_wide96_tall;
+typedef moe_tile<256, 80, 64, 8, 1, 1, 5, 1, 1> moe_tile_wide80_tall;
 /* A DEPTH 1 tile with one __syncthreads a step instead of two. Past a
  * step's first __syncthreads every warp has seen the MMAs of two steps
  * before complete (its wgmma.wait_group 1 of the step before), so that
  * step's slot is free: the loads go out first, into it, STAGES - 2 steps
  * ahead (one step less ahead than with two barriers), then the step's
  * MMAs. The slot a unit's results are staged in is refilled two steps
- * later, after the copy out. The barrier kernel's dealt 80-token tile
- * runs so (moe_gemm_cpasync): Qwen3-30B-A3B T = 768 0.377 ms against
- * 0.381 with two barriers a step (HR__MOE_VAR_TWO_SYNC), T = 1024
- * 0.382-0.384 against 0.386, and 0.3-1.1% in two more comparisons, y
- * bitwise (bench/results/moe-onesync-h200-2026-12-01.md). On the mid
- * tile 256 rows tall (T = 300, 512) level. The agnostic kernel's
- * 80-token tile too (agn_gemm_run): T = 1024 0.411 ms against 0.421,
- * T = 768 0.398 against 0.407, y bitwise
- * (bench/results/moe-agn-onesync-h200-2026-12-01.md); and its mid tile,
- * 256 rows tall there: T = 512 0.364 ms against 0.370-0.371, level at
- * T = 256, y bitwise (bench/results/moe-agn-midsync-h200-2026-12-01.md). */
+ * later, after the copy out. The 80-token tile runs so where its units
+ * are dealt (moe_gemm_cpasync) and in the agnostic kernel, and the
+ * agnostic kernel's mid tile (agn_tasks); where the barrier kernel claims
+ * them, the claimed loop (moe_gemm_claim.cuh) runs two. */
 template <class B>
 struct moe_one_sync : B {
   static constexpr int ONE_SYNC = 1;
@@ -261,35 +198,6 @@ static __host__ __device__ constexpr int moe_lookahead(void)
 {
   return C::STAGES - 1 - C::ONE_SYNC;
 }
-/* Hundreds of tokens per expert: 256 weight rows by 128 tokens. This is
- * the mma.sync version, 64 x 64 per warp, 3 stages, which the wgmma tile
- * below replaced; it stays as the benchmark's comparison (with the
- * benchmark's variant bits for its old unit order and L2 hint it is the
- * kernel as it was: DeepSeek-V3 T = 8192 in 32.2 ms against 22.8). */
-typedef moe_tile<256, 128, 64, 4, 2, 1, 3, 1> moe_tile_big_sync;
-/* The same tile on wgmma, on cp.async (the default until the TMA
- * pipeline of moe_gemm_tma.cuh replaced it; now HR__MOE_VAR_CPASYNC): the
- * tensor cores read both operands straight
- * from the loader's shared tiles (whose swizzle is wgmma's 128-byte one),
- * no ldmatrix, no fragments in registers, and the output is staged in a
- * used slot, so 4 stages fit instead of 3. The default; the mma.sync tile
- * above stays for the benchmark's comparison (HR__MOE_VAR_SYNC_BIG).
- * (Measured on DeepSeek-V3 at T = 8192, 3 stages: 25.8 ms against 33.4
- * for mma.sync, y bitwise the same.) */
-/* Each step waits for its own MMAs (DEPTH 0). With one step's MMAs in
- * flight, as the mid tile has, it was slower (same run: DeepSeek-V3
- * T = 8192 22.1 ms against 20.6, Qwen3 2.43 against 2.27): this tile
- * waits on its loads, and with DEPTH 1 a step's loads go out only once
- * the MMAs of the step before are done, later than with DEPTH 0; and the
- * 128 accumulators held through the copies made the compiler spill. */
-typedef moe_tile<256, 128, 64, 8, 1, 1, 4, 1, 1, 0> moe_tile_big;
-static_assert(moe_tile_big::BM == moe_tile_big_sync::BM &&
-                  moe_tile_big::BN == moe_tile_big_sync::BN &&
-                  moe_tile_mid::BM == moe_tile_mid_sync::BM &&
-                  moe_tile_mid::BN == moe_tile_mid_sync::BN &&
-                  moe_tile_wide::BM == moe_tile_mid::BM &&
-                  moe_tile_wide96::BM == moe_tile_mid::BM,
-              "the variants cover the same units");
 
 /* Which tile, by the average pairs per expert that has any: the narrowest
  * whose width leaves room for the experts above the average. */
@@ -305,109 +213,64 @@ enum { MOE_TILE_TINY = 0, MOE_TILE_NARROW, MOE_TILE_MID, MOE_TILE_BIG, MOE_TILE_
 /* From 25 pairs per expert, the big tile on the TMA pipeline takes the
  * place of the cp.async mid, wide80, wide96 and wide tiles where a GEMM2
  * unit is at least this many K steps of 64 (I >= 2048, DeepSeek-V3),
- * except where the agnostic kernel runs those tiles 256 rows tall (from
- * 25 to 71 pairs: moe_tile_tall). Why: the 128-row cp.async tiles read
- * 64 to 128 token rows from L2 for every 128 weight rows, and a read in
- * that pattern with no math at all takes ~1.4x the plain stream, where
- * the big tile's 256 weight rows a unit take ~1.07x
- * (bench/results/moe-patterns-h200-2026-11-30.md). But the big tile has
- * costs once a unit (its results' stores, the wait for the last MMAs,
- * the claims) and the x rows to copy in expert order: at Qwen3-30B-A3B's
- * I = 768 (12 steps a GEMM2 unit) they cost more than it saves (barrier
- * kernel, T = 512 0.377-0.393 ms against 0.355-0.363, T = 1024
- * 0.428-0.437 against 0.409-0.422, with or without its stores staged).
- * The agnostic kernel's 256-row cp.async tiles beat it at DeepSeek-V3
- * T = 1024 (mid: 5.68-5.79 ms against 6.30-6.34 in four processes, 5.70
- * against 7.7-7.9 in a fifth) and T = 2048 (wide80: 6.29-6.37 against
- * 6.66-6.78 in four); the 128-row wide tile at T = 2560 does not (9.2-9.3
- * against 7.3-7.5). In the barrier kernel, with its units dealt round
- * robin, the cp.async tiles measured level at T = 1024 and 2048 and
- * slower at T = 2560 (bench/results/moe-dsv3-tiles-h200-2026-11-30.md);
- * claimed, as it does from H = 4096 (moe_claims), they win there too:
- * T = 2048 6.24-6.41 ms against 7.18-7.21, T = 1024 level
- * (bench/results/moe-claims-h200-2026-11-30.md, run 5). So the rule is
- * the same in both kernels where they claim; HR__MOE_VAR_BIG_MID_ALL is
- * the rule before, the big tile in both. Either tile gives the same sums
- * in the same K order: y stays bitwise the same, so the two kernels agree
- * bitwise though they may run different tiles. */
+ * except where a kernel that claims its units runs those tiles 256 rows
+ * tall (from 25 to 71 pairs: moe_tile_tall). Why: the 128-row cp.async
+ * tiles read 64 to 128 token rows from L2 for every 128 weight rows, and
+ * a read in that pattern with no math at all takes ~1.4x the plain
+ * stream, where the big tile's 256 weight rows a unit take ~1.07x; but
+ * the big tile has costs once a unit (its results' stores, the wait for
+ * the last MMAs, the claims) and the x rows to copy in expert order,
+ * which at a short GEMM2 unit (Qwen3-30B-A3B's I = 768, 12 steps) cost
+ * more than it saves; and claimed, the 256-row cp.async tiles beat it
+ * (docs/decisions.md, "The big tile from 25 pairs"). Either tile gives
+ * the same sums in the same K order: y stays bitwise the same, so the
+ * two kernels agree bitwise though they may run different tiles. */
 #define HR__MOE_BIG_MID_MIN_STEPS 32
 
 /* Does the barrier kernel claim its cp.async tiles' units (from
- * H = HR__MOE_CLAIM_MIN_H, the bit the launch sets; moe_gemm_claim.cuh)?
+ * H = HR__MOE_CLAIM_MIN_H, the flag the launch sets; moe_gemm_claim.cuh)?
  * It then runs the agnostic kernel's tiles too: the mid tile 256 rows
  * tall (moe_tile_tall), and the 256-row cp.async tiles rather than the
  * big TMA tile from 25 to 71 pairs per expert (moe_pick_tile). */
-static __device__ __forceinline__ int moe_claims(unsigned v)
+static __device__ __forceinline__ int moe_claims(unsigned flags)
 {
-  return (v & HR__MOE_VAR_CLAIM) && !(v & HR__MOE_VAR_DEALT);
+  return (flags & HR__MOE_FLAG_CLAIM) != 0;
 }
 
 /* Does the launch run the 256-row version of its tile (moe_tile_mid_tall,
  * moe_tile_wide80_tall, moe_tile_wide96_tall) in the barrier kernel
- * (agnostic 0) or the agnostic one? Half the K steps for the same work,
- * so half the per-step work and half the token rows read again from L2.
- * The wide80 tile always in the barrier kernel, wide96 there unless the
- * benchmark asks for 128 rows (HR__MOE_VAR_WIDE96_SHORT), mid where it
- * claims its units (moe_claims, as the agnostic kernel) or in its variant
- * HR__MOE_VAR_TALL (level at Qwen3-30B-A3B, dealt). The agnostic kernel runs
- * all three 256 rows tall unless the benchmark asks for 128
- * (HR__MOE_VAR_AGN_SHORT, or a mid-tile variant): Qwen3-30B-A3B
- * T = 1024 0.428 ms against 0.514, T = 512 0.388 against 0.449
- * (bench/results/moe-wide80-h200-2026-11-30.md). */
-static __device__ __forceinline__ int moe_tile_tall(int tile, unsigned v, int agnostic)
+ * (agnostic 0) or the agnostic one? The wide80 and wide96 tiles always;
+ * the mid tile in the agnostic kernel, and in the barrier kernel where
+ * it claims its units (moe_claims): dealt, the 256-row mid tile measured
+ * level (docs/decisions.md, "256 rows a unit"). */
+static __device__ __forceinline__ int moe_tile_tall(int tile, unsigned flags, int agnostic)
 {
-  if(agnostic && (v & HR__MOE_VAR_AGN_SHORT))
-    return 0;
-  if(tile == MOE_TILE_WIDE80)
+  if(tile == MOE_TILE_WIDE80 || tile == MOE_TILE_WIDE96)
     return 1;
-  if(tile == MOE_TILE_WIDE96)
-    return agnostic || !(v & HR__MOE_VAR_WIDE96_SHORT);
   if(tile == MOE_TILE_MID)
-    return agnostic ? !(v & (HR__MOE_VAR_MID_SYNC | HR__MOE_VAR_MID_WAIT))
-                    : (v & HR__MOE_VAR_TALL) || moe_claims(v);
+    return agnostic || moe_claims(flags);
   return 0;
 }
 
 /* The tile shape for `pairs` valid pairs over `nonempty` experts that have
  * any, at intermediate size I, in the barrier kernel (agnostic 0) or the
- * agnostic one: a function of the routing, the shape and the kernel alone
- * (and of the benchmark's variant bits), so the same for every grid. */
+ * agnostic one: a function of the routing, the shape, the kernel and
+ * whether it claims alone, so the same for every grid. */
 static __device__ __forceinline__ int moe_pick_tile(int pairs, int nonempty, int I,
-                                                    unsigned variant, int agnostic)
+                                                    unsigned flags, int agnostic)
 {
   const int per_expert = nonempty > 0 ? pairs / nonempty : 0;
-  const int cp = per_expert < HR__MOE_WIDE_MIN_PAIRS || (variant & HR__MOE_VAR_NO_WIDE)
-                     ? MOE_TILE_MID
-                 : per_expert >= HR__MOE_WIDE128_MIN_PAIRS || (variant & HR__MOE_VAR_WIDE128)
-                     ? MOE_TILE_WIDE
-                 : (variant & HR__MOE_VAR_WIDE80) ? MOE_TILE_WIDE80
-                 : per_expert >= HR__MOE_WIDE96_MIN_PAIRS || (variant & HR__MOE_VAR_WIDE96)
-                     ? MOE_TILE_WIDE96
-                     : MOE_TILE_WIDE80;
-  const int big_mid = (variant & HR__MOE_VAR_BIG_TALL) ||
-                      (I / 64 >= HR__MOE_BIG_MID_MIN_STEPS &&
-                       !(variant & HR__MOE_VAR_CPASYNC_MID) &&
-                       (!(agnostic || moe_claims(variant)) ||
-                        !moe_tile_tall(cp, variant, agnostic) ||
-                        (variant & HR__MOE_VAR_BIG_MID_ALL)));
+  const int cp = per_expert < HR__MOE_WIDE_MIN_PAIRS       ? MOE_TILE_MID
+                 : per_expert >= HR__MOE_WIDE128_MIN_PAIRS ? MOE_TILE_WIDE
+                 : per_expert >= HR__MOE_WIDE96_MIN_PAIRS  ? MOE_TILE_WIDE96
+                                                           : MOE_TILE_WIDE80;
+  const int big_mid = I / 64 >= HR__MOE_BIG_MID_MIN_STEPS &&
+                      (!(agnostic || moe_claims(flags)) || !moe_tile_tall(cp, flags, agnostic));
   return per_expert >= HR__MOE_BIG_MIN_PAIRS       ? MOE_TILE_BIG
          : per_expert <= HR__MOE_TINY_MAX_PAIRS   ? MOE_TILE_TINY
          : per_expert <= HR__MOE_NARROW_MAX_PAIRS ? MOE_TILE_NARROW
          : big_mid                                ? MOE_TILE_BIG
                                                   : cp;
-}
-
-/* Weight rows per unit of each tile shape, the 128-row versions of mid,
- * wide80 and wide96 (moe_tile_tall says where the 256-row ones run). */
-static __device__ __forceinline__ int moe_tile_bm(int tile)
-{
-  return tile == MOE_TILE_TINY     ? moe_tile_tiny::BM
-         : tile == MOE_TILE_NARROW ? moe_tile_narrow::BM
-         : tile == MOE_TILE_MID    ? moe_tile_mid::BM
-         : tile == MOE_TILE_WIDE   ? moe_tile_wide::BM
-         : tile == MOE_TILE_WIDE96 ? moe_tile_wide96::BM
-         : tile == MOE_TILE_WIDE80 ? moe_tile_wide80::BM
-                                   : moe_tile_big::BM;
 }
 
 /* Tokens per unit of each tile shape. */
@@ -417,30 +280,27 @@ static __device__ __forceinline__ int moe_tile_bn(int tile)
          : tile == MOE_TILE_NARROW ? moe_tile_narrow::BN
          : tile == MOE_TILE_MID    ? moe_tile_mid::BN
          : tile == MOE_TILE_WIDE   ? moe_tile_wide::BN
-         : tile == MOE_TILE_WIDE96 ? moe_tile_wide96::BN
-         : tile == MOE_TILE_WIDE80 ? moe_tile_wide80::BN
-                                   : moe_tile_big::BN;
+         : tile == MOE_TILE_WIDE96 ? moe_tile_wide96_tall::BN
+         : tile == MOE_TILE_WIDE80 ? moe_tile_wide80_tall::BN
+                                   : 128;  /* the big tile (moe_gemm_tma.cuh) */
 }
 
-/* Weight rows per unit as the launch runs them (moe_tile_tall). */
-static __device__ __forceinline__ int moe_unit_rows(int tile, unsigned v, int agnostic)
+/* Weight rows per unit as the launch runs them (moe_tile_tall): 256, or
+ * the 128 of the other tiles but the big one. */
+static __device__ __forceinline__ int moe_unit_rows(int tile, unsigned flags, int agnostic)
 {
-  return moe_tile_tall(tile, v, agnostic) ? 256 : moe_tile_bm(tile);
+  return moe_tile_tall(tile, flags, agnostic) || tile == MOE_TILE_BIG ? 256 : 128;
 }
 
 /* silu(gate) * up: moe_ref.c's formula, but the division is the fast
  * one (__fdividef, within 2 ulp; expf stays the accurate one). The IEEE
  * division's code (its check and slow path, inlined at each of a unit
  * end's 40 SwiGLUs a thread) made GEMM1's unit end the kernel's largest
- * code: the .text of the barrier kernel 1.76 MB instead of 1.94, and the
- * first unit of a stage runs that code cold. Measured side by side, two
- * runs (bench/results/moe-swiglu-h200-2026-12-01.md): Qwen3-30B-A3B
- * T = 768 0.358 ms against 0.379, T = 1024 0.366 against 0.382-0.398,
- * T = 8192 1.70 against 1.78 (barrier kernel), agnostic 3-5% faster at
- * T = 512-8192; DeepSeek-V3 and Qwen3 T <= 128 level. y is no longer
- * bitwise the IEEE formula's (within the tests' bound; the kernels still
- * agree with each other bitwise). Fast expf as well spilled registers in
- * the agnostic kernel. */
+ * code, and the first unit of a stage runs that code cold
+ * (docs/decisions.md, "SwiGLU's fast division"). y is no longer bitwise
+ * the IEEE formula's (within the tests' bound; the kernels still agree
+ * with each other bitwise). Fast expf as well spilled registers in the
+ * agnostic kernel. */
 static __device__ __forceinline__ float hr__swiglu(float gate, float up)
 {
   const float silu = __fdividef(gate, 1.0f + expf(-gate));
@@ -495,24 +355,8 @@ static __device__ __forceinline__ moe_unit unit_decode(int u, const moe_route &r
   return un;
 }
 
-/* The tokens a unit's MMAs cover: its own, or none in the benchmark's
- * diagnostic HR__MOE_VAR_DIAG_NO_MMA (read from the parameters at each
- * step, so that no register holds it through the loop). */
-static __device__ __forceinline__ int moe_mma_n(const hr__moe_params &p, const moe_unit &un)
-{
-  return (HR__MOE_VARIANT(p) & HR__MOE_VAR_DIAG_NO_MMA) ? 0 : un.nvalid;
-}
-
-/* The unit order of tile C in this launch: C's own, or row tile major in
- * the benchmark's variant HR__MOE_VAR_FT_MAJOR. */
-template <class C>
-static __device__ __forceinline__ int moe_tt_major(const hr__moe_params &p)
-{
-  return C::TT_MAJOR && !(HR__MOE_VARIANT(p) & HR__MOE_VAR_FT_MAJOR);
-}
-
-/* Unit u of a stage that the benchmark may run twice over (units1 units
- * each time): u, or u - units1 the second time. */
+/* Unit u of a stage that the benchmark hook may run twice over (units1
+ * units each time): u, or u - units1 the second time. */
 static __device__ __forceinline__ int moe_unit_wrap(int u, int units1)
 {
   return u >= units1 ? u - units1 : u;
@@ -548,7 +392,6 @@ struct moe_loader {
   const int *ring;
   int kt;                              /* next K step */
   int slot;                            /* next pipeline slot */
-  uint64_t a_policy;                   /* L2 policy of weight loads */
 
   /* Decode unit `i` of this CTA into `next` and, for GEMM1, start loading
    * its token indices: they are used a whole unit later, so the gather
@@ -568,7 +411,7 @@ struct moe_loader {
     int j;
     if(u < 0)
       return;
-    next = unit_decode(u, rt, p, nf, C::BN, moe_tt_major<C>(p));
+    next = unit_decode(u, rt, p, nf, C::BN, C::TT_MAJOR);
     if(STAGE == 1) {
 #pragma unroll
       for(j = 0; j < C::B_PASSES; j++) {
@@ -587,9 +430,6 @@ struct moe_loader {
     slot = 0;
     mine = units_mine;
     ring = units_ring;
-    a_policy = !C::A_STREAM                           ? 0
-               : (HR__MOE_VARIANT(p) & HR__MOE_VAR_A_EVICT_FIRST) ? l2_policy_evict_first()
-                                                         : l2_policy_evict_normal();
     look_ahead(p, rt, nf, 0);
   }
 
@@ -607,9 +447,7 @@ struct moe_loader {
 #pragma unroll
     for(i = 0; i < C::B_PASSES; i++) {
       const int r = r0 + C::RPP * i;
-      b_row[i] = r >= un.nvalid || (HR__MOE_VARIANT(p) & HR__MOE_VAR_DIAG_NO_TOKENS) ? -1
-                 : STAGE == 1                                 ? next_tok[i]
-                                                              : un.pos0 + r;
+      b_row[i] = r >= un.nvalid ? -1 : STAGE == 1 ? next_tok[i] : un.pos0 + r;
     }
     look_ahead(p, rt, nf, unit + 1);
   }
@@ -641,10 +479,7 @@ struct moe_loader {
 #pragma unroll
     for(i = 0; i < C::A_PASSES; i++) {
       const uint16_t *src = a_k + (size_t)a_row(p, r0 + C::RPP * i) * K;
-      if(C::A_STREAM)
-        cp_async16_stream(a + swz<C>(r0 + C::RPP * i, c), src, a_policy);
-      else
-        cp_async16(a + swz<C>(r0 + C::RPP * i, c), src);
+      cp_async16(a + swz<C>(r0 + C::RPP * i, c), src);
     }
 #pragma unroll
     for(i = 0; i < C::B_PASSES; i++)
@@ -719,20 +554,12 @@ static __device__ __forceinline__ void tile_wgmma_n(float (&acc)[C::MT][C::NT][4
   wgmma_fence();
 #pragma unroll
   for(kk = 0; kk < C::KS; kk++) {
-    if constexpr(C::DESC_ADD) {
-      /* two descriptors made whole, the rest by constant offsets */
-      const uint64_t db = wgmma_desc_add(wgmma_desc_sw128(b_base), kk * 32);
-      const uint64_t da0 = wgmma_desc_sw128(a_wg);
+    /* two descriptors made whole, the rest by constant offsets */
+    const uint64_t db = wgmma_desc_add(wgmma_desc_sw128(b_base), kk * 32);
+    const uint64_t da0 = wgmma_desc_sw128(a_wg);
 #pragma unroll
-      for(mt = 0; mt < C::MT; mt++)
-        wgmma_m64k16<N>(acc[mt], wgmma_desc_add(da0, mt * 64 * C::ROW_BYTES + kk * 32), db, 1);
-    } else {
-      const uint64_t db = wgmma_desc_sw128(b_base + kk * 32);
-#pragma unroll
-      for(mt = 0; mt < C::MT; mt++)
-        wgmma_m64k16<N>(acc[mt], wgmma_desc_sw128(a_wg + mt * 64 * C::ROW_BYTES + kk * 32),
-                        db, 1);
-    }
+    for(mt = 0; mt < C::MT; mt++)
+      wgmma_m64k16<N>(acc[mt], wgmma_desc_add(da0, mt * 64 * C::ROW_BYTES + kk * 32), db, 1);
   }
   wgmma_commit();
   if constexpr(C::DEPTH) {
@@ -801,7 +628,7 @@ static __device__ __forceinline__ void tile_wgmma(float (&acc)[C::MT][C::NT][4],
       return;
     }
   }
-  if(nvalid > 0)                       /* 0: the diagnostic HR__MOE_VAR_DIAG_NO_MMA */
+  if(nvalid > 0)
     tile_wgmma_n<C, 16>(acc, a_base, b_base);
 }
 
@@ -860,16 +687,11 @@ __device__ void tile_store(const hr__moe_params &p, const moe_unit &un,
   /* STAGE 1: BM/2 features per token row; STAGE 2: BM. A pass stages all
    * of them, or with WG half: warpgroup `pass`'s. A WG tile whose whole
    * output fits its slot (rows padded 16 bytes: GEMM1 always, GEMM2 but
-   * for the wide, wide96-tall and cp.async big tiles) stages it in one
-   * pass, both warpgroups at once: two __syncthreads a unit instead of
-   * four. Qwen3-30B-A3B T = 512 0.351 ms against 0.369 in two passes
-   * (barrier kernel), T = 1024 0.385 against 0.400, agnostic 3-4% likewise;
-   * DeepSeek-V3 T = 2048 5.93-5.98 against 6.22 (barrier), y bitwise
-   * (bench/results/moe-store-h200-2026-11-30.md; the two passes are the
-   * benchmark's variant HR__MOE_VAR_STORE_TWO_PASS). */
+   * for the wide and wide96-tall tiles) stages it in one pass, both
+   * warpgroups at once: two __syncthreads a unit instead of four
+   * (docs/decisions.md, "One-pass staging"). */
   constexpr int cols = STAGE == 1 ? C::BM / 2 : C::BM;
-  constexpr bool fits_one = C::WG && C::BN * (cols + 8) * 2 <= C::STAGE_BYTES;
-  const bool one = fits_one && !(HR__MOE_VARIANT(p) & HR__MOE_VAR_STORE_TWO_PASS);
+  constexpr bool one = C::WG && C::BN * (cols + 8) * 2 <= C::STAGE_BYTES;
   const int stride = one ? cols + 8 : C::OUT_STRIDE;
   const int passes = C::WG && !one ? 2 : 1;
   const int pass_cols = passes == 2 ? cols / 2 : cols;
@@ -939,9 +761,7 @@ __device__ void tile_store(const hr__moe_params &p, const moe_unit &un,
       uint16_t *dst = STAGE == 1 ? p.h : p.ypair;
       const int ld = STAGE == 1 ? p.I : p.H;
       const int col0 = un.ft * cols + f0;
-      /* none: the diagnostic HR__MOE_VAR_DIAG_NO_STORE (staged, not stored) */
-      const int rows = (HR__MOE_VARIANT(p) & HR__MOE_VAR_DIAG_NO_STORE) ? 0 : un.nvalid;
-      for(i = tid; i < rows * chunks; i += HR__MOE_THREADS) {
+      for(i = tid; i < un.nvalid * chunks; i += HR__MOE_THREADS) {
         const int n = i / chunks, c = i - n * chunks;
         *(uint4 *)(dst + (size_t)(un.pos0 + n) * ld + col0 + c * 8) =
             *(const uint4 *)(out + n * stride + c * 8);
@@ -1008,45 +828,9 @@ static __device__ __forceinline__ void moe_pipe_step(moe_loader<C, STAGE> &ld,
   }
 }
 
-/* The benchmark's variant HR__MOE_VAR_PREFETCH (off in production): before
- * a wait (a grid barrier, or the agnostic kernel's wait for a unit's
- * inputs), ask L2 for the weights of unit u of a stage (nf row tiles per
- * expert), HR__MOE_PREFETCH_CAP bytes at most over its BM rows, each row's
- * first bytes (the K order the pipeline will read them in), so that they
- * arrive while the CTA waits (or, with no unit of the stage before, while
- * others work: at Qwen3-30B-A3B T = 1, GEMM1 has 96 units for 132 CTAs,
- * and the other 36 could fetch GEMM2's weights meanwhile). Measured, it
- * does not pay: Qwen3 T = 1 0.041 ms against 0.038 without, DeepSeek-V3
- * T = 1 0.187 against 0.183, T = 16 and 128 within the noise; the time at
- * T = 1 is not in the fetches the barriers hold up. On the 256-row tiles
- * too (Qwen3 T = 512-1024): each stage's first unit 2.4-3.6 us shorter,
- * but the stage 2.7 us later, level in all
- * (bench/results/moe-timeline-h200-2026-12-01.md). Not for the big tile.
- * A hint: nothing is written, y cannot change. */
-#define HR__MOE_PREFETCH_CAP (256 * 1024)
-template <class C, int STAGE>
-static __device__ __forceinline__ void moe_prefetch_unit(const hr__moe_params &p,
-                                                         const moe_route &rt, int nf, int u)
-{
-  const int cap = HR__MOE_PREFETCH_CAP;
-  const int r = threadIdx.x, K = STAGE == 1 ? p.H : p.I;
-  const moe_unit un = unit_decode(u, rt, p, nf, C::BN, moe_tt_major<C>(p));
-  const int bytes = min(2 * K, cap / C::BM) & ~255;
-  const uint16_t *src;
-  if(C::TT_MAJOR || !(HR__MOE_VARIANT(p) & HR__MOE_VAR_PREFETCH) || r >= C::BM || bytes == 0)
-    return;
-  if(STAGE == 1) {
-    const int f = un.ft * (C::BM / 2) + (r >> 4) * 8 + (r & 7);
-    src = p.w1 + ((size_t)un.e * 2 * p.I + ((r & 8) ? p.I + f : f)) * p.H;
-  } else {
-    src = p.w2 + ((size_t)un.e * p.H + un.ft * C::BM + r) * p.I;
-  }
-  prefetch_l2_bulk(src, (uint32_t)bytes);
-}
-
 /* The sizes of GEMM stage STAGE in tile C: K steps per unit, row tiles
  * per expert, units, and units this launch runs (each once; none or each
- * twice in the benchmark's variants). */
+ * twice through the benchmark hook). */
 struct moe_stage_dims {
   int nk, nf, units1, units;
 };
@@ -1095,7 +879,7 @@ __device__ void moe_gemm_stage(const hr__moe_params &p, const moe_route &rt,
     cp_async_commit();
   }
   moe_trace_inner(p, STAGE, HR__MOE_INNER_FILLED);
-  un = unit_decode(moe_unit_wrap(blockIdx.x, units1), rt, p, nf, C::BN, moe_tt_major<C>(p));
+  un = unit_decode(moe_unit_wrap(blockIdx.x, units1), rt, p, nf, C::BN, C::TT_MAJOR);
   tile_zero<C>(acc);
   for(s = 0; s < steps; s++) {
     moe_step_landed<C>();                       /* step s has landed */
@@ -1103,7 +887,7 @@ __device__ void moe_gemm_stage(const hr__moe_params &p, const moe_route &rt,
     /* the diagnostic's marks of the first unit's steps 0, 1, 2, 4, 8, 16 */
     moe_trace_inner(p, s < nk && s <= 16 && (s & (s - 1)) == 0 ? STAGE : 0,
                     HR__MOE_INNER_STEP + (s ? __ffs((int)s) : 0));
-    moe_pipe_step<C, STAGE>(ld, p, rt, pipe, nf, nk, acc, slot, wm, wn, wk, moe_mma_n(p, un),
+    moe_pipe_step<C, STAGE>(ld, p, rt, pipe, nf, nk, acc, slot, wm, wn, wk, un.nvalid,
                             s + moe_lookahead<C>() < steps,
                             [&] { return s + moe_lookahead<C>() < steps; });
     if(++kt == nk) {
@@ -1119,7 +903,7 @@ __device__ void moe_gemm_stage(const hr__moe_params &p, const moe_route &rt,
       kt = 0;
       if(++u < mine)
         un = unit_decode(moe_unit_wrap(blockIdx.x + u * gridDim.x, units1), rt, p,
-                         nf, C::BN, moe_tt_major<C>(p));
+                         nf, C::BN, C::TT_MAJOR);
       moe_trace_inner(p, u == 1 ? STAGE : 0, HR__MOE_INNER_DECODED);
     }
   }

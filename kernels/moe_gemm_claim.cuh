@@ -2,8 +2,7 @@
  * moe_gemm_claim.cuh: the barrier kernel's cp.async GEMM stage with its
  * units claimed in order from the stage's counter instead of dealt round
  * robin (moe_gemm_stage). It runs from H = HR__MOE_CLAIM_MIN_H (moe_claims;
- * the dealt stage runs below, and everywhere in the benchmark's variant
- * HR__MOE_VAR_DEALT).
+ * the dealt stage runs below).
  *
  * Why: with a fixed deal every CTA runs the same number of units, so a CTA
  * that is a little slower (its share of DRAM, of L2) ends the stage late
@@ -12,8 +11,8 @@
  * are long: DeepSeek-V3 (112 K steps a GEMM1 unit) T = 16 to 512 3-7%
  * faster, and with it the 256-row cp.async tiles beat the big TMA tile at
  * T = 2048, as in the agnostic kernel, which claims too. At Qwen3-30B-A3B
- * (32 K steps) it was level or 1-6% slower
- * (bench/results/moe-claims-h200-2026-11-30.md).
+ * (32 K steps) it was level or slower (docs/decisions.md, "Claimed
+ * units").
  *
  * The loop is moe_gemm_stage's; the units come from a ring in shared
  * memory, as in the agnostic kernel (moe_loader reads it). Each CTA's
@@ -110,7 +109,7 @@ __device__ void moe_gemm_stage_claimed(const hr__moe_params &p, const moe_route 
     }
     cp_async_commit();
   }
-  un = unit_decode(ring[0], rt, p, nf, C::BN, moe_tt_major<C>(p));
+  un = unit_decode(ring[0], rt, p, nf, C::BN, C::TT_MAJOR);
   tile_zero<C>(acc);
   for(;;) {
     /* The claim before the wait for this step's data: the compiler makes
@@ -124,7 +123,7 @@ __device__ void moe_gemm_stage_claimed(const hr__moe_params &p, const moe_route 
     {
       const int go = more();
       moe_pipe_step<C, STAGE>(ld, p, rt, pipe, nf, nk, acc, slot, wm, wn, wk,
-                              moe_mma_n(p, un), go, more);
+                              un.nvalid, go, more);
     }
     place_when_due();
     /* the step's end as moe_gemm_stage's; one helper for both changed
@@ -144,7 +143,7 @@ __device__ void moe_gemm_stage_claimed(const hr__moe_params &p, const moe_route 
       u++;
       if(ring[u & (HR__MOE_RING - 1)] < 0)
         break;
-      un = unit_decode(ring[u & (HR__MOE_RING - 1)], rt, p, nf, C::BN, moe_tt_major<C>(p));
+      un = unit_decode(ring[u & (HR__MOE_RING - 1)], rt, p, nf, C::BN, C::TT_MAJOR);
     }
   }
   /* as in moe_gemm_stage: the last step drained, but the compiler cannot

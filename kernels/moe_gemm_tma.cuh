@@ -1,10 +1,10 @@
 /*
  * moe_gemm_tma.cuh: the big tile's GEMM stages on a TMA pipeline.
  *
- * The same units, the same wgmma instructions in the same K order as the
- * cp.async big tile of moe_gemm.cuh (so y is bitwise the same); what
- * differs is how the tiles reach shared memory and how the warps hand the
- * slots around:
+ * The same wgmma instructions in the same K order as the cp.async wgmma
+ * tiles of moe_gemm.cuh (so y is bitwise the same whichever tile a launch
+ * runs); what differs is how the tiles reach shared memory and how the
+ * warps hand the slots around:
  *
  *   - One thread (thread 0, the producer) loads a whole step with a few
  *     TMA instructions (64-row boxes of 64 K: weights from their tensor
@@ -24,9 +24,9 @@
  *     in all) as 16-byte chunks, so the slots need not stage them and
  *     nearly all the shared memory is pipeline.
  *
- * Why: the cp.async tile spent its time in the loads each thread issued
- * and in the barrier every step (DeepSeek-V3 T = 8192 at ~290 TFLOP/s,
- * the reference at ~313; bench/results). GEMM1 gathers token rows, which
+ * Why: the big tile on cp.async spent its time in the loads each thread
+ * issued and in the barrier every step (docs/decisions.md, "The big tile
+ * on TMA"). GEMM1 gathers token rows, which
  * a tiled TMA load cannot do on sm_90: the threads gather them with
  * cp.async into the layout the TMA boxes had (moe_gather_on, below), or
  * the route stage copies the x rows into expert order first
@@ -47,12 +47,8 @@
  * one step's MMAs in flight (the loads are issued by the producer ahead
  * of the MMAs, not by the warps between them, so DEPTH 1 no longer holds
  * loads back as it did with cp.async). */
-struct moe_tile_big_tma : moe_tile<256, 128, 64, 8, 1, 1, 4, 0, 1, 1> {
+struct moe_tile_big_tma : moe_tile<256, 128, 64, 8, 1, 1, 4, 1, 1> {
   static constexpr int TMA = 1;
-};
-/* The same with each wgmma descriptor made whole (HR__MOE_VAR_DESC_FULL). */
-struct moe_tile_big_tma_desc_full : moe_tile_big_tma {
-  static constexpr int DESC_ADD = 0;
 };
 
 /* Rows per TMA box of weights: 64 rows of 128 bytes, 8 KiB. */
@@ -60,22 +56,12 @@ struct moe_tile_big_tma_desc_full : moe_tile_big_tma {
 /* Warps that release a slot (every warp of both warpgroups). */
 #define HR__MOE_TMA_WARPS (HR__MOE_THREADS / 32)
 
-static_assert(moe_tile_big_tma::BM == moe_tile_big::BM &&
-                  moe_tile_big_tma::BN == moe_tile_big::BN &&
-                  moe_tile_big_tma::BK == moe_tile_big::BK,
-              "the same units and K steps as the cp.async big tile");
+static_assert(moe_tile_big_tma::BM == 256 && moe_tile_big_tma::BN == 128,
+              "the big tile's units (moe_unit_rows, moe_tile_bn)");
 /* Each warp stages its results through shared memory of its own, 16 rows
  * of this many tokens at a time (tma_tile_store). */
 #define HR__MOE_TMA_OUT_TOKENS 64
 #define HR__MOE_TMA_OUT_WARP_BYTES (16 * HR__MOE_TMA_OUT_TOKENS * 2)
-/* GEMM1's token rows: 1, gathered through sorted_tok by every thread with
- * cp.async (tma_gather), straight from x, where moe_gather_on says so; 0,
- * always read by TMA from the x rows that the routing copied into expert
- * order (moe_copy_xs: at Qwen3 T = 8192 268 MB written and read back,
- * ~135-147 us of 1.6-1.7 ms, bench/results/moe-route-steps-h200-2026-12-01.md). */
-#ifndef HR__MOE_TMA_GATHER
-#define HR__MOE_TMA_GATHER 1
-#endif
 
 /* After the pipeline: the slots' barriers, the ring, the warps' output
  * staging, then the gather's posts: a barrier a slot and two requests a
@@ -90,48 +76,35 @@ static_assert(HR__MOE_TMA_FITS(moe_tile_big_tma),
               "pipeline, alignment, barriers, ring, output staging fit");
 static_assert(HR__MOE_TMA_BARS_BYTES(moe_tile_big_tma) % 16 == 0, "staging on 16 bytes");
 
-/* Does this launch's tile run on the TMA pipeline? The big tile does,
- * unless the benchmark asks for its cp.async versions. (Then GEMM1 reads
- * the x rows in expert order, which the route stage must copy.) The mid
- * and wide tiles stay on cp.async: on TMA, as this pipeline, they were
- * slower (same run, H200: Qwen3-30B-A3B T = 1024 0.548 ms against 0.486,
- * DeepSeek-V3 T = 1024 7.25 against 5.93; bench/results/
- * moe-tma-h200-2026-11-30.md). */
-static __device__ __forceinline__ int moe_tile_tma(int tile, unsigned variant)
+/* Does this launch's tile run on the TMA pipeline? The big tile does
+ * (then, unless GEMM1 gathers, the route stage copies the x rows into
+ * expert order). The mid and wide tiles stay on cp.async: on TMA, as
+ * this pipeline, they were slower (docs/decisions.md, "The big tile on
+ * TMA"). */
+static __device__ __forceinline__ int moe_tile_tma(int tile)
 {
-  return tile == MOE_TILE_BIG && !(variant & (HR__MOE_VAR_CPASYNC | HR__MOE_VAR_SYNC_BIG));
+  return tile == MOE_TILE_BIG;
 }
 
-/* Does GEMM1 of the TMA tile gather its token rows in this launch? The
- * copy it saves writes and reads every pair's x row once (4H bytes a
- * pair) against GEMM1's 4IH FLOPs a pair: its share of the stage goes as
- * 1 / I. Side by side with the copy, the gather was faster at
- * Qwen3-30B-A3B (I = 768) at every T measured, T = 2048-8192 (x 8-34 MB;
- * 0.96-0.98x, bench/results/moe-inline-h200-2026-12-01.md) and 12288-16384
- * (x 50-67 MB, past L2; barrier 0.97x, agnostic 0.99x,
- * bench/results/moe-gather-bound-h200-2026-12-01.md), and slower at
- * DeepSeek-V3 (I = 2048) once x outgrows L2, T = 4096 and 8192 (59 and
- * 117 MB; 1.04x), level below. So: while x fits L2 with room to spare, or
- * where I is small enough for the copy to weigh (no I between 768 and
- * 2048 was measured; the bound sits between them). */
-#ifndef HR__MOE_GATHER_MAX_X_BYTES
+/* Does GEMM1 of the TMA tile gather its token rows in this launch (every
+ * thread with cp.async through sorted_tok, tma_gather), or read by TMA
+ * the x rows that the routing copied into expert order (moe_copy_xs)? The
+ * copy writes and reads every pair's x row once (4H bytes a pair) against
+ * GEMM1's 4IH FLOPs a pair: its share of the stage goes as 1 / I. So the
+ * gather while x fits L2 with room to spare, or where I is small enough
+ * for the copy to weigh (docs/decisions.md, "GEMM1's gather"). */
 #define HR__MOE_GATHER_MAX_X_BYTES (40u << 20)
-#endif
-#ifndef HR__MOE_GATHER_MAX_I
 #define HR__MOE_GATHER_MAX_I 1024
-#endif
 static __device__ __forceinline__ int moe_gather_on(const hr__moe_params &p)
 {
-  return HR__MOE_TMA_GATHER && ((size_t)p.T * p.H * 2 <= HR__MOE_GATHER_MAX_X_BYTES ||
-                                p.I <= HR__MOE_GATHER_MAX_I);
+  return (size_t)p.T * p.H * 2 <= HR__MOE_GATHER_MAX_X_BYTES || p.I <= HR__MOE_GATHER_MAX_I;
 }
 
 /* Does the routing copy the x rows into expert order for this launch's
  * tile? Only for the TMA tile, and only when its GEMM1 does not gather. */
-static __device__ __forceinline__ int moe_tile_copies_xs(const hr__moe_params &p, int tile,
-                                                         unsigned variant)
+static __device__ __forceinline__ int moe_tile_copies_xs(const hr__moe_params &p, int tile)
 {
-  return !moe_gather_on(p) && moe_tile_tma(tile, variant);
+  return !moe_gather_on(p) && moe_tile_tma(tile);
 }
 
 /* Does stage STAGE's token side come by gather (tma_gather)? G: the run
@@ -227,10 +200,9 @@ static __device__ __forceinline__ void tma_step_load(const hr__moe_params &p, ui
   /* gathered token rows arrive through the threads' cp.async, not as bytes */
   const int boxes = tma_gathers<STAGE, G>()
                         ? 0 : (un.nvalid + HR__MOE_TMA_TOK_BOX - 1) / HR__MOE_TMA_TOK_BOX;
-  /* the weights are read once per unit; the benchmark may mark them
-   * evict-first so that the token rows many units share stay in L2 */
-  const uint64_t pol = (HR__MOE_VARIANT(p) & HR__MOE_VAR_A_EVICT_FIRST) ? l2_policy_evict_first()
-                                                               : l2_policy_evict_normal();
+  /* no L2 preference: evict-first weights measured no better
+   * (docs/decisions.md, "Evict-first weights") */
+  const uint64_t pol = l2_policy_evict_normal();
   int r;
   mbar_arrive_expect_tx(full + slot, (unsigned)(C::A_BYTES + boxes * tok_box_bytes));
 #pragma unroll
@@ -267,8 +239,8 @@ static __device__ __forceinline__ void tma_step_load(const hr__moe_params &p, ui
  * (tma_step_mma). A thread's token index is read once a token tile
  * (*tok, for the tile at *tok_pos0): the units of one token tile share it.
  * Why every thread, a few pieces each: with warp 0 alone copying a step's
- * 128 rows, its warpgroup waited for it at every wgmma (1.09-1.35x slower
- * at Qwen3 T = 2048-8192, bench/results/moe-inline-h200-2026-12-01.md). */
+ * 128 rows, its warpgroup waited for it at every wgmma (docs/decisions.md,
+ * "GEMM1's gather"). */
 template <class C>
 static __device__ __forceinline__ void tma_gather(const hr__moe_params &p, uint8_t *pipe,
                                                   uint64_t *full, int slot,
@@ -355,46 +327,6 @@ static __device__ __forceinline__ void tma_gather_step(const hr__moe_params &p, 
   tma_gather<C>(p, pipe, full, q, g.req + 2 * q + (n & 1), tok_pos0, tok);
 }
 
-/* The benchmark's variant HR__MOE_VAR_TMA_DIRECT_STORE, the store before
- * the staging: from the accumulators straight to h (SwiGLU) or ypair,
- * each thread its rows and token columns, 2 bytes a store, columns at and
- * past nvalid left out. */
-template <class C, int STAGE>
-static __device__ __forceinline__ void tma_tile_store_direct(const hr__moe_params &p,
-                                                      const moe_unit &un,
-                                                      float (&acc)[C::MT][C::NT][4])
-{
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int g = lane >> 2, t4 = lane & 3;
-  int mt, j;
-#pragma unroll
-  for(mt = 0; mt < C::MT; mt++) {
-    const int m16 = C::m16(warp, mt);
-#pragma unroll
-    for(j = 0; j < C::NT; j++) {
-      const int n = j * 8 + 2 * t4;
-      const float *c = acc[mt][j];
-      if(n >= un.nvalid)
-        continue;
-      if(STAGE == 1) {
-        /* c0,c1: gate of feature f for tokens n, n+1; c2,c3: its up */
-        uint16_t *dst = p.h + (size_t)(un.pos0 + n) * p.I + un.ft * (C::BM / 2) + m16 * 8 + g;
-        dst[0] = to_bf16(hr__swiglu(c[0], c[2]));
-        if(n + 1 < un.nvalid)
-          dst[p.I] = to_bf16(hr__swiglu(c[1], c[3]));
-      } else {
-        uint16_t *dst = p.ypair + (size_t)(un.pos0 + n) * p.H + un.ft * C::BM + m16 * 16 + g;
-        dst[0] = to_bf16(c[0]);
-        dst[8] = to_bf16(c[2]);
-        if(n + 1 < un.nvalid) {
-          dst[p.H] = to_bf16(c[1]);
-          dst[p.H + 8] = to_bf16(c[3]);
-        }
-      }
-    }
-  }
-}
-
 /* This warp's output staging (after the pipeline's barriers and ring). */
 template <class C>
 static __device__ __forceinline__ uint16_t *tma_out_buf(uint8_t *pipe)
@@ -426,10 +358,6 @@ static __device__ __forceinline__ void tma_tile_store(const hr__moe_params &p,
   const int ld = STAGE == 1 ? p.I : p.H;
   uint16_t *const buf = tma_out_buf<C>(pipe);
   int mt, jb, j, i;
-  if(HR__MOE_VARIANT(p) & HR__MOE_VAR_TMA_DIRECT_STORE) {
-    tma_tile_store_direct<C, STAGE>(p, un, acc);
-    return;
-  }
 #pragma unroll
   for(mt = 0; mt < C::MT; mt++) {
     const int m16 = C::m16(warp, mt);
@@ -467,17 +395,13 @@ static __device__ __forceinline__ void tma_tile_store(const hr__moe_params &p,
   }
 }
 
-/* The tests' faults: a refill of a run never happens, so the slot it was
- * for is never filled again and the warps wait on it until the timeout.
- * HR__MOE_VAR_TMA_DROP: the refill at step 1 (the slot step 0 used).
- * HR__MOE_VAR_TMA_DROP_LATE: the refill at step 9 nk + 1, in a run of 10
- * units or more, when the claims have filled every ring entry of this run
- * (HR__MOE_RING = 8), so none ahead is a stale -1 that would end it. */
+/* Does thread 0 leave out the refill at step s of a run of nk-step units
+ * (the tests' faults, HR__MOE_FAULT_*)? 0 in every production launch. */
 static __device__ __forceinline__ int tma_drop(const hr__moe_params &p, int s, int nk)
 {
-  if(HR__MOE_VARIANT(p) & HR__MOE_VAR_TMA_DROP)
+  if(p.skip & HR__MOE_FAULT_TMA_REFILL)
     return s == 1;
-  return (HR__MOE_VARIANT(p) & HR__MOE_VAR_TMA_DROP_LATE) && s == 9 * nk + 1;
+  return (p.skip & HR__MOE_FAULT_TMA_REFILL_LATE) && s == 9 * nk + 1;
 }
 
 /* Thread 0, before the first load of a run: the slots' barriers, fresh
@@ -518,7 +442,7 @@ static __device__ __forceinline__ void tma_barriers_inval(uint64_t *full, uint64
  * goes on dead, as moe_gemm_stage_tma says. (Releasing each slot as soon
  * as its MMAs are complete, before waiting for the next step's loads, so
  * that every slot can be loading while the warps wait, was slower at
- * every shape: bench/results/moe-wide80-h200-2026-11-30.md.) */
+ * every shape: docs/decisions.md, "The big tile on TMA".) */
 template <class C, int STAGE, int G>
 static __device__ __forceinline__ void tma_step_mma(const hr__moe_params &p, uint8_t *pipe,
                                                     uint64_t *full, uint64_t *empty, int s,
@@ -549,7 +473,7 @@ static __device__ __forceinline__ int tma_next_unit(const hr__moe_params &p, con
   const int e = ring[l_unit & (HR__MOE_RING - 1)];
   if(e < 0)
     return 0;
-  lun = unit_decode(e, rt, p, nf, C::BN, moe_tt_major<C>(p));
+  lun = unit_decode(e, rt, p, nf, C::BN, C::TT_MAJOR);
   return 1;
 }
 
@@ -666,7 +590,7 @@ __device__ int moe_gemm_stage_tma_run(const hr__moe_params &p, const moe_route &
   }
   tma_gather_fill<C, STAGE, G>(p, pipe, full, g, tok_pos0, tok);
 
-  un = unit_decode(ring[0], rt, p, nf, C::BN, moe_tt_major<C>(p));
+  un = unit_decode(ring[0], rt, p, nf, C::BN, C::TT_MAJOR);
   tile_zero<C>(acc);
   for(s = 0;; s++) {
     /* A wait that timed out leaves this thread dead: it waits no more
@@ -714,7 +638,7 @@ __device__ int moe_gemm_stage_tma_run(const hr__moe_params &p, const moe_route &
        * MMAs are drained and every warp leaves together. */
       if(__syncthreads_or(dead) || ring[u & (HR__MOE_RING - 1)] < 0)
         break;
-      un = unit_decode(ring[u & (HR__MOE_RING - 1)], rt, p, nf, C::BN, moe_tt_major<C>(p));
+      un = unit_decode(ring[u & (HR__MOE_RING - 1)], rt, p, nf, C::BN, C::TT_MAJOR);
     }
   }
   /* As in moe_gemm_stage: the last step drained, but the compiler cannot

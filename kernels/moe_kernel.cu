@@ -40,7 +40,7 @@ static __device__ void moe_combine(const hr__moe_params &p)
   const long long total = (long long)p.T * chunks;
   long long i;
   const int warps = (int)gridDim.x * (HR__MOE_THREADS / 32);
-  if(!(HR__MOE_VARIANT(p) & HR__MOE_VAR_COMBINE_CHUNKS) && moe_combine_by_token(p.T, p.H, p.k, warps)) {
+  if(moe_combine_by_token(p.T, p.H, p.k, warps)) {
     int t;                                     /* a token a warp */
     for(t = (int)blockIdx.x * (HR__MOE_THREADS / 32) + (int)(threadIdx.x >> 5); t < p.T;
         t += warps)
@@ -66,44 +66,32 @@ static __device__ __forceinline__ void moe_gemm_run(const hr__moe_params &p,
     moe_gemm_stage<C, STAGE>(p, rt, smem);
 }
 
-/* GEMM stage STAGE in the launch's cp.async tile, or the benchmark's
- * variant of it (moe_kernel.h); CLAIM: moe_gemm_run. The mid tile's
- * mma.sync and DEPTH 0 versions and the cp.async big tiles, the
- * benchmark's comparisons, are always dealt round robin. */
+/* GEMM stage STAGE in the launch's cp.async tile (any but the big one,
+ * which runs on TMA: moe_gemm); CLAIM: moe_gemm_run. Claimed, the mid
+ * tile runs 256 rows tall (moe_tile_tall). Where its units are dealt, the
+ * 80-token tile runs one __syncthreads a step (moe_one_sync); the claimed
+ * loop runs two. */
 template <int STAGE, int CLAIM>
 static __device__ __forceinline__ void moe_gemm_cpasync(const hr__moe_params &p,
                                                         const moe_route &rt, uint8_t *smem,
                                                         int tile)
 {
-  const unsigned v = HR__MOE_VARIANT(p);
   if(tile == MOE_TILE_TINY)
     moe_gemm_run<moe_tile_tiny, STAGE, CLAIM>(p, rt, smem);
   else if(tile == MOE_TILE_NARROW)
     moe_gemm_run<moe_tile_narrow, STAGE, CLAIM>(p, rt, smem);
   else if(tile == MOE_TILE_WIDE)
     moe_gemm_run<moe_tile_wide, STAGE, CLAIM>(p, rt, smem);
-  else if(moe_tile_tall(tile, v, 0)) {
-    /* dealt, the 80-token tile runs one __syncthreads a step */
-    if(tile == MOE_TILE_WIDE80 && !CLAIM && !(v & HR__MOE_VAR_TWO_SYNC))
-      moe_gemm_stage<moe_tile_wide80_tall_1s, STAGE>(p, rt, smem);
-    else if(tile == MOE_TILE_WIDE80)
-      moe_gemm_run<moe_tile_wide80_tall, STAGE, CLAIM>(p, rt, smem);
-    else if(tile == MOE_TILE_WIDE96)
-      moe_gemm_run<moe_tile_wide96_tall, STAGE, CLAIM>(p, rt, smem);
-    else
-      moe_gemm_run<moe_tile_mid_tall, STAGE, CLAIM>(p, rt, smem);
-  } else if(tile == MOE_TILE_WIDE96)
-    moe_gemm_run<moe_tile_wide96, STAGE, CLAIM>(p, rt, smem);
-  else if(tile == MOE_TILE_MID && (v & HR__MOE_VAR_MID_SYNC))
-    moe_gemm_stage<moe_tile_mid_sync, STAGE>(p, rt, smem);
-  else if(tile == MOE_TILE_MID && (v & HR__MOE_VAR_MID_WAIT))
-    moe_gemm_stage<moe_tile_mid_w0, STAGE>(p, rt, smem);
-  else if(tile == MOE_TILE_MID)
-    moe_gemm_run<moe_tile_mid, STAGE, CLAIM>(p, rt, smem);
-  else if(v & HR__MOE_VAR_SYNC_BIG)
-    moe_gemm_stage<moe_tile_big_sync, STAGE>(p, rt, smem);
+  else if(tile == MOE_TILE_WIDE80 && !CLAIM)
+    moe_gemm_stage<moe_tile_wide80_tall_1s, STAGE>(p, rt, smem);
+  else if(tile == MOE_TILE_WIDE80)
+    moe_gemm_run<moe_tile_wide80_tall, STAGE, CLAIM>(p, rt, smem);
+  else if(tile == MOE_TILE_WIDE96)
+    moe_gemm_run<moe_tile_wide96_tall, STAGE, CLAIM>(p, rt, smem);
+  else if(CLAIM)
+    moe_gemm_run<moe_tile_mid_tall, STAGE, CLAIM>(p, rt, smem);
   else
-    moe_gemm_stage<moe_tile_big, STAGE>(p, rt, smem);
+    moe_gemm_run<moe_tile_mid, STAGE, CLAIM>(p, rt, smem);
 }
 
 /* GEMM stage STAGE in the launch's tile shape: on the TMA pipeline or on
@@ -112,29 +100,18 @@ template <int STAGE>
 static __device__ __forceinline__ int moe_gemm(const hr__moe_params &p, const moe_route &rt,
                                                uint8_t *smem, int tile)
 {
-  const unsigned v = HR__MOE_VARIANT(p);
-  if(moe_tile_tma(tile, v)) {
-    if((v & HR__MOE_VAR_DESC_FULL)
-           ? moe_gemm_stage_tma<moe_tile_big_tma_desc_full, STAGE>(p, rt, smem)
-           : moe_gemm_stage_tma<moe_tile_big_tma, STAGE>(p, rt, smem))
+  if(moe_tile_tma(tile)) {
+    if(moe_gemm_stage_tma<moe_tile_big_tma, STAGE>(p, rt, smem))
       return 1;
     if(threadIdx.x == 0)
       moe_fail_at(p, HR__MOE_FAIL_TIMEOUT, HR__MOE_WAIT_TMA, STAGE, 0);
     return 0;
   }
-  if(moe_claims(v))
+  if(moe_claims(p.flags))
     moe_gemm_cpasync<STAGE, 1>(p, rt, smem, tile);
   else
     moe_gemm_cpasync<STAGE, 0>(p, rt, smem, tile);
   return 1;
-}
-
-/* The benchmark's diagnostic HR__MOE_VAR_DIAG_STAGGER (moe_kernel.h):
- * CTA b starts a GEMM stage b x 64 ns late. */
-static __device__ __forceinline__ void moe_stagger(const hr__moe_params &p)
-{
-  if(HR__MOE_VARIANT(p) & HR__MOE_VAR_DIAG_STAGGER)
-    __nanosleep(64u * blockIdx.x);
 }
 
 /* Past the grid barrier that ends GEMM stage STAGE, where no CTA claims
@@ -143,37 +120,6 @@ static __device__ __forceinline__ void moe_claims_reset(const hr__moe_params &p,
 {
   if(blockIdx.x == 0 && threadIdx.x == 0)
     atomicExch(&p.sync->claim[stage - 1], 0u);
-}
-
-/* Before the grid barrier that opens GEMM stage STAGE, in the benchmark's
- * variant HR__MOE_VAR_PREFETCH only: L2 fetches this CTA's first unit of
- * it (moe_prefetch_unit, which does nothing otherwise). */
-template <int STAGE>
-static __device__ void moe_prefetch(const hr__moe_params &p, const moe_route &rt, int tile)
-{
-  const int nf = (STAGE == 1 ? 2 * p.I : p.H) / moe_unit_rows(tile, HR__MOE_VARIANT(p), 0);
-  const int u = (int)blockIdx.x;
-  if(tile == MOE_TILE_BIG ||
-     moe_phase_runs(p, STAGE == 1 ? HR__MOE_PHASE_GEMM1 : HR__MOE_PHASE_GEMM2) == 0 ||
-     u >= rt.tile_off[p.E] * nf)
-    return;
-  if(moe_tile_tall(tile, HR__MOE_VARIANT(p), 0)) {       /* 256-row units */
-    if(tile == MOE_TILE_WIDE80)
-      moe_prefetch_unit<moe_tile_wide80_tall, STAGE>(p, rt, nf, u);
-    else if(tile == MOE_TILE_WIDE96)
-      moe_prefetch_unit<moe_tile_wide96_tall, STAGE>(p, rt, nf, u);
-    else
-      moe_prefetch_unit<moe_tile_mid_tall, STAGE>(p, rt, nf, u);
-  } else if(tile == MOE_TILE_TINY)
-    moe_prefetch_unit<moe_tile_tiny, STAGE>(p, rt, nf, u);
-  else if(tile == MOE_TILE_NARROW)
-    moe_prefetch_unit<moe_tile_narrow, STAGE>(p, rt, nf, u);
-  else if(tile == MOE_TILE_WIDE)
-    moe_prefetch_unit<moe_tile_wide, STAGE>(p, rt, nf, u);
-  else if(tile == MOE_TILE_WIDE96)
-    moe_prefetch_unit<moe_tile_wide96, STAGE>(p, rt, nf, u);
-  else
-    moe_prefetch_unit<moe_tile_mid, STAGE>(p, rt, nf, u);
 }
 
 __global__ void __launch_bounds__(HR__MOE_THREADS, 1)
@@ -210,8 +156,8 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
   moe_trace(p, HR__MOE_MARK_START);
   moe_trace_sm(p);
 
-  /* 1. route: this CTA's slice of the pairs (none in the benchmark's
-   * variant without the route phase: the tables are still made). At few
+  /* 1. route: this CTA's slice of the pairs (none where the benchmark
+   * hook leaves the route phase out: the tables are still made). At few
    * pairs (HR__MOE_ROUTE_ALL_MAX_PAIRS) every CTA places them all, each
    * pair to the same place with the same values in every CTA, so no CTA
    * needs another's placing and barrier 0 goes (unless the TMA tile must
@@ -219,8 +165,7 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
   const int pairs = p.T * p.k, runs = moe_phase_runs(p, HR__MOE_PHASE_ROUTE);
   const int slo = (int)((long long)pairs * blockIdx.x / gridDim.x);
   const int shi = runs ? (int)((long long)pairs * (blockIdx.x + 1) / gridDim.x) : slo;
-  const unsigned v = HR__MOE_VARIANT(p);
-  const int whole = !(v & HR__MOE_VAR_ROUTE_SPLIT) && pairs <= HR__MOE_ROUTE_ALL_MAX_PAIRS;
+  const int whole = pairs <= HR__MOE_ROUTE_ALL_MAX_PAIRS;
   const int lo = whole ? 0 : slo, hi = whole ? (runs ? pairs : 0) : shi;
   moe_route_pairs(p, rt, s_warp_sums, lo, hi);
   if(runs == 2)
@@ -231,34 +176,29 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
     if(rt.cnt[i] > 0)
       atomicAdd(&s_nonempty, 1);
   __syncthreads();
-  tile = moe_pick_tile(rt.off[p.E], s_nonempty, p.I, v, 0);
+  tile = moe_pick_tile(rt.off[p.E], s_nonempty, p.I, p.flags, 0);
   moe_route_tiles(p, rt, moe_tile_bn(tile), s_warp_sums);
   moe_trace_route(p, HR__MOE_ROUTE_MARK_TILED);
   /* The TMA tile, unless its GEMM1 gathers, reads the x rows in expert
    * order: the slice's, copied (pos_of is this CTA's own, from
    * moe_route_pairs). */
-  const int copies = moe_tile_copies_xs(p, tile, v);
+  const int copies = moe_tile_copies_xs(p, tile);
   if(copies)
     moe_copy_xs(p, slo, shi);
-  /* The weights need no routing: fetch them while the barrier waits. */
-  moe_prefetch<1>(p, rt, tile);
   moe_trace(p, HR__MOE_MARK_ROUTED);
   if((!whole || copies) && !grid_barrier(p, 0, &s_ok))
     return;
   moe_trace(p, HR__MOE_MARK_G1_START);
-  moe_stagger(p);
 
-  /* 2. GEMM1 + SwiGLU (each CTA's units come twice, or never, in the
-   * benchmark's variants: moe_gemm_stage) */
+  /* 2. GEMM1 + SwiGLU (each CTA's units come twice, or never, through
+   * the benchmark hook: moe_gemm_stage) */
   if(!moe_gemm<1>(p, rt, smem, tile))
     return;
   moe_trace(p, HR__MOE_MARK_G1_END);
-  moe_prefetch<2>(p, rt, tile);
   if(!grid_barrier(p, 1, &s_ok))
     return;
   moe_trace(p, HR__MOE_MARK_G2_START);
   moe_claims_reset(p, 1);
-  moe_stagger(p);
 
   /* 3. GEMM2 */
   if(!moe_gemm<2>(p, rt, smem, tile))

@@ -119,6 +119,8 @@ typedef struct hr_policy_input {
 #define HR_POLICY_DEFAULT_MIN_GRID 64
 #define HR_POLICY_DEFAULT_INCIDENT_RAISE 1
 #define HR_POLICY_DEFAULT_SMS 132
+/* The input cluster of a GPU with no headroom or cooperative lease. */
+#define HR_POLICY_DEFAULT_CLUSTER 2
 
 /* The smallest min_headroom a policy may have. Rounded up to the cluster
  * it is one cluster of every size, so no lease ever gets headroom 0: one

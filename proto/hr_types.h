@@ -107,7 +107,7 @@ typedef struct hr_budget {
   int nccl_max_ctas;    /* ncclConfig_t.maxCTAs (a power of two) */
   int nccl_cga_cluster_size; /* ncclConfig_t.cgaClusterSize (1) */
   int nccl_nvls_enable; /* NCCL_NVLS_ENABLE (0) */
-  int degraded;         /* 1: computed from the environment, no daemon */
+  int degraded;         /* 1: computed in the process, no daemon */
   /* Partition mode, carried in every budget so that any lease can see
    * what a partition lease on the GPU gets (a partition lease also has
    * headroom = partition_comm_sms, grid = sms - headroom and

@@ -111,9 +111,9 @@ class Budget:
 
     def nccl_config(self) -> Dict[str, int]:
         """The ncclConfig_t fields the budget decides, under the names of
-        torch's NCCLConfig (min_ctas, max_ctas, cga_cluster_size). A field
-        the budget leaves open (0 in a degraded budget whose environment
-        names none) is left out."""
+        torch's NCCLConfig (min_ctas, max_ctas, cga_cluster_size). Every
+        budget decides them, a degraded one too; a field that is 0 (a
+        budget from a peer that leaves it out) is left out."""
         out = {}
         if self.nccl_min_ctas > 0:
             out["min_ctas"] = self.nccl_min_ctas

@@ -24,9 +24,8 @@ __all__ = ["nccl_options", "apply_env"]
 def nccl_options(lease: Lease, is_high_priority_stream: bool = False):
     """A new torch.distributed.ProcessGroupNCCL.Options whose NCCL config
     (ncclConfig_t) carries the lease's budget: config.min_ctas,
-    config.max_ctas and config.cga_cluster_size, each when the budget
-    decides it (every field of a daemon's budget; a degraded budget decides
-    only what the environment named). Pass it as pg_options to
+    config.max_ctas and config.cga_cluster_size (every budget decides
+    them, a degraded one too). Pass it as pg_options to
     init_process_group() or new_group() with the NCCL backend. The config is
     read when the group's communicator is created: later changes of the
     budget do not reach it (a communicator's CTA count cannot change);

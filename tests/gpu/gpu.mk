@@ -32,15 +32,11 @@ $(addprefix $(TESTBIN)/,$(GPU_TEST_NAMES)): $(TESTBIN)/%: $(OBJDIR)/tests/gpu/%.
 	@mkdir -p $(dir $@)
 	$(GPU_TEST_LINK)
 
-# bench/moe_once: one forward per token count, for a profiler. It links
-# the static library, the only one with the benchmark's entry point for
-# the variants (kernels/moe_bench.h), as bench/moe_phases does.
-$(TESTBIN)/moe_once: $(OBJDIR)/bench/moe_once.o $(GPU_TEST_OBJS) $(LIBDIR)/libheadroom_moe.a \
-                     $(LIBDIR)/libheadroom.so
+# bench/moe_once: one forward per token count, for a profiler, through
+# the API, as a user's program.
+$(TESTBIN)/moe_once: $(OBJDIR)/bench/moe_once.o $(GPU_TEST_OBJS) $(GPU_TEST_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIBDIR)/libheadroom_moe.a \
-	  -L$(LIBDIR) -lheadroom $(TESTBIN_RPATH) \
-	  $(LDLIBS_CUDART) -lstdc++ -lm
+	$(GPU_TEST_LINK)
 
 $(OBJDIR)/bench/moe_once.o: CPPFLAGS += -I$(CUDA_HOME)/include -Itests/gpu
 

@@ -32,19 +32,19 @@
  * cp.async tiles claiming their units at any H. */
 static int launch_claimed(gt_moe *g, const hr_moe_args *args, void *ctx)
 {
-  const hr__moe_variant v = { 0, 0, 0, HR__MOE_VAR_CLAIM, NULL };
-  return hr__moe_forward_variant(g->m, *(const int *)ctx, &v, args, g->stream);
+  const hr__moe_hook h = { 0, 0, 0, 1, NULL };
+  return hr__moe_forward_hook(g->m, *(const int *)ctx, &h, args, g->stream);
 }
 
 /* The agnostic kernel on a grid of *(int *)ctx CTAs with its routing run
- * twice (the benchmark's phase variant): every scatter piece is placed a
+ * twice (the benchmark hook): every scatter piece is placed a
  * second time, by a CTA whose cursor is already past it (which counts
  * the table again) or before it (which moves the cursor on over the
  * pairs between): the same places, so the same y. */
 static int launch_agnostic_route_twice(gt_moe *g, const hr_moe_args *args, void *ctx)
 {
-  const hr__moe_variant v = { 1, 0, HR__MOE_PHASE_ROUTE, 0, NULL };
-  return hr__moe_forward_variant(g->m, *(const int *)ctx, &v, args, g->stream);
+  const hr__moe_hook h = { 1, 0, HR__MOE_PHASE_ROUTE, 0, NULL };
+  return hr__moe_forward_hook(g->m, *(const int *)ctx, &h, args, g->stream);
 }
 
 static void grids_case(gt_moe *g, int T, int with_grid_2)

@@ -3,7 +3,7 @@
  * an error the host reads, never a hang or a trap.
  *
  * The big tile's warps wait on mbarriers that the TMA loads complete
- * (kernels/moe_gemm_tma.cuh). With the fault bit HR__MOE_VAR_TMA_DROP
+ * (kernels/moe_gemm_tma.cuh). With the fault HR__MOE_FAULT_TMA_REFILL
  * each CTA's producer leaves one step unloaded; for the barrier kernel and
  * the agnostic one, at the small shape with T = 8192 (the big tile):
  *   - hr_moe_sync returns HR_EBARRIER_TIMEOUT about the launch's timeout
@@ -12,14 +12,15 @@
  *   - the next launch on the same context succeeds and its y is bitwise
  *     the y of a launch before the fault.
  * Then the same at Qwen3-30B-A3B with T = 8192 (~23 big-tile units per
- * CTA in GEMM1) with HR__MOE_VAR_TMA_DROP_LATE: the refill dropped ten
+ * CTA in GEMM1) with HR__MOE_FAULT_TMA_REFILL_LATE: the refill dropped ten
  * units into the run, when every ring entry holds a claim of this run.
  * A CTA whose producer (thread 0) timed out places no more claims; it
  * must still leave, or the kernel never ends and the next launch waits
  * behind it forever (the hang this case was written for; the test
  * runner's time limit ends it then).
- * It links the static library: the fault bits are only reachable through
- * hr__moe_forward_variant (kernels/moe_bench.h).
+ * The faults are bits of a kernel parameter of the production kernels,
+ * reachable only through the benchmark hook, hr__moe_forward_hook
+ * (kernels/moe_bench.h), which libheadroom_moe.a alone exports.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,16 +38,16 @@
  * hr_moe_sync polls the error word every 50 us */
 #define SLACK_MS 300
 
-/* One launch of kernel `agnostic` with the GEMM variant bits `gemm`, then
- * hr_moe_sync; y to `out` when it succeeded. */
-static int forward(gt_moe *g, int agnostic, unsigned gemm, int timeout_ms, uint16_t *out)
+/* One launch of kernel `agnostic` with the fault bits `fault`
+ * (HR__MOE_FAULT_*), then hr_moe_sync; y to `out` when it succeeded. */
+static int forward(gt_moe *g, int agnostic, unsigned fault, int timeout_ms, uint16_t *out)
 {
   const size_t ybytes = (size_t)g->T * g->s.H * 2;
-  hr__moe_variant v = { agnostic, 0, 0, gemm, NULL };
+  hr__moe_hook h = { agnostic, fault, 0, 0, NULL };
   hr_moe_args a = gt_args(g, timeout_ms);
   int rc;
   GT_CUDA(cudaMemsetAsync(g->y, 0xff, ybytes, (cudaStream_t)g->stream));
-  rc = hr__moe_forward_variant(g->m, hr_moe_sms(g->m), &v, &a, g->stream);
+  rc = hr__moe_forward_hook(g->m, hr_moe_sms(g->m), &h, &a, g->stream);
   if(rc)
     return rc;
   rc = hr_moe_sync(g->m);
@@ -59,7 +60,7 @@ static void fault_case(gt_moe *g, int agnostic, unsigned fault, uint16_t *good,
                        uint16_t *after)
 {
   const char *kernel = agnostic ? "agnostic" : "barrier";
-  const char *where = fault == HR__MOE_VAR_TMA_DROP ? "at step 1" : "ten units in";
+  const char *where = fault == HR__MOE_FAULT_TMA_REFILL ? "at step 1" : "ten units in";
   const size_t ybytes = (size_t)g->T * g->s.H * 2;
   hr_moe_failure f;
   double t0, dt;
@@ -86,7 +87,7 @@ static void fault_case(gt_moe *g, int agnostic, unsigned fault, uint16_t *good,
      * grid barrier, a tile count) well under a millisecond after the
      * fault, and one of those may time out first: there, which wait is
      * recorded is not the point, the next launch is. */
-    if(fault == HR__MOE_VAR_TMA_DROP) {
+    if(fault == HR__MOE_FAULT_TMA_REFILL) {
       GT_EXPECT(f.detail.barrier == HR__MOE_WAIT_TMA, "%s: wait %d", kernel,
                 f.detail.barrier);
       GT_EXPECT(f.detail.arrived == 1 || f.detail.arrived == 2, "%s: stage %d", kernel,
@@ -135,7 +136,7 @@ int main(void)
 {
   gt_require_gpu(NAME);
   gt_seed(NAME);
-  shape_cases(GT_SMALL, HR__MOE_VAR_TMA_DROP, 1);
-  shape_cases(GT_QWEN3, HR__MOE_VAR_TMA_DROP_LATE, 0);
+  shape_cases(GT_SMALL, HR__MOE_FAULT_TMA_REFILL, 1);
+  shape_cases(GT_QWEN3, HR__MOE_FAULT_TMA_REFILL_LATE, 0);
   return gt_finish(NAME);
 }

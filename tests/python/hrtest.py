@@ -26,7 +26,8 @@ if PYDIR not in sys.path:
 
 # Variables that change what a client does; a child starts without them.
 CLIENT_ENV = ("HEADROOM_SOCKET", "DG_MEGA_MOE_SM_HEADROOM", "NCCL_MIN_CTAS",
-              "NCCL_MAX_CTAS", "NCCL_CGA_CLUSTER_SIZE", "NCCL_NVLS_ENABLE")
+              "NCCL_MAX_CTAS", "NCCL_CGA_CLUSTER_SIZE", "NCCL_NVLS_ENABLE",
+              "HEADROOM_ALLOW_FULL_GRID")
 
 
 class Daemon:

@@ -110,15 +110,17 @@ class AbBuilds(unittest.TestCase):
     def tearDown(self):
         self.tmp.cleanup()
 
-    def fake_build(self, name, ms, knows_no_floor=False):
+    def fake_build(self, name, ms, knows_no_floor=False, knows_match=False):
         """A build directory whose moe_phases logs its arguments and writes
         a made-up output (ms at every cell) to its --out FILE; with
-        knows_no_floor its text names that option, as the real program's
-        does (ab_builds.sh looks for it)."""
+        knows_no_floor (knows_match) its text names that option, as the
+        real program's does (ab_builds.sh looks for them: --match is the
+        GEMM variants' option of a revision before the one kernel build)."""
         tests = os.path.join(self.dir, name, "tests")
         os.makedirs(tests)
         executable(os.path.join(tests, "moe_phases"), f"""#!/bin/sh
 {"# usage: [--no-floor]" if knows_no_floor else ""}
+{"# usage: [--match TEXT]" if knows_match else ""}
 echo "{name}: $*" >> "{self.dir}/calls"
 echo "$LD_LIBRARY_PATH" >> "{self.dir}/libpaths"
 while [ $# -gt 0 ]; do [ "$1" = --out ] && out=$2; shift; done
@@ -146,7 +148,7 @@ printf '| s | 8 | barrier | default | {ms} | 1 | ok |\\n' >> "$out"
         # in turn: base, new, base, new, ...; each with the fixed options and AB_ARGS
         for i, call in enumerate(calls):
             who = "base" if i % 2 == 0 else "new"
-            self.assertIn("--reps 20 --no-phases --match NOTHING --tokens 8", call)
+            self.assertIn("--reps 20 --no-phases --tokens 8", call)
             self.assertIn(f"-{who}-r{i // 2 + 1}.md", call)
         with open(os.path.join(out, "table.md")) as f:
             table = f.read()
@@ -154,7 +156,7 @@ printf '| s | 8 | barrier | default | {ms} | 1 | ok |\\n' >> "$out"
                       table)
 
     def test_floor_left_out_where_the_build_knows_how(self):
-        old = self.fake_build("old", "0.400")
+        old = self.fake_build("old", "0.400", knows_match=True)
         new = self.fake_build("new", "0.300", knows_no_floor=True)
         r = self.run_builds(os.path.join(self.dir, "ab"), old, new, env={"AB_RUNS": "1"})
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
@@ -163,7 +165,24 @@ printf '| s | 8 | barrier | default | {ms} | 1 | ok |\\n' >> "$out"
         self.assertEqual(len(calls), 2)
         self.assertTrue(calls[0].startswith("old: "), calls)
         self.assertNotIn("--no-floor", calls[0])
-        self.assertIn("--match NOTHING --no-floor --shapes", calls[1])
+        self.assertIn("--no-phases --match NOTHING --shapes", calls[0])
+        self.assertIn("--no-phases --no-floor --shapes", calls[1])
+
+    def test_variants_left_out_where_the_build_has_them(self):
+        """A revision with the GEMM variants (--match) and --no-floor, as
+        e992226, against one without: the first times its normal launches
+        alone through --match NOTHING, the second is never given --match,
+        which it would refuse."""
+        old = self.fake_build("old", "0.400", knows_no_floor=True, knows_match=True)
+        new = self.fake_build("new", "0.300", knows_no_floor=True)
+        r = self.run_builds(os.path.join(self.dir, "ab"), old, new, env={"AB_RUNS": "1"})
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(os.path.join(self.dir, "calls")) as f:
+            calls = f.read().splitlines()
+        self.assertEqual(len(calls), 2)
+        self.assertIn("--no-phases --match NOTHING --no-floor --shapes", calls[0])
+        self.assertNotIn("--match", calls[1])
+        self.assertIn("--no-phases --no-floor --shapes", calls[1])
 
     def test_floor_kept_when_asked(self):
         new = self.fake_build("new", "0.300", knows_no_floor=True)

@@ -84,7 +84,7 @@ class BuildRev(hrtest.ScratchRepoTestCase):
 
     def test_more_targets(self):
         """BUILD_REV_TARGETS: each named program under DIR, built from the
-        revision's files; an empty NVCC_EXTRA (the variants' build) is
+        revision's files; an empty NVCC_EXTRA is
         passed as empty, not replaced by the default."""
         env = dict(self.env, BUILD_REV_TARGETS="tests/test_a tests/test_b")
         r = subprocess.run(["sh", SCRIPT, self.first, "build-t", ""], cwd=self.repo, env=env,

@@ -279,8 +279,10 @@ class TestErrors(unittest.TestCase):
 
 
 class TestDegraded(hrtest.DegradedTestCase):
-    """No daemon: the lease comes from the environment. Each case runs in a
-    child with an environment built from scratch."""
+    """No daemon: the lease is computed in the process with the daemon's
+    policy (default policy, this process's footprints), never the full
+    grid, with NCCL capped. Each case runs in a child with an environment
+    built from scratch."""
     CHILD = """
         import json, headroom
         c = headroom.Client(%r)
@@ -291,11 +293,17 @@ class TestDegraded(hrtest.DegradedTestCase):
             report = "ok"
         except headroom.HeadroomError as e:
             report = [type(e).__name__, e.code]
+        before = lease.epoch
+        c.register(0, "tp", ctas=8, concurrent=2)
+        after = {"grid": lease.grid, "headroom": lease.headroom,
+                 "epoch_moved": lease.epoch != before,
+                 "nccl": lease.nccl_config()}
         print(json.dumps({"connected": c.connected, "gpus": c.gpu_count,
-                          "grid": lease.grid, "headroom": lease.headroom,
-                          "degraded": lease.degraded, "epoch": lease.epoch,
+                          "grid": lease.grid, "headroom": b.headroom,
+                          "degraded": lease.degraded, "epoch": b.epoch,
                           "sms": b.sms, "b_grid": b.grid,
-                          "nccl": lease.nccl_config(), "report": report}))
+                          "nccl": b.nccl_config(), "report": report,
+                          "after": after}))
         c.close()
     """
 
@@ -307,28 +315,54 @@ class TestDegraded(hrtest.DegradedTestCase):
         self.assertEqual(out["epoch"], 0)
         self.assertEqual(out["headroom"], 10)
         # 132 SMs unless a CUDA driver here says otherwise.
-        self.assertEqual(out["grid"], out["sms"] - 10)
-        self.assertEqual(out["b_grid"], out["grid"])
+        self.assertEqual(out["b_grid"], out["sms"] - 10)
         if not os.path.exists("/dev/nvidiactl"):
             self.assertEqual(out["sms"], 132)
-            self.assertEqual(out["grid"], 122)
-        self.assertEqual(out["nccl"], {})
+            self.assertEqual(out["b_grid"], 122)
+            self.assertEqual(out["nccl"], {"min_ctas": 1, "max_ctas": 16,
+                                           "cga_cluster_size": 1})
         self.assertEqual(out["report"], ["Degraded", -11])
-        # The one-time notice names the socket and the fallback.
+        # The one-time notice names the socket and the budget.
         self.assertIn(self.sock, err)
-        self.assertIn("DG_MEGA_MOE_SM_HEADROOM=10", err)
+        self.assertIn("GPU 0 headroom 10, grid", err)
 
-    def test_unset_means_the_full_grid(self):
+    def test_unset_means_the_policy_floor(self):
         out, _ = self.run_degraded()
         self.assertTrue(out["degraded"])
+        self.assertEqual(out["headroom"], 2)
+        self.assertEqual(out["b_grid"], out["sms"] - 2)
+        self.assertEqual(out["nccl"]["cga_cluster_size"], 1)
+        self.assertGreaterEqual(out["nccl"]["max_ctas"], 1)
+
+    def test_zero_needs_the_explicit_full_grid(self):
+        out, _ = self.run_degraded(DG_MEGA_MOE_SM_HEADROOM="0")
+        self.assertEqual(out["headroom"], 2)
+        out, err = self.run_degraded(DG_MEGA_MOE_SM_HEADROOM="0",
+                                     HEADROOM_ALLOW_FULL_GRID="1")
         self.assertEqual(out["headroom"], 0)
-        self.assertEqual(out["grid"], out["sms"])
+        self.assertEqual(out["b_grid"], out["sms"])
+        self.assertIn("FULL GRID", err)
+        # NCCL stays capped.
+        self.assertEqual(out["nccl"]["cga_cluster_size"], 1)
+
+    def test_budget_follows_registered_footprints(self):
+        out, _ = self.run_degraded()
+        after = out["after"]
+        self.assertTrue(after["epoch_moved"])
+        if not os.path.exists("/dev/nvidiactl"):
+            # 8 CTAs x 2 at cluster 2: 32 SMs, the default ceiling.
+            self.assertEqual(after["headroom"], 32)
+            self.assertEqual(after["grid"], 100)
+            self.assertEqual(after["nccl"]["max_ctas"], 8)
+        self.assertGreater(after["headroom"], out["headroom"])
 
     def test_nccl_fields_from_the_environment(self):
+        # Smaller caps than the policy's are taken; a CGA size is always 1.
         out, _ = self.run_degraded(DG_MEGA_MOE_SM_HEADROOM="4",
-                                   NCCL_MAX_CTAS="8", NCCL_CGA_CLUSTER_SIZE="1")
+                                   NCCL_MAX_CTAS="8", NCCL_CGA_CLUSTER_SIZE="4")
         self.assertEqual(out["headroom"], 4)
-        self.assertEqual(out["nccl"], {"max_ctas": 8, "cga_cluster_size": 1})
+        self.assertEqual(out["nccl"], {"min_ctas": 1, "max_ctas": 8,
+                                       "cga_cluster_size": 1})
 
 
 class TestMoeWithoutTorch(unittest.TestCase):

@@ -48,19 +48,19 @@ class TestNcclOptions(DaemonTestCase):
         self.assertTrue(lease.wait_change(epoch, 3000))
         self.assertEqual(headroom.nccl_options(lease).config.max_ctas, 8)
 
-    def test_degraded_budget_leaves_fields_open(self):
-        default = torch.distributed.ProcessGroupNCCL.Options().config
+    def test_degraded_budget_caps_nccl(self):
+        # No daemon: the budget computed in the process decides every
+        # field, whatever NCCL variables this environment has.
         with headroom.Client(os.path.join(self.daemon.dir, "nobody.sock"),
                              quiet=True) as c:
             lease = c.lease(0)
             self.assertTrue(lease.degraded)
+            b = lease.budget()
             opts = headroom.nccl_options(lease)
-        if not any(os.environ.get(v) for v in
-                   ("NCCL_MIN_CTAS", "NCCL_MAX_CTAS", "NCCL_CGA_CLUSTER_SIZE")):
-            self.assertEqual(opts.config.max_ctas, default.max_ctas)
-            self.assertEqual(opts.config.min_ctas, default.min_ctas)
-            self.assertEqual(opts.config.cga_cluster_size,
-                             default.cga_cluster_size)
+        self.assertGreaterEqual(b.nccl_max_ctas, 1)
+        self.assertEqual(opts.config.max_ctas, b.nccl_max_ctas)
+        self.assertEqual(opts.config.min_ctas, b.nccl_min_ctas)
+        self.assertEqual(opts.config.cga_cluster_size, 1)
 
     def test_apply_env_before_init_does_not_warn(self):
         lease = self.client().lease(0)

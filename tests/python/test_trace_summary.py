@@ -1,7 +1,12 @@
 """bench/trace_summary.py: what it says about a barrier-kernel timeline
 (`moe_phases --trace`) is checked on a made-up one whose answers are
-known, and a file it cannot read is refused with its name."""
+known, and a file it cannot read is refused with its name. The layout of
+the made-up words is the script's, which reads it from
+kernels/moe_kernel.h: a header with another layout moves what the script
+reads, and one that disagrees with its names stops it."""
+import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -10,7 +15,11 @@ import unittest
 import hrtest
 
 SCRIPT = os.path.join(hrtest.ROOT, "bench", "trace_summary.py")
-MARKS, UNITS = 12, 24
+HEADER = os.path.join(hrtest.ROOT, "kernels", "moe_kernel.h")
+_spec = importlib.util.spec_from_file_location("trace_summary", SCRIPT)
+trace_summary = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(trace_summary)
+MARKS, UNITS = trace_summary.MARKS, trace_summary.UNITS
 
 
 def cta_words(c):
@@ -262,12 +271,69 @@ class TraceSummary(unittest.TestCase):
             r = self.run_script(path)
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("short.txt", r.stderr)
-        self.assertIn("expected 60", r.stderr)
+        self.assertIn(f"expected {MARKS + 2 * UNITS}", r.stderr)
 
     def test_no_arguments(self):
         r = self.run_script()
         self.assertEqual(r.returncode, 2)
         self.assertIn("trace_summary.py FILE", r.stderr)
+
+
+class TraceLayout(unittest.TestCase):
+    """The script and a copy of moe_kernel.h, edited, in a tree of their
+    own."""
+
+    def tree(self, edit):
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d)
+        os.mkdir(os.path.join(d, "bench"))
+        os.mkdir(os.path.join(d, "kernels"))
+        shutil.copy(SCRIPT, os.path.join(d, "bench"))
+        with open(HEADER) as f:
+            text = f.read()
+        new = edit(text)
+        self.assertNotEqual(new, text, "the edit changed nothing")
+        with open(os.path.join(d, "kernels", "moe_kernel.h"), "w") as f:
+            f.write(new)
+        return d
+
+    def run_in(self, d, *paths):
+        return subprocess.run([sys.executable, os.path.join(d, "bench", "trace_summary.py"),
+                               *paths], capture_output=True, text=True, timeout=30)
+
+    def test_the_header_sets_the_words(self):
+        self.assertEqual(trace_summary.LAYOUT["HR__MOE_TRACE_MARKS"], MARKS)
+        self.assertEqual(trace_summary.LAYOUT["HR__MOE_MARK_SM"], MARKS - 1)
+        self.assertEqual(trace_summary.check_layout(trace_summary.LAYOUT), [])
+        d = self.tree(lambda t: t.replace(f"#define HR__MOE_TRACE_UNITS {UNITS}\n",
+                                          f"#define HR__MOE_TRACE_UNITS {UNITS - 4}\n"))
+        path = os.path.join(d, "tr.txt")
+        write_trace(path, [[10.0] * (MARKS + 2 * UNITS - 9)])
+        r = self.run_in(d, path)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn(f"expected {MARKS + 2 * (UNITS - 4)}", r.stderr)
+        write_trace(path, [[10.0] * (MARKS + 2 * (UNITS - 4))])
+        r = self.run_in(d, path)
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_a_header_that_disagrees_stops_it(self):
+        d = self.tree(lambda t: t.replace("  HR__MOE_INNER_FILLED,",
+                                          "  HR__MOE_INNER_FILLED,\n  HR__MOE_INNER_NEW,"))
+        path = os.path.join(d, "tr.txt")
+        write_trace(path, [[10.0] * (MARKS + 2 * UNITS)])
+        r = self.run_in(d, path)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("HR__MOE_INNER_MARKS is 17, the names here make it 16", r.stderr)
+
+    def test_no_header_named(self):
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d)
+        os.mkdir(os.path.join(d, "bench"))
+        shutil.copy(SCRIPT, os.path.join(d, "bench"))
+        r = self.run_in(d, "x.txt")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("moe_kernel.h", r.stderr)
+
 
 
 if __name__ == "__main__":

@@ -11,10 +11,9 @@ $(TESTBIN)/test_moe_ref: $(OBJDIR)/tests/unit/test_moe_ref.o $(OBJDIR)/kernels/m
 # spills (a real nvcc where there is one).
 UNIT_TESTS += tests/unit/test_nvcc_strict.sh
 
-# The two builds of the kernels (kernels/kernels.mk): the shared library's
-# without the benchmark's variants, the static one's with them. Only where
-# this build compiles the kernels (not in the sanitizer builds, which set
-# HAVE_NVCC empty).
+# The one build of the kernels (kernels/kernels.mk): the static library
+# holds the shared library's objects. Only where this build compiles the
+# kernels (not in the sanitizer builds, which set HAVE_NVCC empty).
 # And the programs that link the shared libraries find them relative to
 # themselves, so a build directory can be copied whole (Makefile
 # TESTBIN_RPATH). Real programs only where nvcc built them.

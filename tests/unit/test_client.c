@@ -148,11 +148,34 @@ static void check_word_matches_budget(const hr_lease *l)
   }
 }
 
-static void test_degraded_open_full_grid(void **state)
+/* What the default policy gives a GPU of `sms` SMs whose only tenant is
+ * a lease of cluster 2 and `n` collectives of `ctas` CTAs in flight,
+ * written out here from policy/policy.h's rule, not by the library:
+ * headroom max(2 x comm CTAs, floor 2) under the ceiling min(32, sms -
+ * 64), and NCCL's cap the largest power of two p with 2 x p x K <= the
+ * ceiling. */
+static void expect_default(int sms, int ctas, int n, int *headroom, int *cap)
+{
+  int ceiling = 32 < sms - 64 ? 32 : sms - 64, k = n > 0 ? n : 1, p = 1;
+  ceiling = ceiling < 0 ? 0 : ceiling / 2 * 2;
+  *headroom = 2 * ctas * n > 2 ? 2 * ctas * n : 2;
+  if(*headroom > ceiling)
+    *headroom = ceiling;
+  if(*headroom < 2)
+    *headroom = 2;      /* the floor holds under any ceiling */
+  while(2 * (p * 2) * k <= ceiling && p * 2 <= 64)
+    p *= 2;
+  *cap = p;
+}
+
+/* No daemon: the daemon's own policy on the default policy, for this
+ * process alone, never the full grid, with NCCL's caps decided. */
+static void test_degraded_open_policy_budget(void **state)
 {
   hr_client *c = th_client_open_degraded();
   hr_lease *l;
   hr_budget b;
+  int headroom, cap;
   (void)state;
 
   assert_int_equal(hr_client_connected(c), 0);
@@ -166,13 +189,20 @@ static void test_degraded_open_full_grid(void **state)
   assert_int_equal(b.mode, HR_MODE_HEADROOM);
   assert_int_equal(b.cluster, 2);
   assert_true(b.sms > 0 && b.sms <= 1024);
-  /* DG_MEGA_MOE_SM_HEADROOM unset: the historical full grid. */
-  assert_int_equal(b.headroom, 0);
-  assert_int_equal(b.grid, b.sms);
-  /* No NCCL variables: nothing decided. */
-  assert_int_equal(b.nccl_min_ctas, 0);
-  assert_int_equal(b.nccl_max_ctas, 0);
-  assert_int_equal(b.nccl_cga_cluster_size, 0);
+  expect_default(b.sms, 0, 0, &headroom, &cap);
+  if(b.sms == 132) {
+    /* No driver here: the defaults, 132 SMs. */
+    assert_int_equal(headroom, 2);
+    assert_int_equal(cap, 16);
+  }
+  /* DG_MEGA_MOE_SM_HEADROOM unset: the policy's floor, not 0. */
+  assert_int_equal(b.headroom, headroom);
+  assert_int_equal(b.grid, b.sms - headroom);
+  assert_true(b.headroom > 0);
+  /* No NCCL variables: the caps are decided all the same. */
+  assert_int_equal(b.nccl_min_ctas, 1);
+  assert_int_equal(b.nccl_max_ctas, cap);
+  assert_int_equal(b.nccl_cga_cluster_size, 1);
   assert_int_equal(b.nccl_nvls_enable, 0);
   assert_int_equal(hr_lease_degraded(l), 1);
   assert_int_equal(hr_lease_gpu(l), 1);
@@ -198,17 +228,75 @@ static void test_degraded_headroom_from_env(void **state)
   assert_int_equal(hr_lease_grid(l), b.sms - 8);
   assert_int_equal(hr_lease_headroom(l), 8);
   check_word_matches_budget(l);
-  /* The mode is the lease's own. */
+  /* The mode is the lease's own; the cluster the GPU's largest, for
+   * every lease on it, as the daemon does. */
   assert_int_equal(hr_lease_acquire(c, 0, 4, HR_MODE_COOPERATIVE, &coop),
                    HR_OK);
   assert_int_equal(hr_lease_budget(coop, &b), HR_OK);
   assert_int_equal(b.mode, HR_MODE_COOPERATIVE);
   assert_int_equal(b.cluster, 4);
   assert_int_equal(b.headroom, 8);
+  assert_int_equal(hr_lease_budget(l, &b), HR_OK);
+  assert_int_equal(b.cluster, 4);
+  check_word_matches_budget(l);
   hr_client_close(c);     /* also frees both leases */
+
+  /* More than the computed headroom, in whole clusters. */
+  setenv("DG_MEGA_MOE_SM_HEADROOM", "7", 1);
+  c = th_client_open_degraded();
+  l = lease_on(c, 0);
+  assert_int_equal(hr_lease_headroom(l), 8);
+  hr_client_close(c);
 }
 
-static void test_degraded_invalid_env_means_zero(void **state)
+/* Nothing in the environment lowers the headroom under the computed one,
+ * and only both variables together give the full grid. */
+static void test_degraded_env_never_lowers(void **state)
+{
+  static const struct { const char *dg, *allow; int full; } cases[] = {
+    { "0", NULL, 0 }, { "1", NULL, 0 }, { NULL, "1", 0 }, { "2", "1", 0 },
+    { "0", "yes", 0 }, { "0", "true", 0 }, { "0", "", 0 }, { "0", "1", 1 },
+  };
+  size_t i;
+  (void)state;
+
+  for(i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    hr_client *c;
+    hr_lease *l;
+    hr_budget b;
+    int headroom, cap;
+
+    th_env_clear();
+    if(cases[i].dg)
+      setenv("DG_MEGA_MOE_SM_HEADROOM", cases[i].dg, 1);
+    if(cases[i].allow)
+      setenv("HEADROOM_ALLOW_FULL_GRID", cases[i].allow, 1);
+    c = th_client_open_degraded();
+    l = lease_on(c, 0);
+    assert_int_equal(hr_lease_budget(l, &b), HR_OK);
+    expect_default(b.sms, 0, 0, &headroom, &cap);
+    if(cases[i].full)
+      headroom = 0;
+    if(b.headroom != headroom || b.grid != b.sms - headroom)
+      fail_msg("DG_MEGA_MOE_SM_HEADROOM=%s HEADROOM_ALLOW_FULL_GRID=%s: "
+               "headroom %d, want %d", cases[i].dg ? cases[i].dg : "-",
+               cases[i].allow ? cases[i].allow : "-", b.headroom, headroom);
+    /* The full grid, when forced, still caps NCCL. */
+    assert_int_equal(b.nccl_max_ctas, cap);
+    assert_int_equal(b.nccl_cga_cluster_size, 1);
+    assert_int_equal(b.nccl_nvls_enable, 0);
+    /* A footprint lowers nothing either. */
+    assert_int_equal(hr_comm_register(c, 0, "dp", 4, 1, 1, NULL), HR_OK);
+    assert_int_equal(hr_lease_budget(l, &b), HR_OK);
+    expect_default(b.sms, 4, 1, &headroom, &cap);
+    if(cases[i].full)
+      headroom = 0;
+    assert_int_equal(b.headroom, headroom);
+    hr_client_close(c);
+  }
+}
+
+static void test_degraded_invalid_env_ignored(void **state)
 {
   static const char *const bad[] = {
     "abc", "-3", "4x", "", " 5", "+5", "1e3", "99999", "5000000000", "0x10",
@@ -221,16 +309,19 @@ static void test_degraded_invalid_env_means_zero(void **state)
     hr_client *c;
     hr_lease *l;
     hr_budget b;
+    int headroom, cap;
     setenv("DG_MEGA_MOE_SM_HEADROOM", bad[i], 1);
+    setenv("HEADROOM_ALLOW_FULL_GRID", "1", 1);   /* not with these */
     c = th_client_open_degraded();
     l = lease_on(c, 0);
     assert_int_equal(hr_lease_budget(l, &b), HR_OK);
     hr_client_close(c);
     if(b.sms > 1000 && !strcmp(bad[i], "1000"))
       continue;   /* a GPU this large would take it */
-    if(b.headroom != 0 || b.grid != b.sms)
-      fail_msg("DG_MEGA_MOE_SM_HEADROOM=\"%s\" gave headroom %d", bad[i],
-               b.headroom);
+    expect_default(b.sms, 0, 0, &headroom, &cap);
+    if(b.headroom != headroom || b.grid != b.sms - headroom)
+      fail_msg("DG_MEGA_MOE_SM_HEADROOM=\"%s\" gave headroom %d, want %d",
+               bad[i], b.headroom, headroom);
   }
 }
 
@@ -239,30 +330,104 @@ static void test_degraded_nccl_from_env(void **state)
   hr_client *c;
   hr_lease *l;
   hr_budget b;
+  int headroom, cap;
   (void)state;
 
+  /* Smaller caps than the policy's are taken. */
   setenv("NCCL_MIN_CTAS", "2", 1);
   setenv("NCCL_MAX_CTAS", "8", 1);
   setenv("NCCL_CGA_CLUSTER_SIZE", "1", 1);
   c = th_client_open_degraded();
   l = lease_on(c, 0);
   assert_int_equal(hr_lease_budget(l, &b), HR_OK);
+  expect_default(b.sms, 0, 0, &headroom, &cap);
   assert_int_equal(b.nccl_min_ctas, 2);
-  assert_int_equal(b.nccl_max_ctas, 8);
+  assert_int_equal(b.nccl_max_ctas, 8 < cap ? 8 : cap);
   assert_int_equal(b.nccl_cga_cluster_size, 1);
   assert_int_equal(b.nccl_nvls_enable, 0);
   hr_client_close(c);
 
-  /* Values NCCL would not take count as unset. */
+  /* Larger ones would not fit the headroom: the policy's hold, and CGA
+   * stays 1; a minCTAs over the cap comes down to it. */
+  setenv("NCCL_MIN_CTAS", "64", 1);
+  setenv("NCCL_MAX_CTAS", "64", 1);
+  setenv("NCCL_CGA_CLUSTER_SIZE", "4", 1);
+  c = th_client_open_degraded();
+  l = lease_on(c, 0);
+  assert_int_equal(hr_lease_budget(l, &b), HR_OK);
+  assert_int_equal(b.nccl_max_ctas, cap);
+  assert_int_equal(b.nccl_min_ctas, cap);
+  assert_int_equal(b.nccl_cga_cluster_size, 1);
+  hr_client_close(c);
+
+  /* Values NCCL would not take count as unset: the policy's numbers. */
   setenv("NCCL_MIN_CTAS", "0", 1);
   setenv("NCCL_MAX_CTAS", "65", 1);
   setenv("NCCL_CGA_CLUSTER_SIZE", "many", 1);
   c = th_client_open_degraded();
   l = lease_on(c, 0);
   assert_int_equal(hr_lease_budget(l, &b), HR_OK);
-  assert_int_equal(b.nccl_min_ctas, 0);
-  assert_int_equal(b.nccl_max_ctas, 0);
-  assert_int_equal(b.nccl_cga_cluster_size, 0);
+  assert_int_equal(b.nccl_min_ctas, 1);
+  assert_int_equal(b.nccl_max_ctas, cap);
+  assert_int_equal(b.nccl_cga_cluster_size, 1);
+  hr_client_close(c);
+}
+
+/* The budgets computed here follow what the process registers: a
+ * footprint raises them (the epoch moves, so waiters wake), its
+ * unregistration lowers them, and a footprint registered before the
+ * lease counts as well. */
+static void test_degraded_follows_footprints(void **state)
+{
+  hr_client *c = th_client_open_degraded();
+  hr_lease *l, *agn;
+  hr_comm *m;
+  hr_budget b;
+  uint32_t e0;
+  int headroom, cap;
+  (void)state;
+
+  l = lease_on(c, 0);
+  assert_int_equal(hr_lease_acquire(c, 0, 1, HR_MODE_AGNOSTIC, &agn), HR_OK);
+  e0 = hr_lease_epoch(l);
+  assert_int_equal(hr_comm_register(c, 0, "tp", 8, 1, 2, &m), HR_OK);
+  assert_int_equal(hr_lease_wait_change(l, e0, 0), HR_OK);
+  assert_int_equal(hr_lease_budget(l, &b), HR_OK);
+  expect_default(b.sms, 8, 2, &headroom, &cap);
+  if(b.sms == 132) {
+    assert_int_equal(headroom, 32);       /* 2 x 16 CTAs, at the ceiling */
+    assert_int_equal(cap, 8);
+  }
+  assert_int_equal(b.headroom, headroom);
+  assert_int_equal(b.grid, b.sms - headroom);
+  assert_int_equal(b.nccl_max_ctas, cap);
+  assert_int_equal(b.degraded, 1);
+  check_word_matches_budget(l);
+  /* The agnostic lease keeps the full grid with the same caps. */
+  assert_int_equal(hr_lease_budget(agn, &b), HR_OK);
+  assert_int_equal(b.headroom, 0);
+  assert_int_equal(b.grid, b.sms);
+  assert_int_equal(b.nccl_max_ctas, cap);
+  /* A footprint on another GPU changes nothing here. */
+  e0 = hr_lease_epoch(l);
+  assert_int_equal(hr_comm_register(c, 1, "other", 64, 1, 64, NULL), HR_OK);
+  assert_int_equal(hr_lease_epoch(l), e0);
+  assert_int_equal(hr_lease_headroom(l), headroom);
+  /* Gone again: back to the floor. */
+  assert_int_equal(hr_comm_unregister(m), HR_OK);
+  assert_int_equal(hr_lease_wait_change(l, e0, 0), HR_OK);
+  expect_default(b.sms, 0, 0, &headroom, &cap);
+  assert_int_equal(hr_lease_headroom(l), headroom);
+  hr_client_close(c);
+
+  /* Registered first, counted in the lease's first budget. */
+  c = th_client_open_degraded();
+  assert_int_equal(hr_comm_register(c, 0, "dp", 4, 1, 1, NULL), HR_OK);
+  l = lease_on(c, 0);
+  assert_int_equal(hr_lease_budget(l, &b), HR_OK);
+  expect_default(b.sms, 4, 1, &headroom, &cap);
+  assert_int_equal(b.headroom, headroom);
+  assert_int_equal(b.nccl_max_ctas, cap);
   hr_client_close(c);
 }
 
@@ -309,7 +474,10 @@ static void test_degraded_notice_once_per_process(void **state)
   /* The path came from $HEADROOM_SOCKET. */
   snprintf(expect, sizeof(expect), "no daemon at %s (", th_sock_path);
   assert_non_null(strstr(text, expect));
-  assert_non_null(strstr(text, "using DG_MEGA_MOE_SM_HEADROOM=4 (grid "));
+  /* What the first lease on GPU 0 gets: the policy's, raised to 4. */
+  assert_non_null(strstr(text, "budgets computed here"));
+  assert_non_null(strstr(text, "GPU 0 headroom 4, grid "));
+  assert_non_null(strstr(text, "cgaClusterSize 1, NVLS off"));
   assert_non_null(strstr(text, "until it answers"));
   /* No per-retry chatter, no other lines. */
   assert_int_equal(count_lines_with(text, "headroom"), 1);
@@ -713,8 +881,9 @@ static void test_export_env_exact(void **state)
   assert_string_equal(getenv("DG_MEGA_MOE_SM_HEADROOM"), "6");
   assert_string_equal(getenv("NCCL_MAX_CTAS"), "4");
   assert_string_equal(getenv("NCCL_NVLS_ENABLE"), "0");
-  assert_null(getenv("NCCL_MIN_CTAS"));
-  assert_null(getenv("NCCL_CGA_CLUSTER_SIZE"));
+  /* Decided with no daemon too: minCTAs 1, CGA 1. */
+  assert_string_equal(getenv("NCCL_MIN_CTAS"), "1");
+  assert_string_equal(getenv("NCCL_CGA_CLUSTER_SIZE"), "1");
   {
     /* The added set, whatever the order setenv put them in. */
     int n = 0;
@@ -722,11 +891,12 @@ static void test_export_env_exact(void **state)
     for(tok = strtok_r(added, " ", &save); tok;
         tok = strtok_r(NULL, " ", &save)) {
       if(strcmp(tok, "DG_MEGA_MOE_SM_HEADROOM=6") &&
-         strcmp(tok, "NCCL_MAX_CTAS=4") && strcmp(tok, "NCCL_NVLS_ENABLE=0"))
+         strcmp(tok, "NCCL_MAX_CTAS=4") && strcmp(tok, "NCCL_NVLS_ENABLE=0") &&
+         strcmp(tok, "NCCL_MIN_CTAS=1") && strcmp(tok, "NCCL_CGA_CLUSTER_SIZE=1"))
         fail_msg("hr_lease_export_env set %s", tok);
       n++;
     }
-    assert_int_equal(n, 3);
+    assert_int_equal(n, 5);
   }
   {
     int i;
@@ -759,15 +929,17 @@ static void test_export_env_full_budget(void **state)
   (void)state;
 
   setenv("NCCL_MIN_CTAS", "2", 1);
-  setenv("NCCL_MAX_CTAS", "16", 1);
+  setenv("NCCL_MAX_CTAS", "4", 1);
   setenv("NCCL_CGA_CLUSTER_SIZE", "1", 1);
   c = th_client_open_degraded();
   l = lease_on(c, 0);
   th_env_clear();
   assert_int_equal(hr_lease_export_env(l), HR_OK);
-  assert_string_equal(getenv("DG_MEGA_MOE_SM_HEADROOM"), "0");
+  /* No daemon and no variable asking for more: the policy's floor, never
+   * the full grid (0). */
+  assert_string_equal(getenv("DG_MEGA_MOE_SM_HEADROOM"), "2");
   assert_string_equal(getenv("NCCL_MIN_CTAS"), "2");
-  assert_string_equal(getenv("NCCL_MAX_CTAS"), "16");
+  assert_string_equal(getenv("NCCL_MAX_CTAS"), "4");
   assert_string_equal(getenv("NCCL_CGA_CLUSTER_SIZE"), "1");
   assert_string_equal(getenv("NCCL_NVLS_ENABLE"), "0");
   hr_client_close(c);
@@ -783,14 +955,26 @@ static void test_fill_nccl_config(void **state)
   hr_lease *l;
   (void)state;
 
-  /* Nothing decided: the config is left exactly as it was. */
+  /* No daemon and no NCCL variable: the caps are decided all the same,
+   * and land in their fields only. */
   c = th_client_open_degraded();
   l = lease_on(c, 0);
-  assert_int_equal(hr_lease_fill_nccl_config(l, &cfg), HR_OK);
-  assert_memory_equal(&cfg, &pristine, sizeof(cfg));
+  {
+    hr_budget b;
+    assert_int_equal(hr_lease_budget(l, &b), HR_OK);
+    assert_int_equal(hr_lease_fill_nccl_config(l, &cfg), HR_OK);
+    assert_int_equal(cfg.minCTAs, 1);
+    assert_int_equal(cfg.maxCTAs, b.nccl_max_ctas);
+    assert_true(cfg.maxCTAs >= 1 && cfg.maxCTAs <= 64);
+    assert_int_equal(cfg.cgaClusterSize, 1);
+    assert_int_equal(cfg.size, pristine.size);
+    assert_int_equal(cfg.magic, pristine.magic);
+    assert_int_equal(cfg.blocking, pristine.blocking);
+  }
   assert_int_equal(hr_lease_fill_nccl_config(NULL, &cfg), HR_EINVAL);
   assert_int_equal(hr_lease_fill_nccl_config(l, NULL), HR_EINVAL);
   hr_client_close(c);
+  cfg = pristine;
 
   /* Decided fields land in theirs, and only there. */
   setenv("NCCL_MIN_CTAS", "2", 1);
@@ -853,10 +1037,12 @@ int main(void)
 #define T(fn) cmocka_unit_test_setup(fn, th_env_reset)
   const struct CMUnitTest tests[] = {
     T(test_strerror_names_every_code),
-    T(test_degraded_open_full_grid),
+    T(test_degraded_open_policy_budget),
     T(test_degraded_headroom_from_env),
-    T(test_degraded_invalid_env_means_zero),
+    T(test_degraded_env_never_lowers),
+    T(test_degraded_invalid_env_ignored),
     T(test_degraded_nccl_from_env),
+    T(test_degraded_follows_footprints),
     T(test_degraded_env_read_at_open),
     T(test_degraded_notice_once_per_process),
     T(test_degraded_invalid_env_warns),

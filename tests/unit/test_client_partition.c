@@ -143,6 +143,15 @@ static int expect_cap(int comm, int nccl_env)
   return nccl_env > 0 && nccl_env < p ? nccl_env : p;
 }
 
+/* The headroom a degraded headroom lease of cluster 2 must have: the
+ * default policy's floor (2), raised by the environment in whole clusters
+ * when that leaves a cluster at least; never lowered. */
+static int expect_headroom(int env_h, int sms)
+{
+  int h = (env_h + 1) / 2 * 2;
+  return h > 2 && h + 2 <= sms ? h : 2;
+}
+
 static void test_degraded_budgets(void **state)
 {
   /* headroom in the environment, and on a machine without a driver (132
@@ -188,7 +197,8 @@ static void test_degraded_budgets(void **state)
     /* Every budget carries the partition fields ... */
     assert_int_equal(hb.degraded, 1);
     assert_int_equal(hb.sms, sms);
-    assert_int_equal(hb.headroom, env_h);
+    assert_int_equal(hb.headroom, expect_headroom(env_h, sms));
+    assert_int_equal(hb.grid, sms - hb.headroom);
     assert_int_equal(hb.partition_granularity, g);
     assert_int_equal(hb.partition_comm_sms, comm);
     assert_int_equal(hb.partition_nccl_max_ctas, expect_cap(comm, 0));
@@ -233,8 +243,10 @@ static void test_degraded_nccl_env(void **state)
   assert_int_equal(hr_lease_budget(h, &hb), HR_OK);
   assert_int_equal(hr_lease_budget(p, &pb), HR_OK);
   assert_int_equal(hb.nccl_max_ctas, 4);
-  assert_int_equal(hb.nccl_min_ctas, 16);
-  assert_int_equal(hb.nccl_cga_cluster_size, 4);
+  /* minCTAs no more than the cap, CGA 1 whatever the environment says:
+   * a larger one would not fit the headroom. */
+  assert_int_equal(hb.nccl_min_ctas, 4);
+  assert_int_equal(hb.nccl_cga_cluster_size, 1);
   assert_int_equal(hb.partition_nccl_max_ctas, 4);
   assert_int_equal(pb.headroom, comm);
   assert_int_equal(pb.nccl_max_ctas, 4);
@@ -253,7 +265,7 @@ static void test_degraded_nccl_env(void **state)
   assert_int_equal(pb.headroom, comm);
   assert_int_equal(pb.nccl_max_ctas, expect_cap(comm, 0));
   assert_true(pb.nccl_max_ctas <= pb.headroom);
-  assert_int_equal(pb.nccl_min_ctas, 0);          /* still not decided */
+  assert_int_equal(pb.nccl_min_ctas, 1);          /* the policy's */
   hr_client_close(c);
 }
 

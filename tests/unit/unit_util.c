@@ -21,6 +21,7 @@ char th_sock_path[96];
 static const char *const env_vars[] = {
   "DG_MEGA_MOE_SM_HEADROOM", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS",
   "NCCL_CGA_CLUSTER_SIZE", "NCCL_NVLS_ENABLE", "HEADROOM_SOCKET",
+  "HEADROOM_ALLOW_FULL_GRID",
 };
 
 int th_tmpdir_create(const char *tmpl)
