@@ -475,6 +475,8 @@ static void test_second_daemon_refuses(void **state)
   argv[6] = daemon_.state_dir;
   argv[7] = NULL;
   /* 3: could not serve, the daemon's side of "cannot connect". */
+  fprintf(stderr, "test_second_daemon_refuses: expected next on stderr: "
+          "'another headroomd is already listening there'\n");
   assert_int_equal(th_run(argv, NULL, 5000), 3);
   /* The first one is unharmed. */
   {
