@@ -41,7 +41,8 @@ BINS += $(HEADROOM_H_INSTALL) $(LIBHEADROOM_SO) $(LIBDIR)/$(LIBHEADROOM_SONAME) 
 # PROTO_OBJS and POLICY_OBJS are expanded a second time, when the rules run.
 .SECONDEXPANSION:
 
-# Only hr_* symbols leave the shared object (client/libheadroom.map);
+# Only the functions of headroom.h leave the shared object
+# (client/libheadroom.map, held to the header by tests/unit/test_exports.sh);
 # -z defs: a missing symbol fails the link here, not in a user's program.
 $(LIBHEADROOM_REAL): $(CLIENT_OBJS) $$(POLICY_OBJS) $$(PROTO_OBJS) \
                      client/libheadroom.map

@@ -21,10 +21,31 @@
  *     hr_lease_release(l);
  *     hr_client_close(c);
  *
- * Conventions: every function that can fail returns 0 (HR_OK) or a negative
- * HR_E* code; hr_strerror() names it. Arguments are checked first and a bad
- * one returns HR_EINVAL with nothing changed. All functions are thread-safe
- * unless noted. Prefix hr_ is public; hr__ is internal.
+ * Conventions:
+ *
+ * - Errors: every function that returns a number returns, on failure, a
+ *   negative HR_E* code (hr_strerror() names it): an action returns 0
+ *   (HR_OK) on success, a getter the value it gets, which is never
+ *   negative (hr_lease_epoch returns int64_t so that every epoch fits).
+ *   A function that returns a pointer returns NULL for a bad argument.
+ *   Arguments are checked first; a bad one is HR_EINVAL with nothing
+ *   changed. All functions are thread-safe unless noted. Prefix hr_ is
+ *   public; hr__ is internal and not exported.
+ * - Lifetime: hr_client_close releases every lease and footprint at the
+ *   daemon and frees the client, but not the hr_lease and hr_comm handles
+ *   the caller holds: they stay valid memory, closed, until their owner
+ *   frees them with hr_lease_release or hr_comm_unregister (HR_OK), and
+ *   every other call on them returns HR_ECLOSED (hr_lease_grid included).
+ *   Free each handle exactly once, before or after the close; a handle
+ *   never freed is memory the process keeps, never a dangling pointer.
+ *   hr_client_close must not run while another thread uses the client or
+ *   its handles.
+ * - Versioned structs: hr_client_options and hr_budget only ever grow at
+ *   their end. hr_client_options.size says how much of it the caller has
+ *   (sizeof(hr_client_options), or 0 for the first layout), and the
+ *   library takes the defaults for members past it. hr_lease_budget passes
+ *   sizeof(*out) for the caller: the library fills what fits, and members
+ *   it does not know read 0 ("not known").
  *
  * When no daemon answers (none listening, a connection lost, a hello
  * refused), the library does not fail, and fails safe: it hands out
@@ -52,6 +73,14 @@
 extern "C" {
 #endif
 
+/* ---- Version ----------------------------------------------------------- */
+
+/* The library's version, as HR_VERSION_HEX and HR_VERSION_STRING say the
+ * header's: a program can check that the library it runs against is at
+ * least as new as the header it was built with. */
+unsigned hr_version(void);
+const char *hr_version_string(void);
+
 /* ---- Client ------------------------------------------------------------ */
 
 typedef struct hr_client hr_client;
@@ -59,6 +88,8 @@ typedef struct hr_comm hr_comm;
 typedef struct hr_lease hr_lease;
 
 typedef struct hr_client_options {
+  size_t size;          /* sizeof(hr_client_options); 0: the first layout
+                         * (the four members below), as zeroed options are */
   const char *name;     /* shown in status; default: program name */
   int request_timeout_ms; /* per request; default 5000 */
   int reconnect_ms;     /* delay between reconnect attempts; default 200 */
@@ -76,7 +107,10 @@ typedef struct hr_client_options {
 int hr_client_open(hr_client **out, const char *socket_path,
                    const hr_client_options *opts);
 
-/* Release every lease and footprint of the client and free it. NULL is ok. */
+/* Release every lease and footprint of the client at the daemon and free
+ * the client. The lease and footprint handles the caller holds stay valid,
+ * closed, until freed by their owner (see Lifetime, top of file). NULL is
+ * ok. */
 void hr_client_close(hr_client *client);
 
 /* 1 when connected to a daemon that accepted our hello, else 0. */
@@ -94,7 +128,8 @@ int hr_client_gpu_sms(const hr_client *client, int gpu);
  * or the process dies; it is re-registered after a daemon restart. */
 int hr_comm_register(hr_client *client, int gpu, const char *name, int ctas,
                      int cga, int concurrent, hr_comm **out);
-/* Frees `comm` whatever it returns. */
+/* Frees `comm` whatever it returns; HR_OK for a footprint whose client
+ * was closed (released with it). */
 int hr_comm_unregister(hr_comm *comm);
 
 /* Acquire a lease on `gpu` for a mega kernel of `cluster` CTAs per cluster
@@ -103,7 +138,8 @@ int hr_comm_unregister(hr_comm *comm);
  * contexts, or not one step under the ceiling), daemon or not. */
 int hr_lease_acquire(hr_client *client, int gpu, int cluster, hr_mode mode,
                      hr_lease **out);
-/* Frees `lease` whatever it returns. */
+/* Frees `lease` whatever it returns; HR_OK for a lease whose client was
+ * closed (released with it). */
 int hr_lease_release(hr_lease *lease);
 
 /* The hot path: the grid and headroom in force now. Lock-free, no syscall;
@@ -111,7 +147,7 @@ int hr_lease_release(hr_lease *lease);
  * before they become visible here. */
 int hr_lease_grid(const hr_lease *lease);
 int hr_lease_headroom(const hr_lease *lease);
-uint32_t hr_lease_epoch(const hr_lease *lease);
+int64_t hr_lease_epoch(const hr_lease *lease);     /* 0..UINT32_MAX */
 int hr_lease_degraded(const hr_lease *lease);
 
 /* What a launcher reads per launch, lock-free and with no syscall: the
@@ -121,12 +157,19 @@ int hr_lease_degraded(const hr_lease *lease);
 int hr_lease_launch_config(const hr_lease *lease, int *grid, int *cluster,
                            hr_mode *mode);
 
-/* A consistent copy of the whole budget. */
-int hr_lease_budget(const hr_lease *lease, hr_budget *out);
+/* A consistent copy of the whole budget: the members that fit in `size`
+ * bytes (at least HR_BUDGET_SIZE_V1), members past the library's own
+ * hr_budget zeroed. Call it as hr_lease_budget(lease, out), which passes
+ * sizeof(*out): a program built with an older header gets exactly the
+ * members it knows. */
+int hr_lease_budget_sized(const hr_lease *lease, hr_budget *out,
+                          size_t size);
+#define hr_lease_budget(lease, out) \
+  hr_lease_budget_sized((lease), (out), sizeof(*(out)))
 
 /* The GPU and client a lease belongs to. */
 int hr_lease_gpu(const hr_lease *lease);
-hr_client *hr_lease_client(const hr_lease *lease);
+hr_client *hr_lease_client(const hr_lease *lease); /* NULL once closed */
 
 /* Wait until the lease's epoch differs from `epoch` or `timeout_ms` (>= 0)
  * passes (HR_ETIMEDOUT). For tools and tests; trainers read
@@ -221,7 +264,7 @@ int hr_partition_mega_sms(const hr_partition *p);
 
 /* The lease epoch the partition was made for, and 1 when the lease has
  * moved on since (0 when not, HR_EINVAL for NULL). */
-uint32_t hr_partition_epoch(const hr_partition *p);
+int64_t hr_partition_epoch(const hr_partition *p);
 int hr_partition_stale(const hr_partition *p);
 
 /* Fill an NCCL config from a lease. Defined inline when nccl.h was

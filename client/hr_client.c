@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -213,13 +214,29 @@ void hr__client_send_async(hr_client *c, hr_request *req)
 
 /* ---- the public object -------------------------------------------------- */
 
-static int check_options(const hr_client_options *o)
+/* The first hr_client_options: what a size of 0 stands for, and the least
+ * a size may say. */
+#define OPTIONS_SIZE_V1 (offsetof(hr_client_options, quiet) + sizeof(int))
+
+/* The caller's options as this library's struct: the members its `size`
+ * covers, zero (the defaults) for the rest. */
+static int read_options(const hr_client_options *o, hr_client_options *out)
 {
+  size_t size;
+
+  memset(out, 0, sizeof(*out));
   if(!o)
     return HR_OK;
-  if(o->request_timeout_ms < 0 || o->reconnect_ms < 0)
+  size = o->size ? o->size : OPTIONS_SIZE_V1;
+  if(size < OPTIONS_SIZE_V1)
     return HR_EINVAL;
-  if(o->name && (strlen(o->name) >= HR_NAME_MAX || !hr__name_valid(o->name)))
+  /* A newer caller's members past ours are its own business. */
+  memcpy(out, o, size < sizeof(*out) ? size : sizeof(*out));
+  out->size = sizeof(*out);
+  if(out->request_timeout_ms < 0 || out->reconnect_ms < 0)
+    return HR_EINVAL;
+  if(out->name &&
+     (strlen(out->name) >= HR_NAME_MAX || !hr__name_valid(out->name)))
     return HR_EINVAL;
   return HR_OK;
 }
@@ -233,19 +250,9 @@ static const char *resolve_path(const char *arg)
   return env && *env ? env : HR_DEFAULT_SOCKET;
 }
 
+/* The client itself; its leases and footprints went to hr__orphan_adopt. */
 static void client_free(hr_client *c)
 {
-  while(c->comms) {
-    hr_comm *m = c->comms;
-    c->comms = m->next;
-    free(m);
-  }
-  while(c->leases) {
-    hr_lease *l = c->leases;
-    c->leases = l->next;
-    pthread_mutex_destroy(&l->mu);
-    free(l);
-  }
   hr__conn_free(&c->conn);
   if(c->wake[0] >= 0)
     close(c->wake[0]);
@@ -280,6 +287,7 @@ int hr_client_open(hr_client **out, const char *socket_path,
                    const hr_client_options *opts)
 {
   struct sockaddr_un sa;
+  hr_client_options o;
   hr_client *c = NULL;
   const char *path;
   char why[128];
@@ -287,7 +295,7 @@ int hr_client_open(hr_client **out, const char *socket_path,
 
   if(!out)
     return HR_EINVAL;
-  err = check_options(opts);
+  err = read_options(opts, &o);
   if(err)
     return err;
   path = resolve_path(socket_path);
@@ -317,12 +325,11 @@ int hr_client_open(hr_client **out, const char *socket_path,
   c->conn.intr_fd = c->wake[0];
   /* The program's name is whatever exec was given: make it a valid one. */
   hr__name_copy(c->name, sizeof(c->name),
-                opts && opts->name ? opts->name : program_invocation_short_name);
-  c->request_timeout_ms = opts && opts->request_timeout_ms ?
-                          opts->request_timeout_ms : DEFAULT_REQUEST_TIMEOUT_MS;
-  c->reconnect_ms = opts && opts->reconnect_ms ?
-                    opts->reconnect_ms : DEFAULT_RECONNECT_MS;
-  c->quiet = opts ? opts->quiet : 0;
+                o.name ? o.name : program_invocation_short_name);
+  c->request_timeout_ms = o.request_timeout_ms ? o.request_timeout_ms
+                                               : DEFAULT_REQUEST_TIMEOUT_MS;
+  c->reconnect_ms = o.reconnect_ms ? o.reconnect_ms : DEFAULT_RECONNECT_MS;
+  c->quiet = o.quiet;
   hr__fallback_read(&c->fallback, c->quiet);
 
   err = hr__io_connect(c, why, sizeof(why));
@@ -367,14 +374,16 @@ void hr_client_close(hr_client *c)
     pthread_join(c->thread, NULL);
   }
   /* Closing the socket is the release: the daemon drops every footprint
-   * and lease of a connection the moment it closes. */
+   * and lease of a connection the moment it closes. The handles the
+   * caller holds stay, closed, until it frees them. */
+  hr__orphan_adopt(c);
   client_free(c);
 }
 
 int hr_client_connected(const hr_client *c)
 {
   if(!c)
-    return 0;
+    return HR_EINVAL;
   return atomic_load_explicit(&c->connected, memory_order_acquire);
 }
 

@@ -71,7 +71,9 @@ typedef struct hr__pending {
 } hr__pending;
 
 struct hr_comm {
-  hr_client *client;
+  hr_client *client;       /* NULL once closed (hr_orphan.c) */
+  int held;                /* the caller got the handle (out != NULL) */
+  int closed;              /* its client was closed; only freeing is left */
   int gpu, ctas, cga, concurrent;
   char name[HR_NAME_MAX];
   int64_t daemon_id;       /* 0: not registered on connection `gen` */
@@ -81,10 +83,12 @@ struct hr_comm {
 
 struct hr_lease {
   /* The hot path's word: grid (bits 0-15), headroom (16-27), log2 of the
-   * budget's cluster size (28-29), degraded (31), epoch (32-63). Written last, with release order, after `budget`
-   * so that a reader that sees a new word also sees its budget. */
+   * budget's cluster size (28-29), closed (30), degraded (31), epoch
+   * (32-63). Written last, with release order, after `budget` so that a
+   * reader that sees a new word also sees its budget. */
   _Atomic uint64_t word;
-  hr_client *client;
+  hr_client *client;       /* NULL once closed (hr_orphan.c) */
+  int closed;              /* its client was closed; only freeing is left */
   int gpu, cluster;
   hr_mode mode;
   int64_t daemon_id;       /* 0: not held on connection `gen` */
@@ -272,6 +276,24 @@ void hr__fallback_notice(const hr__fallback *f, const char *path,
  * to degraded budgets whose DG_MEGA_MOE_SM_HEADROOM asks for more. */
 void hr__partition_fields(hr_budget *b, int sms, int granularity, int need,
                           int collectives, int ceiling, int nccl_max_ctas);
+
+/* ---- hr_orphan.c ------------------------------------------------------- */
+
+/* hr_client_close's part for the handles: every lease and every footprint
+ * the caller holds is marked closed (its hot-path word too, so readers
+ * get HR_ECLOSED) and kept, reachable, in a list of the process until its
+ * owner frees it; footprints registered with out == NULL are freed. The
+ * client's lists are empty afterwards. c->mu need not be held: the I/O
+ * thread has stopped. */
+void hr__orphan_adopt(hr_client *c);
+
+/* Take a closed lease or footprint out of that list (1), or say it is not
+ * closed (0, and nothing changes). */
+int hr__orphan_take_lease(hr_lease *l);
+int hr__orphan_take_comm(hr_comm *m);
+
+/* Mark a lease closed in its word (hr_lease.c). */
+void hr__lease_close_word(hr_lease *l);
 
 /* ---- hr_text.c --------------------------------------------------------- */
 

@@ -50,6 +50,7 @@ int hr_comm_register(hr_client *c, int gpu, const char *name, int ctas,
     goto out;
   }
   m->client = c;
+  m->held = out != NULL;
   m->gpu = gpu;
   m->ctas = ctas;
   m->cga = cga;
@@ -114,6 +115,10 @@ int hr_comm_unregister(hr_comm *m)
 
   if(!m)
     return HR_EINVAL;
+  if(hr__orphan_take_comm(m)) {
+    free(m);                /* released with its client */
+    return HR_OK;
+  }
   c = m->client;
   pthread_mutex_lock(&c->mu);
   err = hr__client_drop_remote(c, HR_MSG_UNREGISTER_COMM, &m->daemon_id,

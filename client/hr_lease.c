@@ -14,12 +14,14 @@
 #include "hr_clock.h"
 
 /* The packed word: grid 16 bits, headroom 12 (HR_MAX_SMS is 1024), the
- * budget's cluster size as log2 in 2, degraded 1, epoch 32: everything a
- * launch reads, in one load, so that a grid and a cluster size always come
- * from the same budget. */
+ * budget's cluster size as log2 in 2, closed 1, degraded 1, epoch 32:
+ * everything a launch reads, in one load, so that a grid and a cluster
+ * size always come from the same budget, and a lease whose client was
+ * closed answers HR_ECLOSED. */
 #define W_GRID(w) ((int)((w) & 0xffffu))
 #define W_HEADROOM(w) ((int)(((w) >> 16) & 0xfffu))
 #define W_CLUSTER(w) (1 << (int)(((w) >> 28) & 3u))
+#define W_CLOSED(w) ((int)(((w) >> 30) & 1u))
 #define W_DEGRADED(w) ((int)(((w) >> 31) & 1u))
 #define W_EPOCH(w) ((uint32_t)((w) >> 32))
 
@@ -52,6 +54,12 @@ void hr__lease_set_budget(hr_lease *l, const hr_budget *b)
   l->budget = mine;
   pthread_mutex_unlock(&l->mu);
   atomic_store_explicit(&l->word, word_pack(&mine), memory_order_release);
+}
+
+void hr__lease_close_word(hr_lease *l)
+{
+  /* Only the closed bit: no budget is left to read. */
+  atomic_store_explicit(&l->word, (uint64_t)1 << 30, memory_order_release);
 }
 
 void hr__lease_take_granted(hr_lease *l, const hr_budget *reply)
@@ -295,6 +303,10 @@ int hr_lease_release(hr_lease *l)
 
   if(!l)
     return HR_EINVAL;
+  if(hr__orphan_take_lease(l)) {
+    err = HR_OK;            /* released with its client */
+    goto out;
+  }
   c = l->client;
   pthread_mutex_lock(&c->mu);
   err = hr__client_drop_remote(c, HR_MSG_RELEASE, &l->daemon_id, &l->gen);
@@ -302,6 +314,7 @@ int hr_lease_release(hr_lease *l)
   if(c->state != HR__UP)
     hr__client_refresh_fallback(c, l->gpu);
   pthread_mutex_unlock(&c->mu);
+out:
   pthread_mutex_destroy(&l->mu);
   free(l);
   return err;
@@ -312,9 +325,11 @@ int hr_lease_release(hr_lease *l)
 
 int hr_lease_grid(const hr_lease *l)
 {
+  uint64_t w;
   if(!l)
     return HR_EINVAL;
-  return W_GRID(word_load(l));
+  w = word_load(l);
+  return W_CLOSED(w) ? HR_ECLOSED : W_GRID(w);
 }
 
 int hr_lease_launch_config(const hr_lease *l, int *grid, int *cluster,
@@ -325,6 +340,8 @@ int hr_lease_launch_config(const hr_lease *l, int *grid, int *cluster,
   if(!l || !grid || !cluster || !mode)
     return HR_EINVAL;
   w = word_load(l);
+  if(W_CLOSED(w))
+    return HR_ECLOSED;
   *grid = W_GRID(w);
   *cluster = W_CLUSTER(w);
   *mode = l->mode;            /* fixed for the life of the lease */
@@ -333,35 +350,53 @@ int hr_lease_launch_config(const hr_lease *l, int *grid, int *cluster,
 
 int hr_lease_headroom(const hr_lease *l)
 {
+  uint64_t w;
   if(!l)
     return HR_EINVAL;
-  return W_HEADROOM(word_load(l));
+  w = word_load(l);
+  return W_CLOSED(w) ? HR_ECLOSED : W_HEADROOM(w);
 }
 
-uint32_t hr_lease_epoch(const hr_lease *l)
+int64_t hr_lease_epoch(const hr_lease *l)
 {
+  uint64_t w;
   if(!l)
-    return 0;
-  return W_EPOCH(word_load(l));
+    return HR_EINVAL;
+  w = word_load(l);
+  return W_CLOSED(w) ? HR_ECLOSED : (int64_t)W_EPOCH(w);
 }
 
 int hr_lease_degraded(const hr_lease *l)
 {
+  uint64_t w;
   if(!l)
     return HR_EINVAL;
-  return W_DEGRADED(word_load(l));
+  w = word_load(l);
+  return W_CLOSED(w) ? HR_ECLOSED : W_DEGRADED(w);
 }
 
 /* ---- slow-path queries -------------------------------------------------- */
 
-int hr_lease_budget(const hr_lease *lease, hr_budget *out)
+int hr_lease_budget_sized(const hr_lease *lease, hr_budget *out,
+                          size_t size)
 {
   hr_lease *l = (hr_lease *)lease;    /* only the mutex is written */
-  if(!l || !out)
+  hr_budget b;
+
+  if(!l || !out || size < HR_BUDGET_SIZE_V1)
     return HR_EINVAL;
+  if(l->closed)
+    return HR_ECLOSED;
   pthread_mutex_lock(&l->mu);
-  *out = l->budget;
+  b = l->budget;
   pthread_mutex_unlock(&l->mu);
+  /* The members the caller was built with; those it has and this library
+   * does not know read 0, "not known". */
+  if(size > sizeof(b)) {
+    memset((char *)out + sizeof(b), 0, size - sizeof(b));
+    size = sizeof(b);
+  }
+  memcpy(out, &b, size);
   return HR_OK;
 }
 
@@ -369,7 +404,7 @@ int hr_lease_gpu(const hr_lease *l)
 {
   if(!l)
     return HR_EINVAL;
-  return l->gpu;
+  return l->closed ? HR_ECLOSED : l->gpu;
 }
 
 hr_client *hr_lease_client(const hr_lease *l)
@@ -385,6 +420,8 @@ int hr_lease_wait_change(const hr_lease *l, uint32_t epoch, int timeout_ms)
 
   if(!l || timeout_ms < 0)
     return HR_EINVAL;
+  if(l->closed)
+    return HR_ECLOSED;
   c = l->client;
   hr__clock_deadline(&until, timeout_ms);
   pthread_mutex_lock(&c->mu);

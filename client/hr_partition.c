@@ -372,14 +372,18 @@ int hr_partition_mega_sms(const hr_partition *p)
   return p ? p->mega_sms : HR_EINVAL;
 }
 
-uint32_t hr_partition_epoch(const hr_partition *p)
+int64_t hr_partition_epoch(const hr_partition *p)
 {
-  return p ? p->epoch : 0;
+  return p ? (int64_t)p->epoch : HR_EINVAL;
 }
 
 int hr_partition_stale(const hr_partition *p)
 {
+  int64_t now;
   if(!p)
     return HR_EINVAL;
-  return hr_lease_epoch(p->lease) != p->epoch;
+  now = hr_lease_epoch(p->lease);
+  if(now < 0)
+    return (int)now;        /* the lease's client was closed */
+  return now != (int64_t)p->epoch;
 }

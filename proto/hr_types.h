@@ -9,12 +9,13 @@
  * headroom.h is one self-contained file: the build writes this file into
  * it in place of its #include (build/include/headroom.h, client/client.mk).
  *
- * C only, no other include than <stdint.h>: users' programs read it as
- * part of headroom.h.
+ * C only, no other include than <stddef.h> and <stdint.h>: users'
+ * programs read it as part of headroom.h.
  */
 #ifndef HR_TYPES_H
 #define HR_TYPES_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -25,6 +26,9 @@ extern "C" {
 #define HR_VERSION_MINOR 1
 #define HR_VERSION_PATCH 0
 #define HR_VERSION_STRING "0.1.0"
+/* 0xMMmmpp, as hr_version() returns it. */
+#define HR_VERSION_HEX \
+  ((HR_VERSION_MAJOR << 16) | (HR_VERSION_MINOR << 8) | HR_VERSION_PATCH)
 
 /* Where the daemon listens unless told otherwise. */
 #define HR_DEFAULT_SOCKET "/run/headroom/headroom.sock"
@@ -117,7 +121,12 @@ typedef struct hr_budget {
                               * 2 when co-scheduling is ignored */
   int partition_comm_sms;    /* SMs of the comm partition */
   int partition_nccl_max_ctas; /* NCCL's CTA cap inside that partition */
+  /* New members go here, at the end (see hr_lease_budget). */
 } hr_budget;
+
+/* The size of the first hr_budget, before partition mode: the least
+ * hr_lease_budget_sized accepts. */
+#define HR_BUDGET_SIZE_V1 offsetof(hr_budget, partition_granularity)
 
 /* Details of an incident; set a field to -1 when unknown. */
 typedef struct hr_incident_detail {

@@ -26,8 +26,8 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from ctypes import (POINTER, Structure, c_char_p, c_int, c_uint32, c_uint64,
-                    c_void_p)
+from ctypes import (POINTER, Structure, c_char_p, c_int, c_int64, c_size_t,
+                    c_uint, c_uint32, c_uint64, c_void_p)
 
 __all__ = [
     "HR_OK", "CODES", "load_library", "load_moe_library", "library_path",
@@ -135,8 +135,9 @@ class IncidentDetail_t(Structure):
 
 
 class ClientOptions_t(Structure):
-    """struct hr_client_options"""
+    """struct hr_client_options; set size to sizeof (versioned by size)."""
     _fields_ = [
+        ("size", c_size_t),
         ("name", c_char_p),
         ("request_timeout_ms", c_int),
         ("reconnect_ms", c_int),
@@ -192,9 +193,12 @@ _partition_p = c_void_p
 
 # name: (restype, argtypes), for every function of headroom.h.
 # hr_lease_fill_nccl_config is an inline function of the header (it needs
-# nccl.h), not a symbol of the library: nccl_options() does its job here.
+# nccl.h), not a symbol of the library: nccl_options() does its job here;
+# hr_lease_budget is a macro over hr_lease_budget_sized.
 _PROTOTYPES = {
     "hr_strerror": (c_char_p, [c_int]),
+    "hr_version": (c_uint, []),
+    "hr_version_string": (c_char_p, []),
     "hr_mode_name": (c_char_p, [c_int]),
     "hr_incident_kind_name": (c_char_p, [c_int]),
     "hr_client_open": (c_int, [POINTER(_client_p), c_char_p,
@@ -211,11 +215,11 @@ _PROTOTYPES = {
     "hr_lease_release": (c_int, [_lease_p]),
     "hr_lease_grid": (c_int, [_lease_p]),
     "hr_lease_headroom": (c_int, [_lease_p]),
-    "hr_lease_epoch": (c_uint32, [_lease_p]),
+    "hr_lease_epoch": (c_int64, [_lease_p]),
     "hr_lease_degraded": (c_int, [_lease_p]),
     "hr_lease_launch_config": (c_int, [_lease_p, POINTER(c_int),
                                        POINTER(c_int), POINTER(c_int)]),
-    "hr_lease_budget": (c_int, [_lease_p, POINTER(Budget_t)]),
+    "hr_lease_budget_sized": (c_int, [_lease_p, POINTER(Budget_t), c_size_t]),
     "hr_lease_gpu": (c_int, [_lease_p]),
     "hr_lease_client": (_client_p, [_lease_p]),
     "hr_lease_wait_change": (c_int, [_lease_p, c_uint32, c_int]),
@@ -230,7 +234,7 @@ _PROTOTYPES = {
                                            POINTER(c_void_p)]),
     "hr_partition_comm_sms": (c_int, [_partition_p]),
     "hr_partition_mega_sms": (c_int, [_partition_p]),
-    "hr_partition_epoch": (c_uint32, [_partition_p]),
+    "hr_partition_epoch": (c_int64, [_partition_p]),
     "hr_partition_stale": (c_int, [_partition_p]),
 }
 

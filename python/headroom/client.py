@@ -215,8 +215,10 @@ class Client(_Closable):
         self._ptr = None
         self._mu = threading.Lock()
         self._children = weakref.WeakSet()
+        self._owned = {}             # handle -> Lease or Comm, to free
         self._pid = os.getpid()
         opts = _lib.ClientOptions_t()
+        opts.size = ctypes.sizeof(opts)
         opts.name = _bytes(name, "name")
         opts.request_timeout_ms = 0 if request_timeout_ms is None else \
             _int(request_timeout_ms, "request_timeout_ms")
@@ -240,6 +242,7 @@ class Client(_Closable):
             ptr, self._ptr = self._ptr, None
             children = list(self._children)
             self._children = weakref.WeakSet()
+            owned, self._owned = self._owned, {}
         if ptr is None:
             return
         forked = os.getpid() != self._pid
@@ -247,10 +250,18 @@ class Client(_Closable):
             # A partition must go before its lease (it reads the lease).
             if isinstance(ch, Lease) and not forked:
                 ch._close_partitions()
-            ch._ptr = None           # freed by hr_client_close below
+            ch._ptr = None           # freed here, below
         if forked:
             return                   # a forked child must not close it
         self._lib.hr_client_close(ptr)
+        # The handles outlive their client, closed, until freed by their
+        # owner (headroom.h, Lifetime): this object owns them all, those of
+        # Leases and Comms already collected included.
+        for handle, kind in owned.items():
+            if kind is Lease:
+                self._lib.hr_lease_release(handle)
+            else:
+                self._lib.hr_comm_unregister(handle)
 
     _closed_message = "the client is closed"
 
@@ -261,10 +272,13 @@ class Client(_Closable):
     def _adopt(self, child) -> None:
         with self._mu:
             self._children.add(child)
+            self._owned[child._ptr] = type(child)
 
-    def _forget(self, child) -> None:
+    def _forget(self, child, handle) -> bool:
+        """False when close() took the handle already (and frees it)."""
         with self._mu:
             self._children.discard(child)
+            return self._owned.pop(handle, None) is not None
 
     # ---- queries ----------------------------------------------------------
 
@@ -354,9 +368,8 @@ class Comm:
     def unregister(self) -> None:
         """Remove the footprint. Idempotent; the Comm is unusable after."""
         ptr, self._ptr = self._ptr, None
-        if ptr is None:
+        if ptr is None or not self._client._forget(self, ptr):
             return
-        self._client._forget(self)
         check(self._lib.hr_comm_unregister(ptr), "hr_comm_unregister")
 
     @property
@@ -407,9 +420,8 @@ class Lease(_Handle):
         Its partitions are closed first (their streams waited for)."""
         self._close_partitions()
         ptr, self._ptr = self._ptr, None
-        if ptr is None:
+        if ptr is None or not self._client._forget(self, ptr):
             return
-        self._client._forget(self)
         check(self._lib.hr_lease_release(ptr), "hr_lease_release")
 
     def _close_partitions(self) -> None:
@@ -486,7 +498,8 @@ class Lease(_Handle):
     def budget(self) -> Budget:
         """A consistent copy of the whole budget."""
         b = _lib.Budget_t()
-        check(self._lib.hr_lease_budget(self._handle(), ctypes.byref(b)),
+        check(self._lib.hr_lease_budget_sized(self._handle(), ctypes.byref(b),
+                                              ctypes.sizeof(b)),
               "hr_lease_budget")
         return Budget._from_c(b)
 
@@ -497,7 +510,7 @@ class Lease(_Handle):
         timeout. For tools and tests; trainers read .grid."""
         ptr = self._handle()
         if epoch is None:
-            epoch = self._lib.hr_lease_epoch(ptr)
+            epoch = check(self._lib.hr_lease_epoch(ptr), "hr_lease_epoch")
         rc = self._lib.hr_lease_wait_change(ptr, int(epoch) & 0xffffffff,
                                             _int(timeout_ms, "timeout_ms"))
         if rc == _lib.HR_ETIMEDOUT:
@@ -650,7 +663,8 @@ class Partition(_Closable):
     @property
     def epoch(self) -> int:
         """The lease epoch the partition was made for."""
-        return int(self._lib.hr_partition_epoch(self._handle()))
+        return check(self._lib.hr_partition_epoch(self._handle()),
+                     "hr_partition_epoch")
 
     @property
     def stale(self) -> bool:

@@ -13,3 +13,9 @@ $(TESTBIN)/test_client: $(OBJDIR)/tests/unit/test_client.o \
                         $(OBJDIR)/tests/unit/unit_util.o $(LIBDIR)/libheadroom.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_HEADROOM) $(LDLIBS_CMOCKA)
+
+# libheadroom.so exports exactly headroom.h's functions; the daemon side
+# builds without client/ (tests/unit/test_exports.sh).
+UNIT_TESTS += tests/unit/test_exports.sh
+tests/unit/test_exports.sh: $(LIBHEADROOM_SO) $(HEADROOM_H_INSTALL) \
+                            $(BINDIR)/headroomd

@@ -697,7 +697,7 @@ static void test_invalid_open(void **state)
   assert_int_equal(hr_client_open(&c, "", &o), HR_EINVAL);
   assert_ptr_equal(c, (hr_client *)&o);
 
-  assert_int_equal(hr_client_connected(NULL), 0);
+  assert_int_equal(hr_client_connected(NULL), HR_EINVAL);
   assert_int_equal(hr_client_gpu_count(NULL), HR_EINVAL);
   assert_int_equal(hr_client_gpu_sms(NULL, 0), HR_EINVAL);
   hr_client_close(NULL);
@@ -770,9 +770,9 @@ static void test_invalid_lease(void **state)
   assert_int_equal(hr_lease_grid(NULL), HR_EINVAL);
   assert_int_equal(hr_lease_headroom(NULL), HR_EINVAL);
   assert_int_equal(hr_lease_degraded(NULL), HR_EINVAL);
-  assert_int_equal(hr_lease_epoch(NULL), 0);
+  assert_int_equal(hr_lease_epoch(NULL), HR_EINVAL);
   assert_int_equal(hr_lease_budget(NULL, &b), HR_EINVAL);
-  assert_int_equal(hr_lease_budget(ok, NULL), HR_EINVAL);
+  assert_int_equal(hr_lease_budget_sized(ok, NULL, sizeof(b)), HR_EINVAL);
   assert_int_equal(hr_lease_gpu(NULL), HR_EINVAL);
   assert_null(hr_lease_client(NULL));
   assert_int_equal(hr_lease_wait_change(NULL, 0, 10), HR_EINVAL);
@@ -808,6 +808,169 @@ static void test_invalid_report(void **state)
                    HR_EINVAL);
   hr_client_close(a);
   hr_client_close(b);
+}
+
+/* ---- the API's rules (headroom.h, Conventions) -------------------------- */
+
+/* Handles outlive hr_client_close, closed: every call on them is
+ * HR_ECLOSED, never a use-after-free (the suite runs under ASan and
+ * valgrind), until their owner frees them. */
+static void test_handles_outlive_close(void **state)
+{
+  hr_client *c = th_client_open_degraded();
+  hr_lease *l, *p;
+  hr_comm *m;
+  hr_budget b;
+  hr_partition *part = NULL;
+  int grid, cluster;
+  hr_mode mode;
+  (void)state;
+
+  l = lease_on(c, 0);
+  assert_int_equal(hr_lease_acquire(c, 0, 1, HR_MODE_PARTITION, &p), HR_OK);
+  assert_int_equal(hr_comm_register(c, 0, "dp", 4, 1, 1, &m), HR_OK);
+  assert_int_equal(hr_comm_register(c, 0, "anon", 2, 1, 1, NULL), HR_OK);
+  assert_true(hr_lease_grid(l) > 0);
+  hr_client_close(c);
+
+  assert_int_equal(hr_lease_grid(l), HR_ECLOSED);
+  assert_int_equal(hr_lease_headroom(l), HR_ECLOSED);
+  assert_int_equal(hr_lease_degraded(l), HR_ECLOSED);
+  assert_int_equal(hr_lease_epoch(l), HR_ECLOSED);
+  assert_int_equal(hr_lease_launch_config(l, &grid, &cluster, &mode),
+                   HR_ECLOSED);
+  assert_int_equal(hr_lease_budget(l, &b), HR_ECLOSED);
+  assert_int_equal(hr_lease_gpu(l), HR_ECLOSED);
+  assert_null(hr_lease_client(l));
+  assert_int_equal(hr_lease_wait_change(l, 0, 10), HR_ECLOSED);
+  assert_int_equal(hr_lease_export_env(l), HR_ECLOSED);
+  assert_int_equal(hr_partition_create(p, &part), HR_ECLOSED);
+  assert_null(part);
+  /* The owner frees them: nothing left to release at a daemon. */
+  assert_int_equal(hr_lease_release(l), HR_OK);
+  assert_int_equal(hr_lease_release(p), HR_OK);
+  assert_int_equal(hr_comm_unregister(m), HR_OK);
+
+  /* A handle freed before the close is simply gone from the client. */
+  c = th_client_open_degraded();
+  l = lease_on(c, 1);
+  assert_int_equal(hr_lease_release(l), HR_OK);
+  hr_client_close(c);
+}
+
+/* Getters: the value, never negative, or a negative HR_E* code; pointer
+ * getters NULL. */
+static void test_getter_convention(void **state)
+{
+  hr_client *c = th_client_open_degraded();
+  hr_lease *l = lease_on(c, 0);
+  (void)state;
+
+  assert_int_equal(hr_client_connected(NULL), HR_EINVAL);
+  assert_int_equal(hr_client_connected(c), 0);
+  assert_int_equal(hr_client_gpu_count(NULL), HR_EINVAL);
+  assert_int_equal(hr_client_gpu_sms(NULL, 0), HR_EINVAL);
+  assert_int_equal(hr_client_gpu_sms(c, -1), HR_EINVAL);
+  assert_int_equal(hr_lease_epoch(NULL), HR_EINVAL);
+  assert_true(hr_lease_epoch(l) >= 0);
+  assert_int_equal(hr_lease_gpu(l), 0);
+  assert_int_equal(hr_partition_epoch(NULL), HR_EINVAL);
+  assert_int_equal(hr_partition_stale(NULL), HR_EINVAL);
+  assert_null(hr_lease_client(NULL));
+  assert_null(hr_partition_comm_stream(NULL));
+  assert_null(hr_mode_name(HR_MODE_COUNT));
+  assert_null(hr_incident_kind_name(HR_INCIDENT_COUNT));
+  assert_non_null(hr_strerror(12345));
+  hr_client_close(c);
+  assert_int_equal(hr_lease_release(l), HR_OK);
+}
+
+static void test_version(void **state)
+{
+  (void)state;
+  assert_int_equal(hr_version(), HR_VERSION_HEX);
+  assert_int_equal(hr_version(), (HR_VERSION_MAJOR << 16) |
+                                 (HR_VERSION_MINOR << 8) | HR_VERSION_PATCH);
+  assert_string_equal(hr_version_string(), HR_VERSION_STRING);
+}
+
+/* hr_client_options by size: 0 and the first layout's size work as the
+ * whole struct, a newer caller's larger struct is read as far as this
+ * library knows it, and a size shorter than the first layout is refused. */
+static void test_options_by_size(void **state)
+{
+  struct newer {
+    hr_client_options o;
+    int future_option;
+  } n;
+  hr_client_options o;
+  hr_client *c = NULL;
+  size_t v1 = offsetof(hr_client_options, quiet) + sizeof(int);
+  (void)state;
+
+  memset(&o, 0, sizeof(o));
+  o.quiet = 1;
+  o.name = "sized";
+  o.size = 0;
+  assert_int_equal(hr_client_open(&c, th_sock_path, &o), HR_OK);
+  hr_client_close(c);
+  o.size = sizeof(o);
+  assert_int_equal(hr_client_open(&c, th_sock_path, &o), HR_OK);
+  hr_client_close(c);
+  o.size = v1;
+  assert_int_equal(hr_client_open(&c, th_sock_path, &o), HR_OK);
+  hr_client_close(c);
+  /* The members it covers are still checked. */
+  o.name = "bad\nname";
+  assert_int_equal(hr_client_open(&c, th_sock_path, &o), HR_EINVAL);
+  o.name = "sized";
+  o.size = v1 - 1;
+  c = (hr_client *)&o;
+  assert_int_equal(hr_client_open(&c, th_sock_path, &o), HR_EINVAL);
+  o.size = 1;
+  assert_int_equal(hr_client_open(&c, th_sock_path, &o), HR_EINVAL);
+  memset(&n, 0, sizeof(n));
+  n.o.size = sizeof(n);
+  n.o.quiet = 1;
+  n.future_option = 7;
+  assert_int_equal(hr_client_open(&c, th_sock_path, &n.o), HR_OK);
+  hr_client_close(c);
+}
+
+/* hr_budget by size: an older caller (the budget before partition mode)
+ * gets exactly its members and nothing written past them; a newer one's
+ * members this library does not know read 0. */
+static void test_budget_by_size(void **state)
+{
+  struct newer {
+    hr_budget b;
+    int future_field;
+  } n;
+  unsigned char raw[sizeof(hr_budget) + 16];
+  hr_client *c = th_client_open_degraded();
+  hr_lease *l = lease_on(c, 0);
+  hr_budget full, *old = (hr_budget *)(void *)raw;
+  size_t i;
+  (void)state;
+
+  assert_int_equal(hr_lease_budget(l, &full), HR_OK);
+  memset(raw, 0x5a, sizeof(raw));
+  assert_int_equal(hr_lease_budget_sized(l, old, HR_BUDGET_SIZE_V1), HR_OK);
+  assert_memory_equal(raw, &full, HR_BUDGET_SIZE_V1);
+  for(i = HR_BUDGET_SIZE_V1; i < sizeof(raw); i++)
+    if(raw[i] != 0x5a)
+      fail_msg("byte %zu past an old caller's budget was written", i);
+  assert_int_equal(hr_lease_budget_sized(l, old, HR_BUDGET_SIZE_V1 - 1),
+                   HR_EINVAL);
+  assert_int_equal(hr_lease_budget_sized(l, old, 0), HR_EINVAL);
+
+  memset(&n, 0x5a, sizeof(n));
+  assert_int_equal(hr_lease_budget(l, &n.b), HR_OK);
+  assert_int_equal(hr_lease_budget_sized(l, &n.b, sizeof(n)), HR_OK);
+  assert_memory_equal(&n.b, &full, sizeof(full));
+  assert_int_equal(n.future_field, 0);
+  hr_client_close(c);
+  assert_int_equal(hr_lease_release(l), HR_OK);
 }
 
 /* ---- the environment, exported ------------------------------------------ */
@@ -1037,6 +1200,11 @@ int main(void)
 #define T(fn) cmocka_unit_test_setup(fn, th_env_reset)
   const struct CMUnitTest tests[] = {
     T(test_strerror_names_every_code),
+    T(test_handles_outlive_close),
+    T(test_getter_convention),
+    T(test_version),
+    T(test_options_by_size),
+    T(test_budget_by_size),
     T(test_degraded_open_policy_budget),
     T(test_degraded_headroom_from_env),
     T(test_degraded_env_never_lowers),

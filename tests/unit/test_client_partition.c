@@ -297,7 +297,7 @@ static void test_invalid_arguments(void **state)
   assert_null(hr_partition_mega_stream(NULL));
   assert_int_equal(hr_partition_comm_sms(NULL), HR_EINVAL);
   assert_int_equal(hr_partition_mega_sms(NULL), HR_EINVAL);
-  assert_int_equal(hr_partition_epoch(NULL), 0);
+  assert_int_equal(hr_partition_epoch(NULL), HR_EINVAL);
   assert_int_equal(hr_partition_stale(NULL), HR_EINVAL);
   assert_string_equal(hr_mode_name(HR_MODE_PARTITION), "partition");
   hr_client_close(c);
