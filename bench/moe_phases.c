@@ -517,10 +517,9 @@ int main(int argc, char **argv)
     GT_CUDA(cudaGetDeviceProperties(&prop, 0));
     fprintf(tf, "- machine: %s, %d SMs\n", mach, prop.multiProcessorCount);
     /* A persisting-L2 set-aside slows every launch (docs/kernels.md), and
-     * a process can start with one it never asked for (an H200 lent on
-     * 2026-12-01 came with 11796480 bytes, persistence mode on; MPS can
-     * set one too): the benchmark takes it back to 0 and says what it
-     * found. */
+     * a process can start with one it never asked for (a lent H200 has
+     * come with one, persistence mode on; MPS can set one too): the
+     * benchmark takes it back to 0 and says what it found. */
     GT_CUDA(cudaDeviceGetLimit(&found, cudaLimitPersistingL2CacheSize));
     if(found && cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 0) != cudaSuccess)
       (void)cudaGetLastError();

@@ -90,7 +90,8 @@ typedef struct hr_lease hr_lease;
 typedef struct hr_client_options {
   size_t size;          /* sizeof(hr_client_options); 0: the first layout
                          * (the four members below), as zeroed options are */
-  const char *name;     /* shown in status; default: program name */
+  const char *name;     /* shown in status, no control characters;
+                           default: program name */
   int request_timeout_ms; /* per request; default 5000 */
   int reconnect_ms;     /* delay between reconnect attempts; default 200 */
   int quiet;            /* 1: do not print the one-time degraded notice

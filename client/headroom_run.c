@@ -279,7 +279,7 @@ static int take_lease(hr__conn *conn, const run_opts *o, hr_budget *budget,
   *refused = 0;
   copy = strdup(o->cmd[0]);
   base = copy ? basename(copy) : o->cmd[0];
-  hr__text_copy(name, sizeof(name), o->name ? o->name : base);
+  hr__name_copy(name, sizeof(name), o->name ? o->name : base);
   free(copy);
 
   err = hr__conn_hello(conn, name, 0, o->timeout_ms, &hello, NULL, NULL);

@@ -551,7 +551,11 @@ int hr_moe_forward_agnostic_grid(hr_moe *m, int grid, const hr_moe_args *args,
 int hr__moe_forward_hook(hr_moe *m, int grid, const hr__moe_hook *h,
                          const hr_moe_args *args, void *stream)
 {
-  if(!h)
+  const unsigned phases = HR__MOE_PHASE_ROUTE | HR__MOE_PHASE_GEMM1 | HR__MOE_PHASE_GEMM2 |
+                         HR__MOE_PHASE_COMBINE;
+  const unsigned faults = HR__MOE_FAULT_TMA_REFILL | HR__MOE_FAULT_TMA_REFILL_LATE;
+
+  if(!h || (h->skip & ~(phases | faults)) || (h->repeat & ~phases))
     return HR_EINVAL;
   return launch(m, NULL, grid, h->agnostic ? HR_MODE_AGNOSTIC : HR_MODE_HEADROOM,
                 h->agnostic ? 1 : 2, args, (cudaStream_t)stream, h);

@@ -36,7 +36,9 @@ typedef struct hr__moe_hook {
   unsigned long long *trace;
 } hr__moe_hook;
 
-/* hr_moe_forward_grid (or _agnostic_grid) through the hook. */
+/* hr_moe_forward_grid (or _agnostic_grid) through the hook. HR_EINVAL
+ * for a NULL hook, or a bit of skip or repeat that names nothing (the
+ * faults are skip's only). */
 int hr__moe_forward_hook(hr_moe *m, int grid, const hr__moe_hook *h,
                          const hr_moe_args *args, void *stream);
 

@@ -15,8 +15,8 @@
  * claimed in order (the big tile's, on the TMA pipeline of
  * moe_gemm_tma.cuh; the agnostic kernel's; the barrier kernel's from
  * H = HR__MOE_CLAIM_MIN_H, moe_gemm_claim.cuh). Within an
- * expert, units that share weight rows are adjacent (the big tile: units
- * that share a token tile), so the CTAs that read the same tile run side
+ * expert, units that share weight rows are adjacent (the 128-token tiles:
+ * units that share a token tile), so the CTAs that read the same tile run side
  * by side and share it in L2; at small T (a few tokens per expert) every
  * expert's rows are spread over all CTAs and each weight byte is streamed
  * from memory once.
@@ -27,12 +27,11 @@
  * indices it gathers are fetched one unit ahead). Shared tiles are rows of
  * BK bf16 with the 16-byte chunks XOR-swizzled by row, so ldmatrix reads
  * are free of bank conflicts; with BK = 64 (rows of 128 bytes) that is
- * wgmma's 128-byte swizzle, and the mid and big tiles hand the tiles to
- * wgmma as they are (tile_wgmma). mma.sync warps split the tile WM x WN
- * ways and, for
- * the narrow tiles of small T, also split each stage's K WK ways; the WK
- * partial sums meet in shared memory at the end of the unit, always added
- * in the same order. So the K order of every sum depends on the tile shape
+ * wgmma's 128-byte swizzle, and the wgmma tiles hand the tiles to wgmma
+ * as they are (tile_wgmma). mma.sync warps split the tile WM x WN ways
+ * and may split each stage's K WK ways (the tiny and narrow tiles: 1);
+ * WK partial sums meet in shared memory at the end of the unit, always
+ * added in the same order. So the K order of every sum depends on the tile shape
  * alone, and the tile shape on the routing alone: results never depend on
  * the grid.
  *
@@ -80,7 +79,7 @@ static_assert(HR__MOE_SMEM_BYTES > 228 * 1024 / 2, "one CTA per SM");
 #define HR__MOE_RING 8
 
 template <int BM_, int BN_, int BK_, int WM_, int WN_, int WK_, int STAGES_,
-          int WG_ = 0, int DEPTH_ = 0>
+          int WG_ = 0>
 struct moe_tile {
   static constexpr int BM = BM_;          /* weight rows per unit */
   static constexpr int BN = BN_;          /* tokens per unit */
@@ -92,13 +91,13 @@ struct moe_tile {
   /* 1: wgmma, the two warpgroups taking BM/2 rows each, all BN tokens, in
    * 64-row blocks (tile_wgmma); 0: mma.sync, warps WM x WN x WK */
   static constexpr int WG = WG_;
-  /* WG tiles: the steps whose MMAs may still run when the next step's
-   * MMAs are issued. 1: each step waits only for the previous step's
+  /* The steps whose MMAs may still run when the next step's MMAs are
+   * issued. WG tiles, 1: each step waits only for the previous step's
    * (wgmma.wait_group 1), so the tensor cores go on while the warps wait
    * for the next step's loads, and that step's slot is refilled once
-   * every warpgroup is done with it (moe_gemm_stage); 0: each step waits
-   * for its own MMAs before the next loads are issued. */
-  static constexpr int DEPTH = WG ? DEPTH_ : 0;
+   * every warpgroup is done with it (moe_gemm_stage); mma.sync tiles, 0:
+   * each step's MMAs are done before the next loads are issued. */
+  static constexpr int DEPTH = WG;
   /* 1: loaded by TMA (moe_gemm_tma.cuh's tiles), 0: by cp.async */
   static constexpr int TMA = 0;
   /* cp.async tiles: one __syncthreads a step (moe_one_sync) or, with
@@ -139,7 +138,6 @@ struct moe_tile {
   static_assert(!WG || (BK == 64 && WM == 8 && WN == 1 && WK == 1 && BN <= 128 &&
                         BM % 128 == 0), "wgmma tile: 128-byte rows, 2 warpgroups");
   static_assert(!WG || BN * OUT_STRIDE * 2 <= STAGE_BYTES, "half a tile fits a slot");
-  static_assert(DEPTH == 0 || DEPTH == 1, "one step of MMAs in flight at most");
 
   /* The 16-row MMA tile that warp `warp`'s accumulators acc[mt] hold. */
   static __device__ __forceinline__ int m16(int warp, int mt)
@@ -156,12 +154,12 @@ typedef moe_tile<128, 16, 128, 8, 1, 1, 5> moe_tile_tiny;
 typedef moe_tile<128, 32, 128, 8, 1, 1, 5> moe_tile_narrow;
 /* The barrier kernel's mid tile where it deals its units: wgmma (128-byte
  * rows, so BK 64), one step's MMAs in flight. */
-typedef moe_tile<128, 64, 64, 8, 1, 1, 8, 1, 1> moe_tile_mid;
+typedef moe_tile<128, 64, 64, 8, 1, 1, 8, 1> moe_tile_mid;
 /* 128 tokens wide, 6 stages: with ~64 pairs per expert half the experts
  * have a few more than 64, and a 64-token tile streams their weights
  * twice, the second time for a handful of tokens; this tile streams them
  * once. From 72 pairs per expert. */
-typedef moe_tile<128, 128, 64, 8, 1, 1, 6, 1, 1> moe_tile_wide;
+typedef moe_tile<128, 128, 64, 8, 1, 1, 6, 1> moe_tile_wide;
 /* 256 weight rows a unit, so that each token row read from L2 feeds
  * twice the weight rows of a 128-row tile: half the K steps for the same
  * work, so half the per-step work (the loads' addresses, the MMAs'
@@ -170,9 +168,9 @@ typedef moe_tile<128, 128, 64, 8, 1, 1, 6, 1, 1> moe_tile_wide;
  * to 72 pairs per expert the experts above 96 are a few percent; wide80:
  * 16 token rows less a step buy a stage (5 steps of weights instead of
  * 4), and from 68 pairs too many experts have over 80. */
-typedef moe_tile<256, 64, 64, 8, 1, 1, 5, 1, 1> moe_tile_mid_tall;
-typedef moe_tile<256, 96, 64, 8, 1, 1, 4, 1, 1> moe_tile_wide96_tall;
-typedef moe_tile<256, 80, 64, 8, 1, 1, 5, 1, 1> moe_tile_wide80_tall;
+typedef moe_tile<256, 64, 64, 8, 1, 1, 5, 1> moe_tile_mid_tall;
+typedef moe_tile<256, 96, 64, 8, 1, 1, 4, 1> moe_tile_wide96_tall;
+typedef moe_tile<256, 80, 64, 8, 1, 1, 5, 1> moe_tile_wide80_tall;
 /* A DEPTH 1 tile with one __syncthreads a step instead of two. Past a
  * step's first __syncthreads every warp has seen the MMAs of two steps
  * before complete (its wgmma.wait_group 1 of the step before), so that
@@ -210,21 +208,11 @@ static __host__ __device__ constexpr int moe_lookahead(void)
 enum { MOE_TILE_TINY = 0, MOE_TILE_NARROW, MOE_TILE_MID, MOE_TILE_BIG, MOE_TILE_WIDE,
        MOE_TILE_WIDE96, MOE_TILE_WIDE80 };
 
-/* From 25 pairs per expert, the big tile on the TMA pipeline takes the
- * place of the cp.async mid, wide80, wide96 and wide tiles where a GEMM2
- * unit is at least this many K steps of 64 (I >= 2048, DeepSeek-V3),
- * except where a kernel that claims its units runs those tiles 256 rows
- * tall (from 25 to 71 pairs: moe_tile_tall). Why: the 128-row cp.async
- * tiles read 64 to 128 token rows from L2 for every 128 weight rows, and
- * a read in that pattern with no math at all takes ~1.4x the plain
- * stream, where the big tile's 256 weight rows a unit take ~1.07x; but
- * the big tile has costs once a unit (its results' stores, the wait for
- * the last MMAs, the claims) and the x rows to copy in expert order,
- * which at a short GEMM2 unit (Qwen3-30B-A3B's I = 768, 12 steps) cost
- * more than it saves; and claimed, the 256-row cp.async tiles beat it
- * (docs/decisions.md, "The big tile from 25 pairs"). Either tile gives
- * the same sums in the same K order: y stays bitwise the same, so the
- * two kernels agree bitwise though they may run different tiles. */
+/* From 25 pairs per expert the big TMA tile takes the place of the
+ * cp.async tiles where a GEMM2 unit is at least this many K steps of 64
+ * (I >= 2048), but for the 256-row tiles of a kernel that claims its
+ * units (moe_pick_tile); why: docs/decisions.md, "The big tile from 25
+ * pairs". Either gives the same sums in the same K order (y bitwise). */
 #define HR__MOE_BIG_MID_MIN_STEPS 32
 
 /* Does the barrier kernel claim its cp.async tiles' units (from
@@ -285,8 +273,8 @@ static __device__ __forceinline__ int moe_tile_bn(int tile)
                                    : 128;  /* the big tile (moe_gemm_tma.cuh) */
 }
 
-/* Weight rows per unit as the launch runs them (moe_tile_tall): 256, or
- * the 128 of the other tiles but the big one. */
+/* Weight rows per unit as the launch runs them: 256 for the big tile and
+ * the 256-row ones (moe_tile_tall), 128 for the others. */
 static __device__ __forceinline__ int moe_unit_rows(int tile, unsigned flags, int agnostic)
 {
   return moe_tile_tall(tile, flags, agnostic) || tile == MOE_TILE_BIG ? 256 : 128;
@@ -538,11 +526,10 @@ static __device__ __forceinline__ void tile_mma(float (&acc)[C::MT][C::NT][4],
  * rows [wg * BM/2, (wg + 1) * BM/2) in 64-row blocks, the 16-deep slices
  * in order. The MMA is as wide as the unit's tokens need (16 to 128
  * columns: a function of the routing, so the same for every grid); columns
- * at and past nvalid may hold anything and are never stored. DEPTH 0:
- * waits for its MMAs before returning, so the slot is free after the next
- * __syncthreads, as with tile_mma. DEPTH 1: returns with them in flight,
- * once the previous step's are done (so the previous slot is free after
- * the next __syncthreads); tile_drain waits for the last ones. */
+ * at and past nvalid may hold anything and are never stored. Returns with
+ * them in flight, once the previous step's are done (so the previous
+ * slot is free after the next __syncthreads); tile_drain waits for the
+ * last ones. */
 template <class C, int N>
 static __device__ __forceinline__ void tile_wgmma_n(float (&acc)[C::MT][C::NT][4],
                                                     uint32_t a_base, uint32_t b_base)
@@ -562,14 +549,7 @@ static __device__ __forceinline__ void tile_wgmma_n(float (&acc)[C::MT][C::NT][4
       wgmma_m64k16<N>(acc[mt], wgmma_desc_add(da0, mt * 64 * C::ROW_BYTES + kk * 32), db, 1);
   }
   wgmma_commit();
-  if constexpr(C::DEPTH) {
-    wgmma_wait<1>();
-  } else {
-    wgmma_wait<0>();
-#pragma unroll
-    for(mt = 0; mt < C::MT; mt++)
-      wgmma_fence_acc(acc[mt]);
-  }
+  wgmma_wait<1>();
 }
 
 /* The accumulators of a new unit: zeroed before the first unit and right

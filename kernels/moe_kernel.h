@@ -131,26 +131,27 @@ enum {
  * H = HR__MOE_CLAIM_MIN_H (moe_api.cu); the hook sets it at any H, so that
  * the tests cover every claimed tile and grid on the small shapes
  * (test_moe_grids). */
-enum { HR__MOE_FLAG_CLAIM = 1 << 25 };
+enum { HR__MOE_FLAG_CLAIM = 1 << 25 };  /* its bit among the old variant bits:
+                                           the kernels' code stays the same */
 
 /* From this H (GEMM1's K) the barrier kernel's cp.async tiles claim their
  * units rather than take them dealt round robin (moe_gemm_claim.cuh), and
  * it runs the agnostic kernel's tiles (moe_pick_tile): long units leave a
  * dealt stage's end ragged, and claims even it out; short ones end nearly
  * together anyway, and there the claimed loop's own costs show
- * (docs/kernels.md, "Claimed units"). */
+ * (docs/decisions.md, "Claimed units"). */
 #define HR__MOE_CLAIM_MIN_H 4096
 
 /* Up to this many pairs every CTA of the barrier kernel places all of
  * them (one warp, 32 a step), so barrier 0 goes; from T = 128 each CTA's
- * placing of them all outlasts the barrier it saves (docs/kernels.md,
+ * placing of them all outlasts the barrier it saves (docs/decisions.md,
  * "Routing"). */
 #define HR__MOE_ROUTE_ALL_MAX_PAIRS 128
 
 /* Rows per TMA box of token rows (the x rows in expert order, h; the
  * maps of moe_api.cu, the loads of moe_gemm_tma.cuh). 32-row boxes, which
  * load nvalid rounded up to 32 rather than to 64, measured no better
- * (docs/kernels.md, "The TMA pipeline"). */
+ * (docs/decisions.md, "The big tile on TMA"). */
 #define HR__MOE_TMA_TOK_BOX 64
 
 /* Everything one launch needs, passed by value as a __grid_constant__

@@ -21,38 +21,13 @@ static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src)
                :: "r"(dst), "l"(src) : "memory");
 }
 
-/* The same, telling L2 to drop these bytes first: for weight tiles read
- * once, so that what many CTAs share (the token rows) stays cached. */
-static __device__ __forceinline__ void cp_async16_stream(uint32_t dst, const void *src,
-                                                         uint64_t policy)
-{
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n"
-               :: "r"(dst), "l"(src), "l"(policy) : "memory");
-}
-
-/* An L2 policy that marks every access it is given evict-first. */
-static __device__ __forceinline__ uint64_t l2_policy_evict_first(void)
-{
-  uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
-  return p;
-}
-
-/* The same with no preference (the benchmark's comparison). */
+/* An L2 policy with no preference: the TMA loads' cache hint (tma_refill,
+ * moe_gemm_tma.cuh). */
 static __device__ __forceinline__ uint64_t l2_policy_evict_normal(void)
 {
   uint64_t p;
   asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(p));
   return p;
-}
-
-/* Ask L2 to fetch `bytes` (a multiple of 16) from global memory at `src`
- * (16-byte aligned), nothing written anywhere: the weights a later phase
- * will stream, fetched while this CTA would otherwise only wait. */
-static __device__ __forceinline__ void prefetch_l2_bulk(const void *src, uint32_t bytes)
-{
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n"
-               :: "l"(src), "r"(bytes) : "memory");
 }
 
 static __device__ __forceinline__ void cp_async_commit(void)

@@ -18,6 +18,7 @@
  * must still leave, or the kernel never ends and the next launch waits
  * behind it forever (the hang this case was written for; the test
  * runner's time limit ends it then).
+ * First, the hook refuses skip or repeat bits that name nothing.
  * The faults are bits of a kernel parameter of the production kernels,
  * reachable only through the benchmark hook, hr__moe_forward_hook
  * (kernels/moe_bench.h), which libheadroom_moe.a alone exports.
@@ -104,6 +105,36 @@ static void fault_case(gt_moe *g, int agnostic, unsigned fault, uint16_t *good,
          rc == HR_OK && memcmp(after, good, ybytes) == 0 ? "identical" : "DIFFERENT");
 }
 
+/* The hook refuses bits that name nothing (the faults are skip's only),
+ * and launches nothing then: y keeps its poison. */
+static void hook_bits_refused(void)
+{
+  const hr__moe_hook bad[] = { { 0, 64, 0, 0, NULL },
+                               { 0, 0, HR__MOE_FAULT_TMA_REFILL, 0, NULL },
+                               { 1, 0, 16, 0, NULL } };
+  gt_moe g;
+  hr_moe_args a;
+  size_t i;
+  int rc;
+
+  gt_moe_init(&g, &gt_shapes[GT_SMALL], 16);
+  gt_route_random(&g, 16);
+  a = gt_args(&g, TIMEOUT_MS);
+  GT_CUDA(cudaMemset(g.y, 0xff, (size_t)g.T * g.s.H * 2));
+  rc = hr__moe_forward_hook(g.m, hr_moe_sms(g.m), NULL, &a, g.stream);
+  GT_EXPECT(rc == HR_EINVAL, "NULL hook: %s", hr_strerror(rc));
+  for(i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    rc = hr__moe_forward_hook(g.m, hr_moe_sms(g.m), &bad[i], &a, g.stream);
+    GT_EXPECT(rc == HR_EINVAL, "hook skip 0x%x repeat 0x%x: %s", bad[i].skip, bad[i].repeat,
+              hr_strerror(rc));
+  }
+  GT_CUDA(cudaMemcpy(g.y_h, g.y, (size_t)g.T * g.s.H * 2, cudaMemcpyDeviceToHost));
+  GT_EXPECT(gt_count_nonfinite(&g) == (size_t)g.T * g.s.H, "a refused hook launched");
+  printf("  the hook: NULL and %zu bad bit sets refused, nothing launched\n",
+         sizeof(bad) / sizeof(bad[0]));
+  gt_moe_free(&g);
+}
+
 /* Both kernels' fault cases at `shape`, T = 8192; with `check`, y of the
  * last launch against the CPU reference. */
 static void shape_cases(int shape, unsigned fault, int check)
@@ -136,6 +167,7 @@ int main(void)
 {
   gt_require_gpu(NAME);
   gt_seed(NAME);
+  hook_bits_refused();
   shape_cases(GT_SMALL, HR__MOE_FAULT_TMA_REFILL, 1);
   shape_cases(GT_QWEN3, HR__MOE_FAULT_TMA_REFILL_LATE, 0);
   return gt_finish(NAME);

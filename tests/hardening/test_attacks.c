@@ -464,6 +464,41 @@ static void test_state_file_duplicate_member(void **state)
   assert_true(S_ISREG(st.st_mode));
 }
 
+/* headroom-run names its client after --name or the command, whatever
+ * bytes they hold: it must send a name the daemon takes, control
+ * characters replaced, and still run the command under its lease. */
+static void test_headroom_run_cleans_its_name(void **state)
+{
+  char bin[512];
+  hr_status st;
+  pid_t pid;
+  int status, i, found = 0, tries;
+  (void)state;
+
+  assert_int_equal(th_daemon_start(&daemon_, NULL), 0);
+  snprintf(bin, sizeof(bin), "%s/bin/headroom-run", th_build_dir());
+  pid = fork();
+  assert_true(pid >= 0);
+  if(pid == 0) {
+    execl(bin, bin, "--socket", daemon_.socket, "--gpu", "0", "--ctas", "4",
+          "--name", "evil\x1b]0;x\x07", "--quiet", "--", "sleep", "30",
+          (char *)NULL);
+    _exit(127);
+  }
+  for(tries = 0; tries < 300 && !found; tries++) {
+    assert_int_equal(th_status(daemon_.socket, &st), 0);
+    for(i = 0; i < st.n_clients; i++)
+      if(!strcmp(st.clients[i].name, "evil?]0;x?"))
+        found = st.gpus[0].n_comms == 1;
+    hr_status_free(&st);
+    if(!found)
+      usleep(10 * 1000);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  assert_true(found);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -472,6 +507,7 @@ int main(void)
     cmocka_unit_test_teardown(test_operator_group_dropped, teardown),
     cmocka_unit_test_teardown(test_names_refuse_control_characters,
                               teardown),
+    cmocka_unit_test_teardown(test_headroom_run_cleans_its_name, teardown),
     cmocka_unit_test_teardown(test_degraded_ms_clamped, teardown),
     cmocka_unit_test_teardown(test_state_file_symlink, teardown),
     cmocka_unit_test_teardown(test_state_file_fifo, teardown),
