@@ -2,7 +2,12 @@
 #
 #   make            build everything buildable here (daemon, library, tools,
 #                   and the CUDA kernels when nvcc is present)
-#   make run        run headroomd in the foreground on the embedded default
+#   make kernels    only the CUDA kernels (libheadroom_moe; needs nvcc)
+#   make run        build only the daemon and its tools (in parallel,
+#                   quietly) and start headroomd in the background on
+#                   build/run/headroom.sock; make stop stops it
+#   make run-fg     the same in the foreground, its log on the terminal
+#   make install    [PREFIX=/usr/local] [SYSCONFDIR=] [DESTDIR=]; uninstall
 #   make test       every CPU test: unit, integration (real daemon, real
 #                   socket); GPU tests print a skip line without a GPU
 #   make gpu-test   the GPU tests (on a machine with an H200; some need 2)
@@ -64,7 +69,8 @@ UNIT_TESTS :=
 INTEG_TESTS :=
 GPU_TESTS :=
 
-.PHONY: all run test gpu-test gpu-test-one clean deps deps-test install
+.PHONY: all run run-fg stop kernels test gpu-test gpu-test-one clean deps \
+        deps-test install uninstall
 all:
 
 include $(sort $(wildcard proto/*.mk policy/*.mk client/*.mk daemon/*.mk \
@@ -81,12 +87,70 @@ deps-test:
 	@CPPFLAGS="$(CPPFLAGS)" sh tests/deps.sh $(DEB_DEPS_TEST)
 
 # ---- running ------------------------------------------------------------
-RUN_SOCKET := $(CURDIR)/$(BUILD)/run/headroom.sock
+# What the daemon and the tour need, and nothing else: never the CUDA
+# kernels, which take minutes on a small machine and which headroomd does
+# not use (make or make kernels builds them).
+NPROC    := $(shell nproc 2>/dev/null || echo 2)
+RUN_DIR  := $(CURDIR)/$(BUILD)/run
+RUN_SOCKET := $(RUN_DIR)/headroom.sock
+RUN_PID  := $(RUN_DIR)/headroomd.pid
+RUN_LOG  := $(RUN_DIR)/headroomd.log
+RUN_CONF := $(RUN_DIR)/headroomd.conf
+RUN_BINS := $(BINDIR)/headroomd $(BINDIR)/headroomctl $(BINDIR)/headroom-run \
+            $(LIBHEADROOM_SO) $(HEADROOM_H_INSTALL)
+# A daemon for whoever starts it: its socket only they (and root) may open
+# (0600), and their own group as operator_group, so that they may set its
+# policy without root.
+define RUN_PREPARE
+	@echo "make run: building headroomd and its tools (make -j$(NPROC)); the CUDA kernels build with make kernels"
+	@$(MAKE) --no-print-directory -s -j$(NPROC) $(RUN_BINS)
+	@mkdir -p $(RUN_DIR)
+	@printf '# written by make run: a daemon for %s only\nsocket_mode = 0600\noperator_group = %s\n' \
+	  "$$(id -un)" "$$(id -gn)" > $(RUN_CONF)
+endef
+# The pid in RUN_PID, when it is a live headroomd.
+RUN_LIVE = p=$$(cat $(RUN_PID) 2>/dev/null); \
+  [ -n "$$p" ] && [ "$$(cat /proc/$$p/comm 2>/dev/null)" = headroomd ]
+RUN_CMD = $(BINDIR)/headroomd --config $(RUN_CONF) --socket $(RUN_SOCKET) \
+  --state-dir $(RUN_DIR) $(RUN_ARGS)
+
 run: deps
-	@$(MAKE) --no-print-directory all
-	@mkdir -p $(dir $(RUN_SOCKET))
-	@echo "headroomd: socket $(RUN_SOCKET)  (try: $(BINDIR)/headroomctl --socket $(RUN_SOCKET) status --pretty)"
-	exec $(BINDIR)/headroomd --socket $(RUN_SOCKET) --state-dir $(CURDIR)/$(BUILD)/run $(RUN_ARGS)
+	$(RUN_PREPARE)
+	@if $(RUN_LIVE); then \
+	  echo "headroomd: already running (pid $$p) on $(RUN_SOCKET); make stop stops it"; \
+	  exit 0; fi; \
+	$(RUN_CMD) > $(RUN_LOG) 2>&1 < /dev/null & p=$$!; echo $$p > $(RUN_PID); \
+	i=0; until [ -S $(RUN_SOCKET) ] && $(BINDIR)/headroomctl -s $(RUN_SOCKET) \
+	  --timeout 1000 status --summary > /dev/null 2>&1; do \
+	  if ! kill -0 $$p 2>/dev/null || [ $$i -ge 300 ]; then \
+	    echo "headroomd did not start; its log ($(RUN_LOG)):" >&2; \
+	    cat $(RUN_LOG) >&2; rm -f $(RUN_PID); kill $$p 2>/dev/null; exit 1; fi; \
+	  i=$$((i + 1)); sleep 0.1; done; \
+	echo "headroomd: running (pid $$p), socket $(RUN_SOCKET), log $(RUN_LOG)"; \
+	echo "  export HEADROOM_SOCKET=$(RUN_SOCKET); $(BINDIR)/headroomctl status"; \
+	echo "  make stop    stops it"
+
+run-fg: deps
+	$(RUN_PREPARE)
+	@echo "headroomd: socket $(RUN_SOCKET); Ctrl-C (or make stop) stops it"
+	@echo $$$$ > $(RUN_PID); exec $(RUN_CMD)
+
+stop:
+	@if $(RUN_LIVE); then \
+	  kill $$p; i=0; while kill -0 $$p 2>/dev/null && [ $$i -lt 100 ]; do \
+	    i=$$((i + 1)); sleep 0.1; done; \
+	  if kill -0 $$p 2>/dev/null; then \
+	    echo "headroomd (pid $$p) did not stop in 10 s" >&2; exit 1; fi; \
+	  rm -f $(RUN_PID); echo "headroomd: stopped (pid $$p)"; \
+	else \
+	  rm -f $(RUN_PID); echo "headroomd: not running (no make run daemon)"; fi
+
+kernels: deps
+	@if [ -x "$(NVCC)" ]; then \
+	  $(MAKE) --no-print-directory $(MOE_LIB_SO) $(MOE_LIB_A); \
+	else \
+	  echo "make kernels: nvcc not found ($(NVCC)); install the CUDA toolkit or pass NVCC=/path/to/nvcc" >&2; \
+	  exit 1; fi
 
 # ---- tests --------------------------------------------------------------
 test: deps-test
@@ -110,10 +174,14 @@ clean:
 	rm -rf $(BUILD)
 
 # ---- install ------------------------------------------------------------
-# make install [PREFIX=/usr/local] [DESTDIR=] [SYSCONFDIR=/etc]
-# An existing config file is never overwritten (the new one is put beside
-# it as headroomd.conf.new).
-SYSCONFDIR ?= /etc
+# make install [PREFIX=/usr/local] [SYSCONFDIR=] [DESTDIR=], then (as root)
+#   systemctl daemon-reload && systemctl enable --now headroomd.socket
+# As GNU and Debian have it: PREFIX=/usr puts the config in /etc, any other
+# prefix in PREFIX/etc, unless SYSCONFDIR says where. An existing config
+# file is never overwritten (the new one is put beside it as
+# headroomd.conf.new); make uninstall removes what install wrote, and the
+# config only while it is the one installed.
+SYSCONFDIR ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
 I_BIN   := $(PREFIX)/bin
 I_SBIN  := $(PREFIX)/sbin
 I_LIB   := $(PREFIX)/lib
@@ -121,16 +189,22 @@ I_INC   := $(PREFIX)/include
 I_DOC   := $(PREFIX)/share/doc/headroom
 I_UNIT  := $(PREFIX)/lib/systemd/system
 I_USERS := $(PREFIX)/lib/sysusers.d
+I_CONF  := $(SYSCONFDIR)/headroom
 VERSION := $(shell sed -n 's/^\#define HR_VERSION_STRING "\(.*\)"/\1/p' proto/hr_types.h)
 SUBST   := sed -e 's|@BINDIR@|$(I_SBIN)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
              -e 's|@DOCDIR@|$(I_DOC)|g' -e 's|@PREFIX@|$(PREFIX)|g' \
              -e 's|@LIBDIR@|$(I_LIB)|g' -e 's|@INCLUDEDIR@|$(I_INC)|g' \
-             -e 's|@VERSION@|$(VERSION)|g'
+             -e 's|@VERSION@|$(VERSION)|g' \
+             -e 's|@CUDA_LIBDIR@|$(CUDA_HOME)/lib64|g'
+# systemd/NAME.in -> NAME, with the paths above.
+UNITS   := headroomd.service headroomd.socket headroom-metrics.service \
+           headroom-metrics.timer
+DOCS    := README.md proto/PROTOCOL.md $(wildcard docs/*.md)
 
 install: all
 	install -d $(DESTDIR)$(I_BIN) $(DESTDIR)$(I_SBIN) $(DESTDIR)$(I_LIB)/pkgconfig \
 	  $(DESTDIR)$(I_INC) $(DESTDIR)$(I_DOC) $(DESTDIR)$(I_UNIT) \
-	  $(DESTDIR)$(I_USERS) $(DESTDIR)$(SYSCONFDIR)/headroom
+	  $(DESTDIR)$(I_USERS) $(DESTDIR)$(I_CONF)
 	install -m 0755 $(BINDIR)/headroomd $(DESTDIR)$(I_SBIN)/headroomd
 	install -m 0755 $(BINDIR)/headroomctl $(BINDIR)/headroom-run $(DESTDIR)$(I_BIN)/
 	cp -P $(LIBDIR)/libheadroom.so* $(DESTDIR)$(I_LIB)/
@@ -140,18 +214,36 @@ install: all
 	  install -m 0755 $(BINDIR)/headroom-calibrate $(DESTDIR)$(I_BIN)/; fi
 	if [ -f $(LIBDIR)/libheadroom_moe.a ]; then \
 	  cp -P $(LIBDIR)/libheadroom_moe.* $(DESTDIR)$(I_LIB)/ && \
-	  install -m 0644 kernels/headroom_moe.h $(DESTDIR)$(I_INC)/; fi
+	  install -m 0644 kernels/headroom_moe.h $(DESTDIR)$(I_INC)/ && \
+	  $(SUBST) systemd/headroom_moe.pc.in > $(DESTDIR)$(I_LIB)/pkgconfig/headroom_moe.pc; fi
 	$(SUBST) systemd/headroom.pc.in > $(DESTDIR)$(I_LIB)/pkgconfig/headroom.pc
-	$(SUBST) systemd/headroomd.service > $(DESTDIR)$(I_UNIT)/headroomd.service
-	$(SUBST) systemd/headroomd.socket > $(DESTDIR)$(I_UNIT)/headroomd.socket
-	$(SUBST) systemd/headroom-metrics.service > $(DESTDIR)$(I_UNIT)/headroom-metrics.service
-	$(SUBST) systemd/headroom-metrics.timer > $(DESTDIR)$(I_UNIT)/headroom-metrics.timer
+	for u in $(UNITS); do \
+	  $(SUBST) systemd/$$u.in > $(DESTDIR)$(I_UNIT)/$$u || exit 1; done
 	install -m 0644 systemd/headroom.sysusers $(DESTDIR)$(I_USERS)/headroom.conf
-	install -m 0644 README.md proto/PROTOCOL.md docs/*.md $(DESTDIR)$(I_DOC)/
-	if [ -e $(DESTDIR)$(SYSCONFDIR)/headroom/headroomd.conf ]; then \
-	  install -m 0644 systemd/headroomd.conf $(DESTDIR)$(SYSCONFDIR)/headroom/headroomd.conf.new; \
+	install -m 0644 $(DOCS) $(DESTDIR)$(I_DOC)/
+	if [ -e $(DESTDIR)$(I_CONF)/headroomd.conf ]; then \
+	  install -m 0644 systemd/headroomd.conf $(DESTDIR)$(I_CONF)/headroomd.conf.new; \
 	else \
-	  install -m 0644 systemd/headroomd.conf $(DESTDIR)$(SYSCONFDIR)/headroom/headroomd.conf; fi
+	  install -m 0644 systemd/headroomd.conf $(DESTDIR)$(I_CONF)/headroomd.conf; fi
+
+uninstall:
+	rm -f $(DESTDIR)$(I_SBIN)/headroomd $(DESTDIR)$(I_BIN)/headroomctl \
+	  $(DESTDIR)$(I_BIN)/headroom-run $(DESTDIR)$(I_BIN)/headroom-calibrate \
+	  $(DESTDIR)$(I_LIB)/libheadroom.so* $(DESTDIR)$(I_LIB)/libheadroom.a \
+	  $(DESTDIR)$(I_LIB)/libheadroom_moe.* $(DESTDIR)$(I_INC)/headroom.h \
+	  $(DESTDIR)$(I_INC)/headroom_moe.h \
+	  $(DESTDIR)$(I_LIB)/pkgconfig/headroom.pc \
+	  $(DESTDIR)$(I_LIB)/pkgconfig/headroom_moe.pc \
+	  $(addprefix $(DESTDIR)$(I_UNIT)/,$(UNITS)) \
+	  $(DESTDIR)$(I_USERS)/headroom.conf \
+	  $(addprefix $(DESTDIR)$(I_DOC)/,$(notdir $(DOCS))) \
+	  $(DESTDIR)$(I_CONF)/headroomd.conf.new
+	-rmdir $(DESTDIR)$(I_DOC) 2>/dev/null
+	if cmp -s systemd/headroomd.conf $(DESTDIR)$(I_CONF)/headroomd.conf; then \
+	  rm -f $(DESTDIR)$(I_CONF)/headroomd.conf; \
+	  rmdir $(DESTDIR)$(I_CONF) 2>/dev/null || true; \
+	elif [ -e $(DESTDIR)$(I_CONF)/headroomd.conf ]; then \
+	  echo "uninstall: $(DESTDIR)$(I_CONF)/headroomd.conf was changed; left in place"; fi
 
 $(OBJDIR)/%.o: %.c
 	@mkdir -p $(dir $@)

@@ -174,8 +174,8 @@ int main(int argc, char **argv)
     }
   }
   if(optind >= argc)
-    return ctl_usage_error("%s",
-                           "no command (status, metrics, watch, policy, raises)");
+    return ctl_usage_error("%s", "no command (status, metrics, watch, "
+                           "policy, raises)");
   memset(&cmd, 0, sizeof(cmd));
   cmd.gpu = -1;
   cmd.json = json;

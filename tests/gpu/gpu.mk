@@ -1,7 +1,8 @@
 # GPU tests of the mega-MoE kernel (run by `make gpu-test`, and by
-# `make test`, where without a GPU each prints "SKIP: ...: no CUDA device
-# (...)" and exits 77). Without nvcc they are built as stubs that skip the
-# same way.
+# `make test`, where without a GPU each prints "SKIP: ...: WHAT", WHAT
+# naming the driver, device or GPU model that is missing (gpu_probe.h),
+# and exits 77). Without nvcc they are built as stubs that skip the same
+# way and say so.
 GPU_TEST_NAMES := test_moe_correct test_moe_timeout \
                   test_moe_launch test_moe_lease
 GPU_TESTS += $(addprefix $(TESTBIN)/,$(GPU_TEST_NAMES))

@@ -2,6 +2,7 @@
  * gpu_util.c: see gpu_util.h.
  */
 #include "gpu_util.h"
+#include "gpu_probe.h"
 #include "hr_clock.h"
 
 #include <errno.h>
@@ -48,6 +49,8 @@ void gt_require_gpu(const char *name)
   setvbuf(stdout, NULL, _IOLBF, 0);
   e = cudaGetDeviceCount(&n);
   if(e != cudaSuccess || n == 0) {
+    char why[256];
+    int seen;
     hr_moe_shape s = { 8, 256, 512, 2, 16 };
     hr_moe *m = NULL;
     int rc = hr_moe_create(&m, -1, &s);
@@ -56,14 +59,21 @@ void gt_require_gpu(const char *name)
               "not HR_ENOGPU\n", name, rc, hr_strerror(rc));
       exit(1);
     }
-    printf("SKIP: %s: no CUDA device (%s)\n", name,
-           e != cudaSuccess ? cudaGetErrorString(e) : "no device found");
+    /* The driver's own answer says which is missing; the runtime's
+     * error is kept for the case the driver sees a device it does not. */
+    if(gt_probe_cuda(why, sizeof(why), &seen))
+      printf("SKIP: %s: %s\n", name, why);
+    else
+      printf("SKIP: %s: the driver sees %d device%s, the CUDA runtime "
+             "none (%s)\n", name, seen, seen == 1 ? "" : "s",
+             e != cudaSuccess ? cudaGetErrorString(e) : "no device found");
     exit(77);
   }
   GT_CUDA(cudaGetDeviceProperties(&prop, 0));
   if(prop.major != 9 || prop.minor != 0) {
-    printf("SKIP: %s: no CUDA device (the kernel needs sm_90, %s is sm_%d%d)\n",
-           name, prop.name, prop.major, prop.minor);
+    printf("SKIP: %s: wrong GPU model: the kernel needs sm_90 (H100, H200),"
+           " GPU 0 is %s, sm_%d%d\n", name, prop.name, prop.major,
+           prop.minor);
     exit(77);
   }
   printf("%s: %s, %d SMs\n", name, prop.name, prop.multiProcessorCount);

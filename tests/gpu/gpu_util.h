@@ -45,8 +45,9 @@ extern int gt_failures;
 #define GT_CUDA(call) gt_cuda_check((int)(call), #call, __FILE__, __LINE__)
 void gt_cuda_check(int err, const char *what, const char *file, int line);
 
-/* Exit 77 with "SKIP: name: no CUDA device (reason)" where there is no
- * usable GPU, after checking that hr_moe_create says HR_ENOGPU there (a
+/* Exit 77 with "SKIP: name: WHAT" where there is no usable GPU, WHAT
+ * naming which is missing: the driver, a device, or the GPU model
+ * (gpu_probe.h), after checking that hr_moe_create says HR_ENOGPU there (a
  * library that crashes or says anything else without a GPU fails). */
 void gt_require_gpu(const char *name);
 

@@ -60,7 +60,7 @@ for i in $(seq 50); do [ -S "$DIR/h.sock" ] && break; sleep 0.1; done
 grep calibration "$DIR/daemon.log"
 
 OUTENV=$("$BUILD/bin/headroom-run" --socket "$DIR/h.sock" --gpu 0 --ctas 8 \
-  --concurrent 2 -- sh -c "env; '$BUILD/bin/headroomctl' --socket '$DIR/h.sock' status" \
+  --concurrent 2 -- sh -c "env; '$BUILD/bin/headroomctl' --socket '$DIR/h.sock' status --json" \
   ) || fail "headroom-run failed"
 HR=$(echo "$OUTENV" | sed -n 's/^DG_MEGA_MOE_SM_HEADROOM=//p')
 MAXC=$(echo "$OUTENV" | sed -n 's/^NCCL_MAX_CTAS=//p')

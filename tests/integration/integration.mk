@@ -53,6 +53,10 @@ INTEG_TESTS += $(TESTBIN)/test_calibration
 # make install into a DESTDIR, and what it installs works.
 INTEG_TESTS += tests/integration/test_install.sh
 
+# deploy/'s Kubernetes manifests against the Kubernetes schemas, offline
+# (kubernetes-validate from PyPI; skips without it).
+INTEG_TESTS += tests/integration/test_k8s.sh
+
 # headroomd serving partition mode: partition budgets, pushes, status,
 # metrics and headroomctl, partition_ignore_coscheduling, refusals.
 INTEG_TESTS += $(TESTBIN)/test_partition_daemon

@@ -486,6 +486,8 @@ static void test_second_daemon_refuses(void **state)
   argv[6] = daemon_.state_dir;
   argv[7] = NULL;
   /* 3: could not serve, the daemon's side of "cannot connect". */
+  fprintf(stderr, "test_second_daemon_refuses: expected next on stderr: "
+          "'another headroomd is already listening there'\n");
   assert_int_equal(th_run(argv, NULL, 5000), 3);
   /* The first one is unharmed. */
   {
@@ -544,7 +546,9 @@ static void test_headroomctl(void **state)
   assert_non_null(strstr(text, "HEADROOM"));
   assert_null(strchr(text, '{'));
 
-  /* Usage error, and no daemon. */
+  /* Usage error, and no daemon (test_cli.c has the whole table). */
+  fprintf(stderr, "test_headroomctl: expected next on stderr: an unknown "
+          "command, then no socket at /nonexistent/h.sock\n");
   argv[3] = "frobnicate";
   argv[4] = NULL;
   assert_int_equal(th_run(argv, NULL, 5000), 2);

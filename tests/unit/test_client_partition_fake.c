@@ -259,6 +259,11 @@ static void test_extra_streams(void **state)
   assert_int_equal(fake_get("live_streams"), 4);
 
   fake_fail("cuGreenCtxStreamCreate", 1, CUDA_ERROR_OUT_OF_MEMORY);
+  /* Said before the library's own line, so that a reader of a passing
+   * run sees it was asked for. */
+  printf("  expected next on stderr: cuGreenCtxStreamCreate made to fail "
+         "(CUDA_ERROR_OUT_OF_MEMORY)\n");
+  fflush(stdout);
   assert_int_equal(hr_partition_stream_create(p, HR_PARTITION_COMM, &none),
                    HR_ECUDA);
   assert_null(none);
@@ -320,8 +325,9 @@ static void test_each_failure_cleans_up(void **state)
 
     fake_fail(cases[i].call, cases[i].nth, cases[i].code);
     rc = create_captured(l, &p, err, sizeof(err));
-    printf("  %s #%d fails: %s; %s", cases[i].call, cases[i].nth,
-           hr_strerror(rc), err[0] ? err : "(nothing on stderr)\n");
+    printf("  %s #%d made to fail (expected): %s; stderr: %s", cases[i].call,
+           cases[i].nth, hr_strerror(rc),
+           err[0] ? err : "(nothing)\n");
     if(rc != cases[i].want)
       fail_msg("%s #%d failing: got %s, want %s", cases[i].call, cases[i].nth,
                hr_strerror(rc), hr_strerror(cases[i].want));
