@@ -6,8 +6,9 @@
  * `remaining` resource) is the mega partition. Kernels on a green
  * context's streams run only on that context's SMs, so NCCL there can
  * never hold an SM the mega kernel's grid waits for, whatever the launch
- * order (FINDINGS 2). The split happens once: a partition does not follow
- * later budgets (hr_partition_stale says when it should be made again).
+ * order (docs/measurements.md §2). The split happens once: a partition
+ * does not follow later budgets (hr_partition_stale says when it should
+ * be made again).
  *
  * The driver is opened at run time (hr_cuda.c) and its entry points taken
  * by CUDA version, so libheadroom neither links against CUDA nor breaks on

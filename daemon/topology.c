@@ -28,8 +28,8 @@ typedef cu_result (*cu_name_fn)(char *name, int len, cu_device dev);
 _Static_assert(sizeof(hr__cu_dev_resource) == 4 + 92 + 48,
                "CUdevResource is 144 bytes in RESOURCE_ABI_VERSION 1");
 
-/* FINDINGS 2, on H200: minSmPartitionSize and smCoscheduledAlignment 8;
- * ignoring co-scheduling, splits of 2. */
+/* docs/measurements.md §2, on H200: minSmPartitionSize and
+ * smCoscheduledAlignment 8; ignoring co-scheduling, splits of 2. */
 #define COSCHEDULED_GRANULARITY 8
 #define FINE_GRANULARITY 2
 #define HOPPER_MAJOR 9
@@ -78,8 +78,8 @@ int hr__topology_granularity(const hr__cu_resource_api *api, int dev,
      (int)group.u.sm.sm_count <= step)
     return (int)group.u.sm.sm_count;
   /* A driver that would not say: on compute capability 9.x the step is 2
-   * (measured on H200, FINDINGS 2); elsewhere keep the co-scheduled step,
-   * which always splits. */
+   * (measured on H200, docs/measurements.md §2); elsewhere keep the
+   * co-scheduled step, which always splits. */
   if(api->get_attribute &&
      api->get_attribute(&major, HR__CU_ATTR_CC_MAJOR, dev) == CU_SUCCESS &&
      major == HOPPER_MAJOR && step >= FINE_GRANULARITY)

@@ -34,7 +34,7 @@ void hr__topology_default(hr_topology *topo);
 
 /* The green-context step of a GPU the driver does not describe (a config
  * or default topology): an H100/H200's, 8, or 2 ignoring co-scheduling
- * (FINDINGS 2). */
+ * (docs/measurements.md §2). */
 int hr__topology_default_granularity(int ignore_cosched);
 
 /* ---- The driver's resource API (CUDA 12.4+), for the granularity ---- */

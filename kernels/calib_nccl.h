@@ -6,9 +6,10 @@
  * the library is opened at run time ($NCCL_HOME/lib first, then the
  * loader's path) and only the header's types are taken at build time.
  *
- * One process drives both GPUs, as FINDINGS 3 did: each "set" is three
- * two-rank communicators created with one (maxCTAs, cgaClusterSize)
- * budget, with a stream and a 64 MiB buffer per communicator and GPU.
+ * One process drives both GPUs, as the runs of docs/measurements.md §3
+ * did: each "set" is three two-rank communicators created with one
+ * (maxCTAs, cgaClusterSize) budget, with a stream and a 64 MiB buffer
+ * per communicator and GPU.
  */
 #ifndef HR_CALIB_NCCL_H
 #define HR_CALIB_NCCL_H

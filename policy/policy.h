@@ -4,10 +4,11 @@
  *
  * State and policy in, budget out: no I/O, no clock, no globals, so the
  * table-driven tests in tests/unit/test_policy.c pin it against the
- * measurements in FINDINGS.md. The daemon calls it whenever a GPU's inputs
- * change and bumps the epoch when the answer differs; libheadroom calls
- * the same functions, on the default policy and this process's own
- * footprints and leases, for the budgets it hands out with no daemon.
+ * measurements in docs/measurements.md. The daemon calls it whenever a
+ * GPU's inputs change and bumps the epoch when the answer differs;
+ * libheadroom calls the same functions, on the default policy and this
+ * process's own footprints and leases, for the budgets it hands out with
+ * no daemon.
  * It links nothing but itself (the wire's types and ranges are headers).
  *
  * Headroom mode, for a GPU of S SMs and a mega kernel of cluster size c:
@@ -15,7 +16,8 @@
  *   ceiling  = min(max_headroom, S - min_grid), rounded down to c
  *   N        = sum over footprints of ctas x concurrent    (comm CTAs)
  *   need     = c * N       an occupied SM can strand its cluster partner,
- *                          so each comm CTA costs up to c SMs (FINDINGS 1)
+ *                          so each comm CTA costs up to c SMs
+ *                          (docs/measurements.md §1)
  *   floor    = min_headroom + raised, rounded up to c
  *   headroom = min(max(need, floor), ceiling)
  *   grid     = S - headroom
@@ -23,8 +25,8 @@
  * NCCL gets maxCTAs = the largest power of two p with c * p * K <= ceiling,
  * K the collectives in flight (at least 1), capped at 64: a communicator
  * created with that cap keeps the footprint inside the ceiling.
- * cgaClusterSize is 1 (FINDINGS 3: NCCL's default CGA size, not its
- * channel count, set the headroom needed) and NVLS stays off.
+ * cgaClusterSize is 1 (docs/measurements.md §3: NCCL's default CGA size,
+ * not its channel count, set the headroom needed) and NVLS stays off.
  *
  * Calibration: headroom-calibrate (docs/calibration.md) measures, on the
  * node, the smallest headroom that kept its barrier probe out of deadlock
@@ -45,7 +47,7 @@
  *   cooperative  the same: a cooperative grid is never partly resident,
  *                but while it waits for room it blocks every later launch
  *                of its process, so it must fit beside the comm kernels
- *                too (FINDINGS 1)
+ *                too (docs/measurements.md §1)
  *   agnostic     headroom 0, grid = S: a residency-agnostic kernel has no
  *                grid barrier, so CTAs that cannot start yet only delay
  *                it, they cannot deadlock it. It keeps the NCCL fields and
@@ -59,8 +61,9 @@
  *                Its cluster size does not enter the input cluster either:
  *                its mega kernel never shares an SM with NCCL.
  *
- * Partition mode (green contexts, FINDINGS 2), in every budget whatever
- * the lease mode, for a GPU whose green contexts split in steps of g SMs:
+ * Partition mode (green contexts, docs/measurements.md §2), in every
+ * budget whatever the lease mode, for a GPU whose green contexts split
+ * in steps of g SMs:
  *
  *   ceiling  = min(max_headroom, S - min_grid), rounded down to g;
  *              below g no partition fits: all three fields are 0
@@ -205,8 +208,9 @@ int hr__policy_for_mode(hr_budget *b, hr_mode mode);
  * degraded budgets: a comm partition of `need` SMs (at least 1) rounded up
  * to the green-context step `g`, under `ceiling` rounded down to it, and
  * NCCL's cap inside it: the largest power of two p <= cap_limit with
- * p x `collectives` <= the partition (one NCCL CTA per SM, FINDINGS 4),
- * 1 at the least. All three fields 0 when not even one step fits. */
+ * p x `collectives` <= the partition (one NCCL CTA per SM,
+ * docs/measurements.md §4), 1 at the least. All three fields 0 when not
+ * even one step fits. */
 void hr__policy_partition_size(hr_budget *b, int g, int need, int ceiling,
                                 int collectives, int cap_limit);
 
