@@ -202,7 +202,8 @@ static void test_daemon_restart_reconnects(void **state)
   assert_int_equal(hr_lease_grid(la), 124);
 
   th_daemon_kill(&daemon_);
-  /* The library notices and falls back (no daemon: env, full grid). It
+  /* The library notices and goes degraded (no daemon: the budgets it
+   * computes itself with the shared policy, never the full grid). It
    * says it is disconnected a moment before it has marked every lease
    * degraded: wait for both. */
   t0 = th_now_ms();

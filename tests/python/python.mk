@@ -6,7 +6,8 @@
 # bench/trace_summary.py, bench/ncu_lines.py and bench/ab_table.py (with
 # bench/ab_builds.sh) on a made-up timeline, profile and timings;
 # test_build_rev.py bench/build_rev.sh and test_kernels_digest.py
-# bench/kernels_digest.sh in throwaway repositories.
+# bench/kernels_digest.sh in throwaway repositories; test_doc_links.py
+# that every relative link in the tree's Markdown files resolves.
 INTEG_TESTS += tests/python/run.sh
 
 tests/python/run.sh: $(BINDIR)/headroomd $(LIBDIR)/libheadroom.so
