@@ -146,7 +146,6 @@ void hr__options_usage(FILE *out)
 "The policy must leave every GPU a headroom of at least its floor for\n"
 "every cluster size (1, 2, 4, 8): min(max_headroom, SMs - min_grid)\n"
 "rounded down to the cluster >= min_headroom rounded up to it.\n"
-"Exit status: 0 ok, 1 invalid configuration or cannot start, 2 bad flags.\n"
 "\n"
 "Signals: SIGHUP reloads the config file (policy, log level, limits) and\n"
 "the calibration file;\n"
