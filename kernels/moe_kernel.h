@@ -131,8 +131,8 @@ enum {
  * H = HR__MOE_CLAIM_MIN_H (moe_api.cu); the hook sets it at any H, so that
  * the tests cover every claimed tile and grid on the small shapes
  * (test_moe_grids). */
-enum { HR__MOE_FLAG_CLAIM = 1 << 25 };  /* its bit among the old variant bits:
-                                           the kernels' code stays the same */
+enum { HR__MOE_FLAG_CLAIM = 1 << 25 };  /* any bit would do; 25 is the one
+                                           the kernels were measured with */
 
 /* From this H (GEMM1's K) the barrier kernel's cp.async tiles claim their
  * units rather than take them dealt round robin (moe_gemm_claim.cuh), and
