@@ -285,7 +285,7 @@ static __device__ __forceinline__ int moe_unit_rows(int tile, unsigned flags, in
  * division's code (its check and slow path, inlined at each of a unit
  * end's 40 SwiGLUs a thread) made GEMM1's unit end the kernel's largest
  * code, and the first unit of a stage runs that code cold
- * (docs/decisions.md, "SwiGLU's fast division"). y is no longer bitwise
+ * (docs/decisions.md, "SwiGLU's fast division"). So y is not bitwise
  * the IEEE formula's (within the tests' bound; the kernels still agree
  * with each other bitwise). Fast expf as well spilled registers in the
  * agnostic kernel. */

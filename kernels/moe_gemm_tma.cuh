@@ -45,8 +45,8 @@
 
 /* The big tile on TMA: 256 weight rows by 128 tokens, 4 stages of 64 K,
  * one step's MMAs in flight (the loads are issued by the producer ahead
- * of the MMAs, not by the warps between them, so DEPTH 1 no longer holds
- * loads back as it did with cp.async). */
+ * of the MMAs, not by the warps between them, so DEPTH 1 does not hold
+ * loads back as it would with cp.async). */
 struct moe_tile_big_tma : moe_tile<256, 128, 64, 8, 1, 1, 4, 1> {
   static constexpr int TMA = 1;
 };

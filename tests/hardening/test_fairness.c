@@ -688,7 +688,8 @@ static void test_events_cannot_drown(void **state)
   watcher = th_client_open_connected(&daemon_, "watcher", 0);
   assert_int_equal(hr_lease_acquire(watcher, 0, 2, HR_MODE_HEADROOM, &wl),
                    HR_OK);
-  /* Long enough for the old daemon's queue to pass 64K many times over. */
+  /* Long enough for a queue of one event per change to pass 64K many
+   * times over. */
   usleep(1500 * 1000);
   assert_int_equal(th_raw_open(&asker, daemon_.socket), 0);
   expect_fast_leases(&asker, 1, "while a footprint toggles");
