@@ -20,7 +20,10 @@ def md_files(root):
     try:
         out = subprocess.run(["git", "-C", root, "ls-files", "*.md"],
                              capture_output=True, text=True, check=True)
-        return [os.path.join(root, f) for f in out.stdout.split()]
+        # A copy of the tree whose git index is older than its files (the
+        # GPU machine's) can list a file the tree no longer has.
+        return [os.path.join(root, f) for f in out.stdout.split()
+                if os.path.exists(os.path.join(root, f))]
     except (OSError, subprocess.CalledProcessError):
         found = []
         for d, dirs, files in os.walk(root):
