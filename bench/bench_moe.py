@@ -33,6 +33,12 @@ import sys
 import torch
 import torch.nn.functional as F
 
+try:                                   # the tuned Triton baseline, beside this file
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import triton_moe
+except ImportError:                    # no Triton: its columns read "-"
+    triton_moe = None
+
 SHAPES = {
     # name: (E, H, I, k)
     "small": (8, 256, 512, 2),
@@ -142,7 +148,7 @@ def routing(T, E, k, gen):
 
 
 def bench_shape(libs, name, tokens, reps, copy_bw, gemm, l2_bytes, rows,
-                variants, variant_tokens):
+                variants, variant_tokens, use_triton=True):
     E, H, I, k = SHAPES[name]
     gen = torch.Generator(device="cuda")
     gen.manual_seed(1234)
@@ -197,6 +203,13 @@ def bench_shape(libs, name, tokens, reps, copy_bw, gemm, l2_bytes, rows,
             graphs.append(g)
             ref_out.append(out)
         ref_ms = median_ms(lambda i: graphs[i].replay(), reps, sets)
+
+        # The tuned Triton fused MoE (bench/triton_moe.py), one graph a set.
+        tri_ms = tri_cfg = None
+        if triton_moe is not None and use_triton:
+            tri_graphs, _, tri_cfg = triton_moe.build(data)
+            tri_ms = median_ms(lambda i: tri_graphs[i].replay(), reps, sets)
+            del tri_graphs
 
         # Ours.
         args = []
@@ -257,15 +270,16 @@ def bench_shape(libs, name, tokens, reps, copy_bw, gemm, l2_bytes, rows,
                          speedup=ref_ms / our_ms, tflops=flops / (our_ms * 1e-3) / 1e12,
                          ours_floor=our_ms / floor_ms, ref_floor=ref_ms / floor_ms,
                          floor=floor_ms, touched=touched, err=err, nan=nan, pub=pub,
-                         agn=agn_ms, same=same,
+                         agn=agn_ms, same=same, tri=tri_ms, tri_cfg=tri_cfg,
                          agn_tflops=flops / (agn_ms * 1e-3) / 1e12 if agn_ms else None))
         r = rows[-1]
         agn_txt = (f"  agnostic {agn_ms:8.3f} ms ({agn_ms / floor_ms:4.2f}x floor, "
                    f"{'bitwise same' if same else 'DIFFERENT y'})") if agn_ms else ""
+        tri_txt = f"  triton {tri_ms:8.3f} ms (x{tri_ms / our_ms:4.2f} of ours)" if tri_ms else ""
         print(f"{name:14s} T={T:<5d} ref {ref_ms:8.3f} ms  ours {our_ms:8.3f} ms  "
               f"x{r['speedup']:5.2f}  {r['tflops']:6.1f} TFLOP/s  "
               f"floor {floor_ms:7.3f} ms (ours {r['ours_floor']:4.2f}x, ref "
-              f"{r['ref_floor']:4.2f}x){agn_txt}  rel err vs ref {err:.1e}"
+              f"{r['ref_floor']:4.2f}x){agn_txt}{tri_txt}  rel err vs ref {err:.1e}"
               f"{'  NaN!' if nan else ''}", flush=True)
         del graphs, ref_out, data, args
         torch.cuda.empty_cache()
@@ -319,6 +333,8 @@ def main():
     ap.add_argument("--variants", default="",
                     help="NAME=LIB,...: also time these builds of the kernel")
     ap.add_argument("--variant-tokens", default="1,16,128")
+    ap.add_argument("--no-triton", action="store_true",
+                    help="leave out the tuned Triton baseline (bench/triton_moe.py)")
     opt = ap.parse_args()
 
     libs = [("ours", load_lib(os.path.abspath(opt.lib)))]
@@ -344,7 +360,7 @@ def main():
     rows = []
     for name in opt.shapes.split(","):
         bench_shape(libs, name, tokens, opt.reps, copy_bw, gemm, l2, rows,
-                    variants, variant_tokens)
+                    variants, variant_tokens, not opt.no_triton)
 
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
@@ -362,12 +378,15 @@ def main():
         "agnostic: hr_moe_forward_agnostic_grid, grid = all SMs; reference: "
         "sort + torch._grouped_mm x2 + SwiGLU + index_add_, CUDA graph",
         "- agn = barrier: every input set's y bitwise the same from both kernels",
+        "- Triton: bench/triton_moe.py, pairs aligned into expert M blocks outside the "
+        "graph, each GEMM the best of its config sweep on the cell's inputs; "
+        "triton / barrier > 1 means the barrier kernel is faster",
         "",
         "| shape | T | reference ms | barrier ms | agnostic ms | ref / barrier "
         "| ref / agnostic | barrier TFLOP/s | agnostic TFLOP/s | floor ms "
         "| barrier / floor | agnostic / floor | ref / floor | ref in measurements §5 ms "
-        "| rel err vs ref | agn = barrier |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| rel err vs ref | agn = barrier | Triton ms | triton / barrier | triton / agnostic |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         agn = r["agn"]
@@ -383,7 +402,10 @@ def main():
             f"{r['tflops']:.1f} | {agn_cells[2]} | {r['floor']:.3f} | "
             f"{r['ours_floor']:.2f} | {agn_cells[3]} | {r['ref_floor']:.2f} | "
             f"{r['pub'] if r['pub'] is not None else '-'} | "
-            f"{r['err']:.1e}{' NaN' if r['nan'] else ''} | {same} |")
+            f"{r['err']:.1e}{' NaN' if r['nan'] else ''} | {same} | "
+            + (f"{r['tri']:.3f} | {r['tri'] / r['ours']:.2f}x | "
+               + (f"{r['tri'] / agn:.2f}x |" if agn else "- |")
+               if r["tri"] else "- | - | - |"))
     if variants:
         lines += ["", "Build-time variants of the kernel (same run, same inputs):", "",
                   "| shape | T | variant | ms | / floor | ref / variant |",
