@@ -608,26 +608,6 @@ static void toggle_end(pid_t pid, int from, toggle_result *res)
     fail_msg("the toggler failed (%d)", res->failed);
 }
 
-static int fetch_metrics(hr_metrics *m)
-{
-  hr_request req;
-  hr_reply rep;
-  th_raw r;
-  int rc;
-
-  if(th_raw_open(&r, daemon_.socket))
-    return -1;
-  memset(&req, 0, sizeof(req));
-  req.type = HR_MSG_METRICS;
-  req.id = 2;
-  rc = th_raw_request(&r, &req, &rep);
-  th_raw_close(&r);
-  if(rc || rep.type != HR_MSG_METRICS)
-    return -1;
-  *m = rep.u.metrics;
-  return 0;
-}
-
 /* Whether the daemon's state file holds `epoch` for some GPU. */
 static int state_has_epoch(uint32_t epoch)
 {
@@ -697,7 +677,7 @@ static void test_events_cannot_drown(void **state)
 
   /* The daemon's backlog, toggling still: the stalled subscriber's
    * socket buffer is full, and past it at most one event per GPU. */
-  assert_int_equal(fetch_metrics(&m), 0);
+  assert_int_equal(th_metrics(daemon_.socket, &m), 0);
   print_message("toggling: %lld bytes queued, %lld events coalesced\n",
                 (long long)m.queued_bytes, (long long)m.events_coalesced);
   assert_in_range(m.queued_bytes, 0, 2 * 1024);

@@ -73,6 +73,8 @@ int th_raw_open(th_raw *r, const char *path);
 
 /* Fetch the daemon's status over a fresh connection; hr_status_free it. */
 int th_status(const char *path, hr_status *st);
+/* The same for the daemon's metrics (nothing to free). */
+int th_metrics(const char *path, hr_metrics *m);
 
 /* Run a program to completion with a timeout; returns its exit code, or
  * -1 when it was killed. stdout goes to `out` (may be NULL) if given. */

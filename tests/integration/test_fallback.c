@@ -81,21 +81,10 @@ static void assert_floor_budget(const hr_lease *l)
 
 static int64_t degraded_ms_counted(void)
 {
-  th_raw r;
-  hr_request req;
-  hr_reply rep;
-  int64_t ms;
+  hr_metrics m;
 
-  assert_int_equal(th_raw_open(&r, daemon_.socket), 0);
-  memset(&req, 0, sizeof(req));
-  req.type = HR_MSG_METRICS;
-  assert_int_equal(th_raw_request(&r, &req, &rep), 0);
-  assert_int_equal(rep.type, HR_MSG_METRICS);
-  ms = rep.u.metrics.clients_resumed > 0 ? rep.u.metrics.client_degraded_ms
-                                         : 0;
-  hr_reply_free(&rep);
-  th_raw_close(&r);
-  return ms;
+  assert_int_equal(th_metrics(daemon_.socket, &m), 0);
+  return m.clients_resumed > 0 ? m.client_degraded_ms : 0;
 }
 
 /* Not started: the policy's budget, which follows the footprints the
