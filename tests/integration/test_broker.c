@@ -155,8 +155,7 @@ static void test_headroom_run_exports_lease(void **state)
 {
   char bin[512], out[400], text[256] = "";
   char *argv[16];
-  FILE *f;
-  int rc, i = 0;
+  int i = 0;
   (void)state;
 
   snprintf(bin, sizeof(bin), "%s/bin/headroom-run", th_build_dir());
@@ -174,12 +173,7 @@ static void test_headroom_run_exports_lease(void **state)
   argv[i++] = "echo $DG_MEGA_MOE_SM_HEADROOM $NCCL_MAX_CTAS "
               "$NCCL_CGA_CLUSTER_SIZE $NCCL_NVLS_ENABLE $HEADROOM_GPU";
   argv[i] = NULL;
-  rc = th_run(argv, out, 5000);
-  assert_int_equal(rc, 0);
-  f = fopen(out, "r");
-  assert_non_null(f);
-  assert_non_null(fgets(text, sizeof(text), f));
-  fclose(f);
+  th_run_line(argv, out, text, sizeof(text));
   /* 2 CTAs x 2 = 4 SMs of headroom; max CTAs 16 on the default ceiling. */
   assert_string_equal(text, "4 16 1 0 1\n");
 

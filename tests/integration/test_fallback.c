@@ -221,7 +221,6 @@ static void run_env(const char *dg, const char *allow, const char *want)
 {
   char bin[512], out[400], path[400], text[256] = "";
   char *argv[16];
-  FILE *f;
   int i = 0;
 
   if(dg)
@@ -249,11 +248,7 @@ static void run_env(const char *dg, const char *allow, const char *want)
   argv[i++] = "echo $DG_MEGA_MOE_SM_HEADROOM $NCCL_MIN_CTAS $NCCL_MAX_CTAS "
               "$NCCL_CGA_CLUSTER_SIZE $NCCL_NVLS_ENABLE $HEADROOM_GPU";
   argv[i] = NULL;
-  assert_int_equal(th_run(argv, out, 5000), 0);
-  f = fopen(out, "r");
-  assert_non_null(f);
-  assert_non_null(fgets(text, sizeof(text), f));
-  fclose(f);
+  th_run_line(argv, out, text, sizeof(text));
   if(strcmp(text, want))
     fail_msg("DG_MEGA_MOE_SM_HEADROOM=%s HEADROOM_ALLOW_FULL_GRID=%s: "
              "exported \"%s\", want \"%s\"", dg ? dg : "-",
