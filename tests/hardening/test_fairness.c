@@ -282,11 +282,29 @@ static int need_root(void)
   return 0;
 }
 
+/* A daemon on `config`, filled by nobody as fill_as_nobody does: `held`
+ * connections in, then one refused, naming `why`. The child's pid, for
+ * end_fill with `*release`. */
+static pid_t start_filled(const char *config, int most, int held,
+                          const char *why, int *release)
+{
+  fill_result res;
+  pid_t pid;
+
+  raise_fd_limit(512);
+  assert_int_equal(th_daemon_start(&daemon_, config), 0);
+  pid = fill_as_nobody(most, &res, release);
+  assert_int_equal(res.held, held);
+  assert_int_equal(res.refused, 1);
+  if(!strstr(res.why, why))
+    fail_msg("refused with: %s", res.why);
+  return pid;
+}
+
 /* ---- connections per uid ------------------------------------------------- */
 
 static void test_uid_at_its_maximum(void **state)
 {
-  fill_result res;
   th_raw r;
   char why[HR_MESSAGE_MAX];
   long long t0;
@@ -296,15 +314,10 @@ static void test_uid_at_its_maximum(void **state)
 
   if(!need_root())
     skip();
-  raise_fd_limit(512);
-  assert_int_equal(th_daemon_start(&daemon_, "max_clients = 128\n"
-                                   "max_clients_per_uid = 100\n"
-                                   "reserved_clients = 16\n"), 0);
-  pid = fill_as_nobody(200, &res, &release);
-  assert_int_equal(res.held, 100);
-  assert_int_equal(res.refused, 1);
-  if(!strstr(res.why, "max_clients_per_uid = 100"))
-    fail_msg("refused with: %s", res.why);
+  pid = start_filled("max_clients = 128\n"
+                     "max_clients_per_uid = 100\n"
+                     "reserved_clients = 16\n",
+                     200, 100, "max_clients_per_uid = 100", &release);
 
   /* Another uid: in, and served at once, while nobody holds all it may
    * and keeps trying for more. */
@@ -328,7 +341,6 @@ static void test_uid_at_its_maximum(void **state)
 static void test_reserve_for_other_uids(void **state)
 {
   static th_raw mine[17];     /* 2 MiB: not on the stack */
-  fill_result res;
   char why[HR_MESSAGE_MAX];
   pid_t pid;
   int release, i;
@@ -336,17 +348,12 @@ static void test_reserve_for_other_uids(void **state)
 
   if(!need_root())
     skip();
-  raise_fd_limit(512);
   /* No per-uid cap below max_clients: the reserve alone stops nobody at
    * 64 - 16. */
-  assert_int_equal(th_daemon_start(&daemon_, "max_clients = 64\n"
-                                   "max_clients_per_uid = 64\n"
-                                   "reserved_clients = 16\n"), 0);
-  pid = fill_as_nobody(64, &res, &release);
-  assert_int_equal(res.held, 48);
-  assert_int_equal(res.refused, 1);
-  if(!strstr(res.why, "reserved_clients"))
-    fail_msg("refused with: %s", res.why);
+  pid = start_filled("max_clients = 64\n"
+                     "max_clients_per_uid = 64\n"
+                     "reserved_clients = 16\n",
+                     64, 48, "reserved_clients", &release);
   /* The reserve is root's to use, up to max_clients. */
   for(i = 0; i < 16; i++)
     if(try_connect(&mine[i], why, sizeof(why)))
