@@ -369,7 +369,7 @@ def main():
         f"- machine: {machine()}, {prop.multi_processor_count} SMs; torch "
         f"{torch.__version__}",
         set_aside_line,
-        f"- command: `{' '.join(['python3'] + sys.argv)}` (through `make bench-gpu`)",
+        f"- command: `{' '.join(['python3'] + sys.argv)}` (`make bench-gpu` runs this script)",
         f"- ceilings measured in the same run: copy {copy_bw / 1e12:.2f} TB/s "
         f"(read + write), bf16 GEMM 8192^3 {gemm / 1e12:.0f} TFLOP/s",
         "- floor = max(bytes of the experts touched / copy rate, FLOPs / GEMM "
