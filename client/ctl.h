@@ -62,6 +62,11 @@ int ctl_request(hr__conn *c, hr_request *req, hr_reply *rep,
 /* ctl_print.c */
 /* A reply or event as one JSON line, without the wire's id. */
 int ctl_print_json(const hr_reply *rep);
+/* What a command prints of its reply: --json, the reply as ctl_print_json
+ * writes it, else `text`'s lines; stdout flushed and the reply freed
+ * either way, so that every command answers alike. An exit status. */
+int ctl_print_reply(const ctl_cmd *cmd, hr_reply *rep,
+                    void (*text)(const ctl_cmd *cmd, const hr_reply *rep));
 /* `src` with every control character (C0, DEL, C1) and backslash
  * escaped, cut to fit `size`: client names and messages are the
  * client's, and must not reach an operator's terminal raw. */

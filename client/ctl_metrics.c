@@ -209,12 +209,12 @@ static void print_gpu_metrics(const hr_metrics *m)
                  m->gpus[i].incidents[j]);
 }
 
-static void print_prometheus(const hr_metrics *m)
+static void print_prometheus(const ctl_cmd *cmd, const hr_reply *rep)
 {
-  print_daemon_metrics(m);
-  print_latency(m);
-  print_gpu_metrics(m);
-  fflush(stdout);
+  (void)cmd;
+  print_daemon_metrics(&rep->u.metrics);
+  print_latency(&rep->u.metrics);
+  print_gpu_metrics(&rep->u.metrics);
 }
 
 static int metrics_parse(int argc, char **argv, ctl_cmd *cmd)
@@ -240,12 +240,7 @@ static int metrics_run(hr__conn *c, ctl_cmd *cmd)
   rc = ctl_request(c, &req, &rep, "metrics");
   if(rc)
     return rc;
-  if(cmd->json)
-    rc = ctl_print_json(&rep);
-  else
-    print_prometheus(&rep.u.metrics);
-  hr_reply_free(&rep);
-  return rc;
+  return ctl_print_reply(cmd, &rep, print_prometheus);
 }
 
 

@@ -105,6 +105,12 @@ static int policy_parse(int argc, char **argv, ctl_cmd *cmd)
   return EXIT_OK;
 }
 
+static void print_policy(const ctl_cmd *cmd, const hr_reply *rep)
+{
+  (void)cmd;
+  ctl_print_policy(&rep->u.policy);
+}
+
 static int policy_run(hr__conn *c, ctl_cmd *cmd)
 {
   hr_request *req = &cmd->req;
@@ -113,13 +119,7 @@ static int policy_run(hr__conn *c, ctl_cmd *cmd)
                        "policy get" : "policy set");
   if(rc)
     return rc;
-  if(cmd->json)
-    rc = ctl_print_json(&rep);
-  else
-    ctl_print_policy(&rep.u.policy);
-  fflush(stdout);
-  hr_reply_free(&rep);
-  return rc;
+  return ctl_print_reply(cmd, &rep, print_policy);
 }
 
 const ctl_command ctl_policy_command = {

@@ -67,6 +67,20 @@ int ctl_print_json(const hr_reply *rep)
   return err ? EXIT_REFUSED : EXIT_OK;
 }
 
+int ctl_print_reply(const ctl_cmd *cmd, hr_reply *rep,
+                    void (*text)(const ctl_cmd *cmd, const hr_reply *rep))
+{
+  int rc = EXIT_OK;
+
+  if(cmd->json)
+    rc = ctl_print_json(rep);
+  else
+    text(cmd, rep);
+  fflush(stdout);
+  hr_reply_free(rep);
+  return rc;
+}
+
 void ctl_escape(char *dst, size_t size, const char *src)
 {
   const unsigned char *p = (const unsigned char *)src;

@@ -65,6 +65,14 @@ static void print_table(const hr_rep_raises *r)
   }
 }
 
+static void print_raises(const ctl_cmd *cmd, const hr_reply *rep)
+{
+  if(cmd->req.type == HR_MSG_RAISES_CLEAR)
+    printf("cleared the raise of %d GPU%s\n", rep->u.raises.cleared,
+           rep->u.raises.cleared == 1 ? "" : "s");
+  print_table(&rep->u.raises);
+}
+
 static int raises_run(hr__conn *c, ctl_cmd *cmd)
 {
   hr_request *req = &cmd->req;
@@ -74,16 +82,7 @@ static int raises_run(hr__conn *c, ctl_cmd *cmd)
 
   if(rc)
     return rc;
-  if(cmd->json) {
-    rc = ctl_print_json(&rep);
-  } else {
-    if(req->type == HR_MSG_RAISES_CLEAR)
-      printf("cleared the raise of %d GPU%s\n", rep.u.raises.cleared,
-             rep.u.raises.cleared == 1 ? "" : "s");
-    print_table(&rep.u.raises);
-  }
-  hr_reply_free(&rep);
-  return rc;
+  return ctl_print_reply(cmd, &rep, print_raises);
 }
 
 const ctl_command ctl_raises_command = {"raises", raises_parse, raises_run};

@@ -24,13 +24,15 @@ static int lease_total(const hr_status_gpu *g)
   return n;
 }
 
-static void print_pretty(const hr_status *st)
+static void print_pretty(const ctl_cmd *cmd, const hr_reply *rep)
 {
+  const hr_status *st = &rep->u.status;
   const char *src = hr_topology_source_name(st->topology_source);
   int summary = st->detail == HR_STATUS_SUMMARY;
   char text[4 * HR_MESSAGE_MAX];
   int i, j, any;
 
+  (void)cmd;
   ctl_escape(text, sizeof(text), st->daemon);
   printf("%s, up ", text);
   ctl_print_uptime(st->uptime_ms);
@@ -199,15 +201,7 @@ static int status_run(hr__conn *c, ctl_cmd *cmd)
             "clients would pass the %d-byte message limit; the daemon sent "
             "the summary (budgets and counts, no lists)\n",
             rep.u.status.client_count, HR_PROTO_MAX_LINE);
-  if(cmd->json) {
-    rc = ctl_print_json(&rep);
-  }
-  else {
-    print_pretty(&rep.u.status);
-    fflush(stdout);
-  }
-  hr_reply_free(&rep);
-  return rc;
+  return ctl_print_reply(cmd, &rep, print_pretty);
 }
 
 

@@ -282,11 +282,29 @@ static int need_root(void)
   return 0;
 }
 
+/* A daemon on `config`, filled by nobody as fill_as_nobody does: `held`
+ * connections in, then one refused, naming `why`. The child's pid, for
+ * end_fill with `*release`. */
+static pid_t start_filled(const char *config, int most, int held,
+                          const char *why, int *release)
+{
+  fill_result res;
+  pid_t pid;
+
+  raise_fd_limit(512);
+  assert_int_equal(th_daemon_start(&daemon_, config), 0);
+  pid = fill_as_nobody(most, &res, release);
+  assert_int_equal(res.held, held);
+  assert_int_equal(res.refused, 1);
+  if(!strstr(res.why, why))
+    fail_msg("refused with: %s", res.why);
+  return pid;
+}
+
 /* ---- connections per uid ------------------------------------------------- */
 
 static void test_uid_at_its_maximum(void **state)
 {
-  fill_result res;
   th_raw r;
   char why[HR_MESSAGE_MAX];
   long long t0;
@@ -296,15 +314,10 @@ static void test_uid_at_its_maximum(void **state)
 
   if(!need_root())
     skip();
-  raise_fd_limit(512);
-  assert_int_equal(th_daemon_start(&daemon_, "max_clients = 128\n"
-                                   "max_clients_per_uid = 100\n"
-                                   "reserved_clients = 16\n"), 0);
-  pid = fill_as_nobody(200, &res, &release);
-  assert_int_equal(res.held, 100);
-  assert_int_equal(res.refused, 1);
-  if(!strstr(res.why, "max_clients_per_uid = 100"))
-    fail_msg("refused with: %s", res.why);
+  pid = start_filled("max_clients = 128\n"
+                     "max_clients_per_uid = 100\n"
+                     "reserved_clients = 16\n",
+                     200, 100, "max_clients_per_uid = 100", &release);
 
   /* Another uid: in, and served at once, while nobody holds all it may
    * and keeps trying for more. */
@@ -328,7 +341,6 @@ static void test_uid_at_its_maximum(void **state)
 static void test_reserve_for_other_uids(void **state)
 {
   static th_raw mine[17];     /* 2 MiB: not on the stack */
-  fill_result res;
   char why[HR_MESSAGE_MAX];
   pid_t pid;
   int release, i;
@@ -336,17 +348,12 @@ static void test_reserve_for_other_uids(void **state)
 
   if(!need_root())
     skip();
-  raise_fd_limit(512);
   /* No per-uid cap below max_clients: the reserve alone stops nobody at
    * 64 - 16. */
-  assert_int_equal(th_daemon_start(&daemon_, "max_clients = 64\n"
-                                   "max_clients_per_uid = 64\n"
-                                   "reserved_clients = 16\n"), 0);
-  pid = fill_as_nobody(64, &res, &release);
-  assert_int_equal(res.held, 48);
-  assert_int_equal(res.refused, 1);
-  if(!strstr(res.why, "reserved_clients"))
-    fail_msg("refused with: %s", res.why);
+  pid = start_filled("max_clients = 64\n"
+                     "max_clients_per_uid = 64\n"
+                     "reserved_clients = 16\n",
+                     64, 48, "reserved_clients", &release);
   /* The reserve is root's to use, up to max_clients. */
   for(i = 0; i < 16; i++)
     if(try_connect(&mine[i], why, sizeof(why)))
@@ -608,26 +615,6 @@ static void toggle_end(pid_t pid, int from, toggle_result *res)
     fail_msg("the toggler failed (%d)", res->failed);
 }
 
-static int fetch_metrics(hr_metrics *m)
-{
-  hr_request req;
-  hr_reply rep;
-  th_raw r;
-  int rc;
-
-  if(th_raw_open(&r, daemon_.socket))
-    return -1;
-  memset(&req, 0, sizeof(req));
-  req.type = HR_MSG_METRICS;
-  req.id = 2;
-  rc = th_raw_request(&r, &req, &rep);
-  th_raw_close(&r);
-  if(rc || rep.type != HR_MSG_METRICS)
-    return -1;
-  *m = rep.u.metrics;
-  return 0;
-}
-
 /* Whether the daemon's state file holds `epoch` for some GPU. */
 static int state_has_epoch(uint32_t epoch)
 {
@@ -697,7 +684,7 @@ static void test_events_cannot_drown(void **state)
 
   /* The daemon's backlog, toggling still: the stalled subscriber's
    * socket buffer is full, and past it at most one event per GPU. */
-  assert_int_equal(fetch_metrics(&m), 0);
+  assert_int_equal(th_metrics(daemon_.socket, &m), 0);
   print_message("toggling: %lld bytes queued, %lld events coalesced\n",
                 (long long)m.queued_bytes, (long long)m.events_coalesced);
   assert_in_range(m.queued_bytes, 0, 2 * 1024);

@@ -368,27 +368,48 @@ int th_raw_open(th_raw *r, const char *path)
   return 0;
 }
 
-int th_status(const char *path, hr_status *st)
+/* One request of `type` (no arguments) over a fresh connection, so that
+ * no test's own connection is counted for it; 0 with a reply of that
+ * type in `rep`, -1 otherwise (nothing left to free). */
+static int fresh_request(const char *path, hr_msg_type type, hr_reply *rep)
 {
   th_raw r;
   hr_request req;
-  hr_reply rep;
   int err;
 
   if(th_raw_open(&r, path))
     return -1;
   memset(&req, 0, sizeof(req));
-  req.type = HR_MSG_STATUS;
+  req.type = type;
   req.id = 2;
-  err = th_raw_request(&r, &req, &rep);
+  err = th_raw_request(&r, &req, rep);
   th_raw_close(&r);
   if(err)
     return -1;
-  if(rep.type != HR_MSG_STATUS) {
-    hr_reply_free(&rep);
+  if(rep->type != type) {
+    hr_reply_free(rep);
     return -1;
   }
+  return 0;
+}
+
+int th_status(const char *path, hr_status *st)
+{
+  hr_reply rep;
+
+  if(fresh_request(path, HR_MSG_STATUS, &rep))
+    return -1;
   *st = rep.u.status;         /* ownership of the arrays moves to st */
+  return 0;
+}
+
+int th_metrics(const char *path, hr_metrics *m)
+{
+  hr_reply rep;
+
+  if(fresh_request(path, HR_MSG_METRICS, &rep))
+    return -1;
+  *m = rep.u.metrics;         /* all in the struct: nothing to free */
   return 0;
 }
 

@@ -73,6 +73,8 @@ int th_raw_open(th_raw *r, const char *path);
 
 /* Fetch the daemon's status over a fresh connection; hr_status_free it. */
 int th_status(const char *path, hr_status *st);
+/* The same for the daemon's metrics (nothing to free). */
+int th_metrics(const char *path, hr_metrics *m);
 
 /* Run a program to completion with a timeout; returns its exit code, or
  * -1 when it was killed. stdout goes to `out` (may be NULL) if given. */
@@ -117,5 +119,10 @@ void th_file_write(const char *path, const char *text);
  * 8); the test fails unless it exits 0. What it printed is left in
  * <d->dir>/ctl.out (for th_status_validate) and returned: free() it. */
 char *th_ctl(const hr_daemon *d, const char *const *args);
+/* Run `argv` (th_run, 5 s) with stdout into `out_path`; the test fails
+ * unless it exits 0 and prints a line. That first line, '\n' kept, into
+ * `line`: what headroom-run's command echoes of the environment it got. */
+void th_run_line(char *const argv[], const char *out_path, char *line,
+                 size_t cap);
 
 #endif /* HR_TEST_HARNESS_H */

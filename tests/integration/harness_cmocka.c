@@ -86,3 +86,15 @@ char *th_ctl(const hr_daemon *d, const char *const *args)
   assert_int_equal(th_run(argv, out, 5000), 0);
   return th_file_read(out);
 }
+
+void th_run_line(char *const argv[], const char *out_path, char *line,
+                 size_t cap)
+{
+  FILE *f;
+
+  assert_int_equal(th_run(argv, out_path, 5000), 0);
+  f = fopen(out_path, "r");
+  assert_non_null(f);
+  assert_non_null(fgets(line, (int)cap, f));
+  fclose(f);
+}

@@ -155,8 +155,7 @@ static void test_headroom_run_exports_lease(void **state)
 {
   char bin[512], out[400], text[256] = "";
   char *argv[16];
-  FILE *f;
-  int rc, i = 0;
+  int i = 0;
   (void)state;
 
   snprintf(bin, sizeof(bin), "%s/bin/headroom-run", th_build_dir());
@@ -174,12 +173,7 @@ static void test_headroom_run_exports_lease(void **state)
   argv[i++] = "echo $DG_MEGA_MOE_SM_HEADROOM $NCCL_MAX_CTAS "
               "$NCCL_CGA_CLUSTER_SIZE $NCCL_NVLS_ENABLE $HEADROOM_GPU";
   argv[i] = NULL;
-  rc = th_run(argv, out, 5000);
-  assert_int_equal(rc, 0);
-  f = fopen(out, "r");
-  assert_non_null(f);
-  assert_non_null(fgets(text, sizeof(text), f));
-  fclose(f);
+  th_run_line(argv, out, text, sizeof(text));
   /* 2 CTAs x 2 = 4 SMs of headroom; max CTAs 16 on the default ceiling. */
   assert_string_equal(text, "4 16 1 0 1\n");
 
@@ -504,27 +498,17 @@ static void test_second_daemon_refuses(void **state)
 
 static void test_headroomctl(void **state)
 {
-  char bin[512], out[400], text[4096] = "";
+  static const char *const json[] = {"status", "--json", NULL};
+  static const char *const pretty[] = {"status", "--pretty", NULL};
+  static const char *const plain[] = {"status", NULL};
+  char bin[512], *text;
   char *argv[12];
-  FILE *f;
   hr_reply rep;
   size_t n;
   (void)state;
 
-  snprintf(bin, sizeof(bin), "%s/bin/headroomctl", th_build_dir());
-  snprintf(out, sizeof(out), "%s/status.json", daemon_.dir);
-  argv[0] = bin;
-  argv[1] = "--socket";
-  argv[2] = daemon_.socket;
-  argv[3] = "status";
-  argv[4] = "--json";
-  argv[5] = NULL;
-  assert_int_equal(th_run(argv, out, 5000), 0);
-  f = fopen(out, "r");
-  assert_non_null(f);
-  n = fread(text, 1, sizeof(text) - 1, f);
-  fclose(f);
-  text[n] = '\0';
+  text = th_ctl(&daemon_, json);
+  n = strlen(text);
   /* One JSON line that the protocol's own decoder accepts as status,
    * without the wire's id. */
   assert_true(n > 2 && text[n - 1] == '\n');
@@ -532,21 +516,19 @@ static void test_headroomctl(void **state)
   assert_int_equal(rep.type, HR_MSG_STATUS);
   assert_int_equal(rep.u.status.n_gpus, 2);
   hr_reply_free(&rep);
+  free(text);
 
-  argv[4] = "--pretty";
-  argv[5] = NULL;
-  assert_int_equal(th_run(argv, out, 5000), 0);
-  argv[4] = NULL;
-  assert_int_equal(th_run(argv, out, 5000), 0);
-  f = fopen(out, "r");
-  assert_non_null(f);
-  n = fread(text, 1, sizeof(text) - 1, f);
-  fclose(f);
-  text[n] = '\0';
+  free(th_ctl(&daemon_, pretty));
+  text = th_ctl(&daemon_, plain);
   /* Tables by default, for people. */
   assert_non_null(strstr(text, "HEADROOM"));
   assert_null(strchr(text, '{'));
+  free(text);
 
+  snprintf(bin, sizeof(bin), "%s/bin/headroomctl", th_build_dir());
+  argv[0] = bin;
+  argv[1] = "--socket";
+  argv[2] = daemon_.socket;
   /* Usage error, and no daemon (test_cli.c has the whole table). */
   fprintf(stderr, "test_headroomctl: expected next on stderr: an unknown "
           "command, then no socket at /nonexistent/h.sock\n");

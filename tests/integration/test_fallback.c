@@ -81,21 +81,10 @@ static void assert_floor_budget(const hr_lease *l)
 
 static int64_t degraded_ms_counted(void)
 {
-  th_raw r;
-  hr_request req;
-  hr_reply rep;
-  int64_t ms;
+  hr_metrics m;
 
-  assert_int_equal(th_raw_open(&r, daemon_.socket), 0);
-  memset(&req, 0, sizeof(req));
-  req.type = HR_MSG_METRICS;
-  assert_int_equal(th_raw_request(&r, &req, &rep), 0);
-  assert_int_equal(rep.type, HR_MSG_METRICS);
-  ms = rep.u.metrics.clients_resumed > 0 ? rep.u.metrics.client_degraded_ms
-                                         : 0;
-  hr_reply_free(&rep);
-  th_raw_close(&r);
-  return ms;
+  assert_int_equal(th_metrics(daemon_.socket, &m), 0);
+  return m.clients_resumed > 0 ? m.client_degraded_ms : 0;
 }
 
 /* Not started: the policy's budget, which follows the footprints the
@@ -232,7 +221,6 @@ static void run_env(const char *dg, const char *allow, const char *want)
 {
   char bin[512], out[400], path[400], text[256] = "";
   char *argv[16];
-  FILE *f;
   int i = 0;
 
   if(dg)
@@ -260,11 +248,7 @@ static void run_env(const char *dg, const char *allow, const char *want)
   argv[i++] = "echo $DG_MEGA_MOE_SM_HEADROOM $NCCL_MIN_CTAS $NCCL_MAX_CTAS "
               "$NCCL_CGA_CLUSTER_SIZE $NCCL_NVLS_ENABLE $HEADROOM_GPU";
   argv[i] = NULL;
-  assert_int_equal(th_run(argv, out, 5000), 0);
-  f = fopen(out, "r");
-  assert_non_null(f);
-  assert_non_null(fgets(text, sizeof(text), f));
-  fclose(f);
+  th_run_line(argv, out, text, sizeof(text));
   if(strcmp(text, want))
     fail_msg("DG_MEGA_MOE_SM_HEADROOM=%s HEADROOM_ALLOW_FULL_GRID=%s: "
              "exported \"%s\", want \"%s\"", dg ? dg : "-",

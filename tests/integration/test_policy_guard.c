@@ -115,6 +115,22 @@ static void write_in_dir(const char *name, const char *text)
   th_file_write(path, text);
 }
 
+/* The stderr that a refused run left in <dir>/NAME.err holds `a` and,
+ * unless NULL, `b` (a refusal names the key, its value and the limit);
+ * else the test fails, quoting it as what `who` said. */
+static void expect_err_has(const char *name, const char *who, const char *a,
+                           const char *b)
+{
+  char file[64];
+  char *err;
+
+  snprintf(file, sizeof(file), "%s.err", name);
+  err = read_in_dir(file);
+  if(!strstr(err, a) || (b && !strstr(err, b)))
+    fail_msg("%s said: %s", who, err);
+  free(err);
+}
+
 static void send_request(th_raw *r, const hr_request *req, hr_reply *rep)
 {
   assert_int_equal(th_raw_request(r, req, rep), 0);
@@ -192,12 +208,8 @@ static void test_policy_set_refuses_unsafe(void **state)
   /* headroomctl: refused is exit 1, with the daemon's reason. */
   {
     const char *set[] = {"policy", "set", "min_grid=200", NULL};
-    char *err;
     assert_int_equal(run_ctl(set, "ctlset"), 1);
-    err = read_in_dir("ctlset.err");
-    if(!strstr(err, "min_grid 200") || !strstr(err, "at most 124"))
-      fail_msg("headroomctl said: %s", err);
-    free(err);
+    expect_err_has("ctlset", "headroomctl", "min_grid 200", "at most 124");
   }
   expect_default_policy();
 
@@ -213,38 +225,30 @@ static void test_policy_set_refuses_unsafe(void **state)
  * flag. */
 static void test_check_config_refuses_unsafe(void **state)
 {
-  char conf[400];
+  static const struct {
+    const char *conf, *a, *b;   /* b may be NULL */
+  } unsafe[] = {
+    {"min_grid = 200\n", "unsafe.conf:3: min_grid 200", "at most 124"},
+    {"min_headroom = 0\n", "unsafe.conf:3: bad min_headroom '0'", NULL},
+    /* A smaller GPU of the topology decides. */
+    {"gpu.1.sms = 114\nmin_grid = 110\n",
+     "unsafe.conf:4: min_grid 110 leaves gpu 1 (114 SMs)", NULL},
+  };
+  char conf[400], text[200], name[16];
   const char *check[] = {"--check-config", "--config", conf, NULL};
   const char *bad_flag[] = {"--check-config", "--no-such-flag", NULL};
-  char *err;
+  size_t i;
   (void)state;
 
   snprintf(conf, sizeof(conf), "%s/unsafe.conf", daemon_.dir);
-  write_in_dir("unsafe.conf", "topology = config\ngpus = 2\n"
-               "min_grid = 200\n");
-  assert_int_equal(run_daemon_bin(check, "check1"), 1);
-  err = read_in_dir("check1.err");
-  if(!strstr(err, "unsafe.conf:3: min_grid 200") ||
-     !strstr(err, "at most 124"))
-    fail_msg("--check-config said: %s", err);
-  free(err);
-
-  write_in_dir("unsafe.conf", "topology = config\ngpus = 2\n"
-               "min_headroom = 0\n");
-  assert_int_equal(run_daemon_bin(check, "check2"), 1);
-  err = read_in_dir("check2.err");
-  if(!strstr(err, "unsafe.conf:3: bad min_headroom '0'"))
-    fail_msg("--check-config said: %s", err);
-  free(err);
-
-  /* A smaller GPU of the topology decides. */
-  write_in_dir("unsafe.conf", "topology = config\ngpus = 2\n"
-               "gpu.1.sms = 114\nmin_grid = 110\n");
-  assert_int_equal(run_daemon_bin(check, "check3"), 1);
-  err = read_in_dir("check3.err");
-  if(!strstr(err, "unsafe.conf:4: min_grid 110 leaves gpu 1 (114 SMs)"))
-    fail_msg("--check-config said: %s", err);
-  free(err);
+  for(i = 0; i < sizeof(unsafe) / sizeof(unsafe[0]); i++) {
+    snprintf(text, sizeof(text), "topology = config\ngpus = 2\n%s",
+             unsafe[i].conf);
+    snprintf(name, sizeof(name), "check%zu", i + 1);
+    write_in_dir("unsafe.conf", text);
+    assert_int_equal(run_daemon_bin(check, name), 1);
+    expect_err_has(name, "--check-config", unsafe[i].a, unsafe[i].b);
+  }
 
   write_in_dir("unsafe.conf", "topology = config\ngpus = 2\n"
                "min_grid = 124\n");
@@ -258,7 +262,6 @@ static void test_start_refuses_unsafe(void **state)
   char conf[400], sock[400], dir[400];
   const char *run[] = {"--config", conf, "--socket", sock, "--state-dir",
                        dir, NULL};
-  char *err;
   (void)state;
 
   snprintf(conf, sizeof(conf), "%s/unsafe.conf", daemon_.dir);
@@ -267,11 +270,8 @@ static void test_start_refuses_unsafe(void **state)
   write_in_dir("unsafe.conf", "topology = config\ngpus = 2\n"
                "max_headroom = 1\nmin_headroom = 1\n");
   assert_int_equal(run_daemon_bin(run, "start"), 1);
-  err = read_in_dir("start.err");
-  if(!strstr(err, "unsafe.conf:3: max_headroom 1") ||
-     !strstr(err, "at least 8"))
-    fail_msg("headroomd said: %s", err);
-  free(err);
+  expect_err_has("start", "headroomd", "unsafe.conf:3: max_headroom 1",
+                 "at least 8");
   assert_int_equal(access(sock, F_OK), -1);
 }
 

@@ -129,6 +129,12 @@ printf '| s | 8 | barrier | default | {ms} | 1 | ok |\\n' >> "$out"
 """)
         return os.path.join(self.dir, name)
 
+    def logged(self, name):
+        """The lines the fake builds' moe_phases appended to NAME ("calls":
+        who ran with what, "libpaths": its LD_LIBRARY_PATH), one a run."""
+        with open(os.path.join(self.dir, name)) as f:
+            return f.read().splitlines()
+
     def run_builds(self, out, *builds, gpu=True, env=None):
         executable(os.path.join(self.bin, "nvidia-smi"),
                    "#!/bin/sh\necho 'GPU 0: fake'\n" if gpu else "#!/bin/sh\nexit 6\n")
@@ -142,8 +148,7 @@ printf '| s | 8 | barrier | default | {ms} | 1 | ok |\\n' >> "$out"
         out = os.path.join(self.dir, "ab")
         r = self.run_builds(out, a, b, env={"AB_RUNS": "3", "AB_ARGS": "--tokens 8"})
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        with open(os.path.join(self.dir, "calls")) as f:
-            calls = f.read().splitlines()
+        calls = self.logged("calls")
         self.assertEqual(len(calls), 6)
         # in turn: base, new, base, new, ...; each with the fixed options and AB_ARGS
         for i, call in enumerate(calls):
@@ -160,8 +165,7 @@ printf '| s | 8 | barrier | default | {ms} | 1 | ok |\\n' >> "$out"
         new = self.fake_build("new", "0.300", knows_no_floor=True)
         r = self.run_builds(os.path.join(self.dir, "ab"), old, new, env={"AB_RUNS": "1"})
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        with open(os.path.join(self.dir, "calls")) as f:
-            calls = f.read().splitlines()
+        calls = self.logged("calls")
         self.assertEqual(len(calls), 2)
         self.assertTrue(calls[0].startswith("old: "), calls)
         self.assertNotIn("--no-floor", calls[0])
@@ -177,8 +181,7 @@ printf '| s | 8 | barrier | default | {ms} | 1 | ok |\\n' >> "$out"
         new = self.fake_build("new", "0.300", knows_no_floor=True)
         r = self.run_builds(os.path.join(self.dir, "ab"), old, new, env={"AB_RUNS": "1"})
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        with open(os.path.join(self.dir, "calls")) as f:
-            calls = f.read().splitlines()
+        calls = self.logged("calls")
         self.assertEqual(len(calls), 2)
         self.assertIn("--no-phases --match NOTHING --no-floor --shapes", calls[0])
         self.assertNotIn("--match", calls[1])
@@ -190,8 +193,7 @@ printf '| s | 8 | barrier | default | {ms} | 1 | ok |\\n' >> "$out"
         r = self.run_builds(os.path.join(self.dir, "ab"), new, new2,
                             env={"AB_RUNS": "1", "AB_FLOOR": "1"})
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        with open(os.path.join(self.dir, "calls")) as f:
-            calls = f.read().splitlines()
+        calls = self.logged("calls")
         self.assertEqual(len(calls), 2)
         for call in calls:
             self.assertNotIn("--no-floor", call)
@@ -202,8 +204,7 @@ printf '| s | 8 | barrier | default | {ms} | 1 | ok |\\n' >> "$out"
         r = self.run_builds(os.path.join(self.dir, "ab"), a, b,
                             env={"AB_RUNS": "1", "LD_LIBRARY_PATH": other})
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        with open(os.path.join(self.dir, "libpaths")) as f:
-            paths = f.read().splitlines()
+        paths = self.logged("libpaths")
         self.assertEqual(paths, [os.path.join(a, "lib") + ":" + other,
                                  os.path.join(b, "lib") + ":" + other])
 
