@@ -260,20 +260,27 @@ static void test_wrong_formula_is_caught(void **state)
   problem_free(&pr);
 }
 
+/* T = 12, E = 6, H = 64, I = 32, k = 2 where only experts 0 and 3
+ * receive tokens; the others' weights are NaN, so reading them shows. */
+static void problem_two_experts(problem *pr)
+{
+  size_t i;
+  problem_init(pr, 12, 6, 64, 32, 2);
+  for(i = 0; i < (size_t)12 * 2; i++)
+    pr->ids[i] = (i % 3 == 0) ? 0 : 3;
+  expert_poison(pr, 1);
+  expert_poison(pr, 2);
+  expert_poison(pr, 4);
+  expert_poison(pr, 5);
+}
+
 static void test_experts_without_tokens(void **state)
 {
   problem pr;
   uint16_t *y;
   size_t i;
   (void)state;
-  problem_init(&pr, 12, 6, 64, 32, 2);
-  /* Only experts 0 and 3 receive tokens; the rest are NaN. */
-  for(i = 0; i < (size_t)12 * 2; i++)
-    pr.ids[i] = (i % 3 == 0) ? 0 : 3;
-  expert_poison(&pr, 1);
-  expert_poison(&pr, 2);
-  expert_poison(&pr, 4);
-  expert_poison(&pr, 5);
+  problem_two_experts(&pr);
   check_against_naive(&pr);
   y = ref_run(&pr);
   for(i = 0; i < (size_t)12 * 64; i++)
@@ -593,7 +600,12 @@ static void fd_check(problem *pr)
 
 static void test_backward_finite_differences(void **state)
 {
+  static const int shapes[][5] = {   /* T, E, H, I, k */
+    {3, 4, 8, 4, 2}, {4, 3, 8, 4, 1}, {1, 4, 8, 4, 2}, {1, 2, 8, 4, 1},
+    {2, 3, 32, 16, 3},
+  };
   problem pr;
+  size_t i;
   (void)state;
   /* T=3 E=4 H=8 I=4 k=2: expert 2 gets no pair, one slot a bad id. */
   problem_init(&pr, 3, 4, 8, 4, 2);
@@ -605,23 +617,14 @@ static void test_backward_finite_differences(void **state)
   pr.ids[5] = 0;
   fd_check(&pr);
   problem_free(&pr);
-  /* Random routing, both slots of a token on one expert allowed. */
-  problem_init(&pr, 3, 4, 8, 4, 2);
-  fd_check(&pr);
-  problem_free(&pr);
-  /* k = 1; T = 1; both; a wider shape. */
-  problem_init(&pr, 4, 3, 8, 4, 1);
-  fd_check(&pr);
-  problem_free(&pr);
-  problem_init(&pr, 1, 4, 8, 4, 2);
-  fd_check(&pr);
-  problem_free(&pr);
-  problem_init(&pr, 1, 2, 8, 4, 1);
-  fd_check(&pr);
-  problem_free(&pr);
-  problem_init(&pr, 2, 3, 32, 16, 3);
-  fd_check(&pr);
-  problem_free(&pr);
+  /* Random routing (both slots of a token on one expert allowed); then
+   * k = 1; T = 1; both; a wider shape. */
+  for(i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+    const int *sh = shapes[i];
+    problem_init(&pr, sh[0], sh[1], sh[2], sh[3], sh[4]);
+    fd_check(&pr);
+    problem_free(&pr);
+  }
 }
 
 /* ||ref - exact|| / ||exact|| over n floats; +inf when ref has a NaN or Inf. */
@@ -718,13 +721,7 @@ static void test_backward_empty_experts(void **state)
   size_t i;
   int e;
   (void)state;
-  problem_init(&pr, 12, 6, 64, 32, 2);
-  for(i = 0; i < (size_t)12 * 2; i++)
-    pr.ids[i] = (i % 3 == 0) ? 0 : 3;
-  expert_poison(&pr, 1);
-  expert_poison(&pr, 2);
-  expert_poison(&pr, 4);
-  expert_poison(&pr, 5);
+  problem_two_experts(&pr);
   dy = dy_random(12, 64);
   backward_ok(&pr.p, dy, &g);
   const size_t n1 = (size_t)2 * 32 * 64, n2 = (size_t)64 * 32;
