@@ -206,6 +206,69 @@ int hr_moe_last_failure(const hr_moe *m, hr_moe_failure *out);
  * affected. Safe from another thread. */
 int hr_moe_abort(hr_moe *m);
 
+/* ---- the backward ---------------------------------------------------- */
+
+/*
+ * hr_moe_backward computes, for the forward of the same inputs and the
+ * gradient dy of the loss at y:
+ *
+ *   dx [T, H] bf16, dw1 [E, 2I, H] and dw2 [E, H, I] (fp32 or bf16, as
+ *   dw_dtype says; rounded once from fp32 sums), dtopk_weights [T, k] fp32
+ *
+ * with the math and the roundings of hr_moe_ref_backward (kernels/moe_ref.h;
+ * d(w) for an id outside [0, E) is 0, an expert without pairs gets dW 0).
+ * The forward saves nothing for it: the backward recomputes the routing
+ * and GEMM1 (g, u) from x, ids and W1, which costs a third more backward
+ * FLOPs and no activation memory (docs/decisions.md, "The backward
+ * recomputes GEMM1"). Every output element is written by one CTA from
+ * sums in a fixed order, so the results are bitwise the same for every
+ * grid and in both kernels.
+ *
+ * One persistent launch in four stages: route; GEMM1 again with the
+ * gradient at h (q = W2^T dy) and the SwiGLU's backward; the dx rows, dW1
+ * and dW2; the combine of the dx rows and d(w). The barrier kernel joins
+ * them with whole-grid barriers that time out into the error word like the
+ * forward's (`barrier` 20..22 in the failure detail); the agnostic kernel
+ * (a lease in the agnostic mode, or HR_MODE_AGNOSTIC) takes its tasks in
+ * order from a counter and waits only for tasks taken before (`barrier`
+ * 31..34), so it completes with any number of its CTAs resident.
+ * hr_moe_sync, hr_moe_sync_timeout, hr_moe_last_failure and hr_moe_abort
+ * serve the backward as they serve the forward: a context runs one launch
+ * at a time, of either kind.
+ *
+ * Workspace: the backward needs, beyond the forward's, (2I 2 + 4 + I/16)
+ * bytes a pair (Qwen3-30B-A3B, 8192 tokens: 207 MB), allocated by
+ * hr_moe_backward_prepare or by the first backward (not allowed while a
+ * stream is being captured into a CUDA graph: prepare first).
+ */
+enum { HR_MOE_DW_FP32 = 0, HR_MOE_DW_BF16 = 1 };
+
+typedef struct hr_moe_grad_args {
+  hr_moe_args fwd;            /* the forward's inputs; fwd.y is not read
+                                 (may be NULL) */
+  const void *dy;             /* [T, H] bf16 */
+  void *dx;                   /* [T, H] bf16, written in full */
+  void *dw1;                  /* [E, 2I, H], written in full */
+  void *dw2;                  /* [E, H, I], written in full */
+  float *dtopk_weights;       /* [T, k] fp32, written in full */
+  int dw_dtype;               /* HR_MOE_DW_FP32 or HR_MOE_DW_BF16 */
+} hr_moe_grad_args;
+
+/* Allocate the backward's workspace now (idempotent). HR_ENOMEM. */
+int hr_moe_backward_prepare(hr_moe *m);
+
+/* Launch the backward with the lease's grid and mode, as hr_moe_forward
+ * does (no clusters: the backward's tiles share nothing across CTAs).
+ * HR_EINVAL and nothing launched for a bad argument (shapes, pointers,
+ * alignment: dy, dx, dw1, dw2 16 bytes, dtopk_weights 4; dw_dtype). */
+int hr_moe_backward(hr_moe *m, const hr_lease *lease,
+                    const hr_moe_grad_args *args, void *stream);
+
+/* The same without a lease: `grid` CTAs (1..SMs), mode HR_MODE_HEADROOM
+ * or HR_MODE_COOPERATIVE (the barrier kernel) or HR_MODE_AGNOSTIC. */
+int hr_moe_backward_grid(hr_moe *m, int grid, hr_mode mode,
+                         const hr_moe_grad_args *args, void *stream);
+
 #ifdef __cplusplus
 }
 #endif
