@@ -19,7 +19,8 @@ ifeq ($(HAVE_NVCC),1)
 # benchmark hook (kernels/moe_bench.h: bench/moe_phases, the GPU tests
 # that force a path or a fault), which the shared library does not
 # export; so what they time and test is what the shared library ships.
-MOE_CU_SRCS := kernels/moe_kernel.cu kernels/moe_agnostic.cu kernels/moe_api.cu
+MOE_CU_SRCS := kernels/moe_kernel.cu kernels/moe_agnostic.cu kernels/moe_backward.cu \
+               kernels/moe_api.cu
 MOE_CU_OBJS := $(patsubst %.cu,$(OBJDIR)/%.cu.o,$(MOE_CU_SRCS))
 MOE_LIB_SO := $(LIBDIR)/libheadroom_moe.so
 MOE_LIB_A := $(LIBDIR)/libheadroom_moe.a

@@ -18,6 +18,7 @@
 #include "headroom.h"
 #include "hr_clock.h"
 #include "headroom_moe.h"
+#include "moe_backward.h"
 #include "moe_bench.h"
 #include "moe_kernel.h"
 
@@ -52,6 +53,13 @@ struct hr_moe {
   int32_t *pos_of;
   uint16_t *h;
   uint16_t *ypair;
+
+  /* the backward's workspace (hr_moe_backward_prepare), one allocation */
+  void *bws;
+  size_t bws_bytes;
+  int32_t *sorted_pair;
+  uint16_t *dh;
+  float *dwp;
 
   /* The TMA pipeline's tensor maps (moe_gemm_tma.cuh): the workspace's
    * made once, the weights' again whenever the caller's pointers change
@@ -249,6 +257,8 @@ int hr_moe_create(hr_moe **out, int device, const hr_moe_shape *shape)
   err = err_from_cuda(hr__moe_prepare());
   if(!err)
     err = err_from_cuda(hr__moe_agnostic_prepare());
+  if(!err)
+    err = err_from_cuda(hr__moe_bwd_prepare());
   if(err)
     goto out;
 
@@ -344,6 +354,8 @@ void hr_moe_destroy(hr_moe *m)
     cudaEventDestroy(m->done);
     cudaFreeHost((void *)m->host);
     cudaFree(m->ws);
+    if(m->bws)
+      cudaFree(m->bws);
     cudaGetLastError();
     device_leave(m->device, prev);
   }
@@ -357,7 +369,7 @@ int hr_moe_sms(const hr_moe *m)
 
 uint64_t hr_moe_workspace_bytes(const hr_moe *m)
 {
-  return m ? (uint64_t)m->ws_bytes : 0;
+  return m ? (uint64_t)(m->ws_bytes + m->bws_bytes) : 0;
 }
 
 /* ---- argument checks --------------------------------------------------- */
@@ -392,9 +404,29 @@ static int args_ok(const hr_moe *m, const hr_moe_args *a)
          pointer_ok(m, a->topk_ids, 4) && pointer_ok(m, a->topk_weights, 4);
 }
 
+/* The backward's: the forward's inputs but y, and its outputs. */
+static int grad_args_ok(const hr_moe *m, const hr_moe_grad_args *g)
+{
+  const hr_moe_shape *s = &m->shape;
+  const hr_moe_args *a;
+  if(!g)
+    return 0;
+  a = &g->fwd;
+  if(a->tokens < 1 || a->tokens > s->max_tokens || a->experts != s->experts ||
+     a->hidden != s->hidden || a->inter != s->inter || a->topk != s->topk ||
+     a->timeout_ms < 0 || (g->dw_dtype != HR_MOE_DW_FP32 && g->dw_dtype != HR_MOE_DW_BF16))
+    return 0;
+  return pointer_ok(m, a->x, 16) && pointer_ok(m, a->w1, 16) &&
+         pointer_ok(m, a->w2, 16) && pointer_ok(m, a->topk_ids, 4) &&
+         pointer_ok(m, a->topk_weights, 4) && pointer_ok(m, g->dy, 16) &&
+         pointer_ok(m, g->dx, 16) && pointer_ok(m, g->dw1, 16) &&
+         pointer_ok(m, g->dw2, 16) && pointer_ok(m, g->dtopk_weights, 4);
+}
+
 /* ---- launch ------------------------------------------------------------ */
 
 static int failure_take(hr_moe *m);
+static int bwd_alloc(hr_moe *m);
 
 /* mode HR_MODE_HEADROOM or HR_MODE_COOPERATIVE: the barrier kernel;
  * HR_MODE_PARTITION: the same ordinary launch (the green context the
@@ -404,16 +436,19 @@ static int failure_take(hr_moe *m);
  * `h`: the benchmark hook (moe_bench.h), NULL for every production
  * launch. */
 static int launch(hr_moe *m, const hr_lease *lease, int grid, int mode,
-                  int cluster, const hr_moe_args *a, cudaStream_t stream,
-                  const hr__moe_hook *h)
+                  int cluster, const hr_moe_args *a, const hr_moe_grad_args *g,
+                  cudaStream_t stream, const hr__moe_hook *h)
 {
   hr__moe_params p;
+  hr__moe_bwd_params bp;
   cudaError_t ce;
   int prev, err, timeout_ms;
   const int agnostic = mode == HR_MODE_AGNOSTIC;
 
-  if(!m || !args_ok(m, a))
+  if(!m || (g ? !grad_args_ok(m, g) : !args_ok(m, a)))
     return HR_EINVAL;
+  if(g)
+    a = &g->fwd;
   if(mode == HR_MODE_PARTITION)
     mode = HR_MODE_HEADROOM;
   if((mode != HR_MODE_HEADROOM && mode != HR_MODE_COOPERATIVE && !agnostic) ||
@@ -429,6 +464,11 @@ static int launch(hr_moe *m, const hr_lease *lease, int grid, int mode,
   err = device_enter(m->device, &prev);
   if(err)
     return err;
+  if(g) {
+    err = bwd_alloc(m);
+    if(err)
+      goto out;
+  }
 
   /* The last launch was never waited for, and has already failed: take
    * the record now so the barrier words get cleared below. */
@@ -494,8 +534,25 @@ static int launch(hr_moe *m, const hr_lease *lease, int grid, int mode,
 
   /* A cooperative grid larger than the device: CUDA would refuse it too,
    * but with clusters its answer varies; say it the same way always. */
+  if(g) {
+    memset(&bp, 0, sizeof(bp));
+    bp.f = p;
+    bp.dy = (const uint16_t *)g->dy;
+    bp.dx = (uint16_t *)g->dx;
+    bp.dw1 = g->dw1;
+    bp.dw2 = g->dw2;
+    bp.dtw = g->dtopk_weights;
+    bp.dw_bf16 = g->dw_dtype == HR_MOE_DW_BF16;
+    bp.sorted_pair = m->sorted_pair;
+    bp.dh = m->dh;
+    bp.wa = m->h;
+    bp.dxrow = m->ypair;
+    bp.dwp = m->dwp;
+  }
   if(mode == HR_MODE_COOPERATIVE && grid > m->sms)
     ce = cudaErrorCooperativeLaunchTooLarge;
+  else if(g)
+    ce = hr__moe_bwd_launch(&bp, grid, agnostic, mode == HR_MODE_COOPERATIVE, stream);
   else if(agnostic)
     ce = hr__moe_agnostic_launch(&p, grid, stream);
   else
@@ -512,8 +569,9 @@ static int launch(hr_moe *m, const hr_lease *lease, int grid, int mode,
       d.grid = grid;
       d.timeout_ms = timeout_ms;
       d.cuda_error = (int)ce;
-      snprintf(msg, sizeof(msg), "mega-MoE launch of %d CTAs (%s, cluster %d) failed: %s",
-               grid, agnostic ? "agnostic" : hr_mode_name((hr_mode)mode),
+      snprintf(msg, sizeof(msg), "mega-MoE %s launch of %d CTAs (%s, cluster %d) failed: %s",
+               g ? "backward" : "forward", grid,
+               agnostic ? "agnostic" : hr_mode_name((hr_mode)mode),
                agnostic ? 1 : cluster, cudaGetErrorString(ce));
       hr_report(hr_lease_client(lease), lease, HR_INCIDENT_LAUNCH_FAILURE,
                 &d, msg);
@@ -539,13 +597,13 @@ out:
 int hr_moe_forward_grid(hr_moe *m, int grid, hr_mode mode, int cluster,
                         const hr_moe_args *args, void *stream)
 {
-  return launch(m, NULL, grid, (int)mode, cluster, args, (cudaStream_t)stream, NULL);
+  return launch(m, NULL, grid, (int)mode, cluster, args, NULL, (cudaStream_t)stream, NULL);
 }
 
 int hr_moe_forward_agnostic_grid(hr_moe *m, int grid, const hr_moe_args *args,
                                  void *stream)
 {
-  return launch(m, NULL, grid, HR_MODE_AGNOSTIC, 1, args, (cudaStream_t)stream, NULL);
+  return launch(m, NULL, grid, HR_MODE_AGNOSTIC, 1, args, NULL, (cudaStream_t)stream, NULL);
 }
 
 int hr__moe_forward_hook(hr_moe *m, int grid, const hr__moe_hook *h,
@@ -558,7 +616,7 @@ int hr__moe_forward_hook(hr_moe *m, int grid, const hr__moe_hook *h,
   if(!h || (h->skip & ~(phases | faults)) || (h->repeat & ~phases))
     return HR_EINVAL;
   return launch(m, NULL, grid, h->agnostic ? HR_MODE_AGNOSTIC : HR_MODE_HEADROOM,
-                h->agnostic ? 1 : 2, args, (cudaStream_t)stream, h);
+                h->agnostic ? 1 : 2, args, NULL, (cudaStream_t)stream, h);
 }
 
 int hr_moe_forward(hr_moe *m, const hr_lease *lease, const hr_moe_args *args,
@@ -577,8 +635,73 @@ int hr_moe_forward(hr_moe *m, const hr_lease *lease, const hr_moe_args *args,
    * clusters is a multiple of 2 and safe with pairs. A lease in the
    * agnostic mode runs the residency-agnostic kernel (no clusters), which
    * is correct with any grid, headroom 0 included. */
-  return launch(m, lease, grid, (int)mode, cluster > 1 ? 2 : 1, args,
+  return launch(m, lease, grid, (int)mode, cluster > 1 ? 2 : 1, args, NULL,
                 (cudaStream_t)stream, NULL);
+}
+
+/* ---- the backward ------------------------------------------------------ */
+
+/* The backward's workspace, for max_tokens * k pairs: the place -> pair
+ * table, dh (dg | du, bf16) and the d(w) partials (fp32, I / 64 a pair);
+ * w a and the dx rows use the forward's h and ypair. */
+static int bwd_alloc(hr_moe *m)
+{
+  const size_t pairs = (size_t)m->shape.max_tokens * m->shape.topk;
+  const size_t I = (size_t)m->shape.inter;
+  size_t bytes, off = 0;
+  void *p = NULL;
+  int err;
+
+  if(m->bws)
+    return HR_OK;
+  bytes = align_up(pairs * 4) + align_up(pairs * 2 * I * 2) + align_up(pairs * (I / 64) * 4);
+  err = err_from_cuda(cudaMalloc(&p, bytes));
+  if(err) {
+    cudaGetLastError();
+    return err == HR_ENOMEM ? HR_ENOMEM : HR_ECUDA;
+  }
+  m->bws = p;
+  m->bws_bytes = bytes;
+  m->sorted_pair = (int32_t *)((char *)p + off);
+  off += align_up(pairs * 4);
+  m->dh = (uint16_t *)((char *)p + off);
+  off += align_up(pairs * 2 * I * 2);
+  m->dwp = (float *)((char *)p + off);
+  return HR_OK;
+}
+
+int hr_moe_backward_prepare(hr_moe *m)
+{
+  int prev, err;
+  if(!m)
+    return HR_EINVAL;
+  err = device_enter(m->device, &prev);
+  if(err)
+    return err;
+  err = bwd_alloc(m);
+  device_leave(m->device, prev);
+  return err;
+}
+
+int hr_moe_backward_grid(hr_moe *m, int grid, hr_mode mode, const hr_moe_grad_args *args,
+                         void *stream)
+{
+  return launch(m, NULL, grid, (int)mode, 1, NULL, args, (cudaStream_t)stream, NULL);
+}
+
+int hr_moe_backward(hr_moe *m, const hr_lease *lease, const hr_moe_grad_args *args,
+                    void *stream)
+{
+  hr_mode mode;
+  int grid, cluster, err;
+
+  if(!m || !lease)
+    return HR_EINVAL;
+  err = hr_lease_launch_config(lease, &grid, &cluster, &mode);
+  if(err)
+    return err;
+  /* No clusters: the grid of any cluster size is a grid of single CTAs. */
+  return launch(m, lease, grid, (int)mode, 1, NULL, args, (cudaStream_t)stream, NULL);
 }
 
 /* ---- waiting ----------------------------------------------------------- */

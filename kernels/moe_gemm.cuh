@@ -69,8 +69,7 @@
  * of any tile shape (the routing tables come after it). */
 #define HR__MOE_GEMM_SMEM (218 * 1024)
 /* Both kernels' dynamic shared memory: the above, then the routing tables
- * (E + 1 ints each, padded). More than half an SM's: one CTA per SM. */
-#define HR__MOE_ROUTE_INTS (HR_MOE_MAX_EXPERTS + 4)
+ * (HR__MOE_ROUTE_INTS each, moe_route.cuh). More than half an SM's: one CTA per SM. */
 #define HR__MOE_SMEM_BYTES (HR__MOE_GEMM_SMEM + 4 * HR__MOE_ROUTE_INTS * 4)
 static_assert(HR__MOE_SMEM_BYTES > 228 * 1024 / 2, "one CTA per SM");
 /* Claimed units an agnostic run keeps in its ring (a power of 2, more than

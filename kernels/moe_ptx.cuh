@@ -51,6 +51,23 @@ static __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], uint32_t addr)
                : "r"(addr) : "memory");
 }
 
+/* The same four matrices transposed: each thread gets the pair of the
+ * column it would get of the row (the operand stored M- or N-major). */
+static __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], uint32_t addr)
+{
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr) : "memory");
+}
+
+/* cp_async16, or 16 zero bytes where !valid (src is then not read, but
+ * must still be a global address). */
+static __device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void *src, int valid)
+{
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+               :: "r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+
 /* c += a (16x16, row-major) * b (16x8, column-major): bf16 in, fp32 out. */
 static __device__ __forceinline__ void mma_bf16_16816(float c[4], const uint32_t a[4],
                                                uint32_t b0, uint32_t b1)

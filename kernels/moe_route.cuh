@@ -21,8 +21,12 @@
 #ifndef HR_MOE_ROUTE_CUH
 #define HR_MOE_ROUTE_CUH
 
+#include "headroom_moe.h"
 #include "moe_kernel.h"
 #include "moe_trace.cuh"
+
+/* Ints a routing table takes in shared memory: E + 1 entries, padded. */
+#define HR__MOE_ROUTE_INTS (HR_MOE_MAX_EXPERTS + 4)
 
 /* Per-CTA routing tables in shared memory (E + 1 entries each). */
 struct moe_route {

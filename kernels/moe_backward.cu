@@ -1,0 +1,697 @@
+/*
+ * moe_backward.cu: the mega-MoE backward, one persistent launch, in two
+ * kernels that run the same tiles (moe_backward.h lists the stages):
+ *
+ *   the barrier kernel   route | barrier 20 | dgu tiles | barrier 21 |
+ *                        dx, dW1, dW2 tiles | barrier 22 | combine
+ *   the agnostic kernel  every CTA takes tasks in ticket order (route
+ *                        pieces, dgu tiles, dx tiles, combines, dW
+ *                        tiles) and a task waits only for the count of
+ *                        finished tasks it needs, all of them taken
+ *                        before it by CTAs that are running
+ *
+ * Within a stage the tiles are claimed from a counter one ahead (the
+ * claim's round trip hides behind the tile before). Each output element
+ * is one tile's, summed in a fixed order, so the results do not depend on
+ * the grid or the kernel. kernels/moe_ref.c (hr_moe_ref_backward) is the
+ * same backward on the CPU.
+ */
+#include "moe_backward.h"
+
+#include "moe_barrier.cuh"
+#include "moe_bwd_gemm.cuh"
+#include "moe_ptx.cuh"
+#include "moe_route.cuh"
+
+#include "headroom_moe.h"
+
+/* ---- shared memory ----------------------------------------------------- */
+
+/* The dgu tile's stage: x and dy rows (128 x 32 each), W1's gate and up
+ * rows (64 x 32 each), W2's 32 x 64 (MN-major). */
+typedef bwd_tile<HR__MOE_BWD_TILE_M, BWD_BK> bwd_rows_tile;
+typedef bwd_tile<HR__MOE_BWD_DGU_N, BWD_BK> bwd_w1_tile;
+typedef bwd_tile<BWD_BK, HR__MOE_BWD_DGU_N> bwd_w2_tile;
+#define BWD_DGU_STAGE (2 * bwd_rows_tile::BYTES + 2 * bwd_w1_tile::BYTES + bwd_w2_tile::BYTES)
+/* The grads tiles' stage: A and B of 128 x 32 or 32 x 128. */
+typedef bwd_tile<BWD_BK, 128> bwd_cols_tile;
+#define BWD_GRAD_STAGE (bwd_rows_tile::BYTES + bwd_cols_tile::BYTES)
+#define BWD_STAGES 4
+#define BWD_RING_BYTES (BWD_STAGES * (BWD_DGU_STAGE > BWD_GRAD_STAGE ? BWD_DGU_STAGE : BWD_GRAD_STAGE))
+/* the d(w) partials of a dgu tile's rows, from its two column halves */
+#define BWD_RED_BYTES (HR__MOE_BWD_TILE_M * 2 * 4)
+/* then five routing tables (E + 1 ints each, padded): cnt, pre, off,
+ * tile_off and the agnostic route's cursor */
+#define BWD_SMEM_BYTES (BWD_RING_BYTES + BWD_RED_BYTES + 5 * HR__MOE_ROUTE_INTS * 4)
+static_assert(BWD_SMEM_BYTES + 256 <= 227 * 1024, "fits an SM");
+
+/* ---- the plan: tiles and tasks, from the routing tables ---------------- */
+
+struct bwd_plan {
+  int n_mt;      /* M tiles of 128 pairs, over all experts */
+  int ni;        /* I / 64: dgu tiles (and d(w) partials) per M tile */
+  int nh;        /* H / 128 */
+  int n_dgu;     /* n_mt * ni */
+  int n_dx;      /* n_mt * nh */
+  int w1_tiles;  /* per expert: (2I / 128) * nh */
+  int w2_tiles;  /* per expert: nh * (I / 128) */
+  int n_grads;   /* n_dx + E (w1_tiles + w2_tiles) */
+};
+
+static __device__ __forceinline__ bwd_plan bwd_plan_of(const hr__moe_params &f, const moe_route &rt)
+{
+  bwd_plan q;
+  q.n_mt = rt.tile_off[f.E];
+  q.ni = f.I / HR__MOE_BWD_DGU_N;
+  q.nh = f.H / 128;
+  q.n_dgu = q.n_mt * q.ni;
+  q.n_dx = q.n_mt * q.nh;
+  q.w1_tiles = (2 * f.I / 128) * q.nh;
+  q.w2_tiles = q.nh * (f.I / 128);
+  q.n_grads = q.n_dx + f.E * (q.w1_tiles + q.w2_tiles);
+  return q;
+}
+
+/* The expert of global M tile mt: the last e with tile_off[e] <= mt
+ * (an expert with no tiles shares its tile_off with the next). */
+static __device__ __forceinline__ int bwd_expert_of(const moe_route &rt, int E, int mt)
+{
+  int lo = 0, hi = E - 1;
+  while(lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if(rt.tile_off[mid] <= mt)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+/* ---- stage 1: route ---------------------------------------------------- */
+
+/* The place -> pair table for pairs [lo, hi), which this CTA just placed
+ * (pos_of is its own writes, ordered by moe_route_place's __syncthreads). */
+static __device__ void bwd_invert(const hr__moe_bwd_params &p, int lo, int hi)
+{
+  for(int pi = lo + (int)threadIdx.x; pi < hi; pi += HR__MOE_THREADS) {
+    const int pos = p.f.pos_of[pi];
+    if(pos >= 0)
+      p.sorted_pair[pos] = pi;
+  }
+  __syncthreads();
+}
+
+/* ---- stage 2: dgu ------------------------------------------------------ */
+
+/* g and u (acc[0], acc[1]) from the x rows and W1, q (acc[2]) from the dy
+ * rows and W2, over one stage; the x fragments serve both g and u. */
+static __device__ __forceinline__ void bwd_dgu_stage(float (&g)[2][4][4], float (&u)[2][4][4],
+                                                     float (&q)[2][4][4], uint32_t st, int m0,
+                                                     int n0)
+{
+  const uint32_t sx = st, sdy = sx + bwd_rows_tile::BYTES;
+  const uint32_t sg = sdy + bwd_rows_tile::BYTES, su = sg + bwd_w1_tile::BYTES;
+  const uint32_t sq = su + bwd_w1_tile::BYTES;
+  const int lane = (int)threadIdx.x & 31;
+  constexpr int AP = bwd_rows_tile::PITCH, WP = bwd_w1_tile::PITCH, QP = bwd_w2_tile::PITCH;
+#pragma unroll
+  for(int kk = 0; kk < BWD_BK; kk += 16) {
+    uint32_t fx[2][4], fd[2][4], fg[2][4], fu[2][4], fq[2][4];
+#pragma unroll
+    for(int mt = 0; mt < 2; mt++) {
+      const uint32_t off = (uint32_t)(((m0 + mt * 16 + (lane & 15)) * AP + kk + 8 * (lane >> 4)) * 2);
+      ldmatrix_x4(fx[mt], sx + off);
+      ldmatrix_x4(fd[mt], sdy + off);
+    }
+#pragma unroll
+    for(int np = 0; np < 2; np++) {
+      const int n = n0 + np * 16;
+      const uint32_t off = (uint32_t)(((n + (lane & 7) + 8 * (lane >> 4)) * WP + kk +
+                                       8 * ((lane >> 3) & 1)) * 2);
+      ldmatrix_x4(fg[np], sg + off);
+      ldmatrix_x4(fu[np], su + off);
+      ldmatrix_x4_trans(fq[np], sq + (uint32_t)(((kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * QP +
+                                                 n + 8 * (lane >> 4)) * 2));
+    }
+#pragma unroll
+    for(int mt = 0; mt < 2; mt++)
+#pragma unroll
+      for(int nt = 0; nt < 4; nt++) {
+        const int h = nt / 2, b = (nt & 1) * 2;
+        mma_bf16_16816(g[mt][nt], fx[mt], fg[h][b], fg[h][b + 1]);
+        mma_bf16_16816(u[mt][nt], fx[mt], fu[h][b], fu[h][b + 1]);
+        mma_bf16_16816(q[mt][nt], fd[mt], fq[h][b], fq[h][b + 1]);
+      }
+  }
+}
+
+/* dgu tile u: M tile mt = u / ni of expert e, features i0 = (u % ni) 64.
+ * Warps 4 x 2, each 32 pairs x 32 features. The epilogue, per element:
+ * a = bf16(silu(g) u) (the forward's h), the d(w) partial <q, a> over the
+ * tile's 64 features, da = w q, du = bf16(da silu(g)),
+ * dg = bf16(da u silu'(g)), and w a in bf16 for dW2. */
+static __device__ void bwd_dgu_tile(const hr__moe_bwd_params &p, const moe_route &rt,
+                                    const bwd_plan &q, uint8_t *smem, int unit)
+{
+  const hr__moe_params &f = p.f;
+  const int mt_all = unit / q.ni, it = unit - mt_all * q.ni;
+  const int e = bwd_expert_of(rt, f.E, mt_all);
+  const int m0 = (mt_all - rt.tile_off[e]) * HR__MOE_BWD_TILE_M;
+  const int cnt = rt.cnt[e], off = rt.off[e];
+  const int H = f.H, I = f.I, i0 = it * HR__MOE_BWD_DGU_N;
+  const int warp = (int)threadIdx.x >> 5, wm = (warp & 3) * 32, wn = (warp >> 2) * 32;
+  const uint16_t *w1e = f.w1 + (size_t)e * 2 * I * H;
+  bwd_load_kmajor<HR__MOE_BWD_TILE_M> lx, ldy;
+  bwd_load_kmajor<HR__MOE_BWD_DGU_N> lg, lu;
+  bwd_load_krows<HR__MOE_BWD_DGU_N> lq;
+  float ag[2][4][4], au[2][4][4], aq[2][4][4];
+  float *red = (float *)(smem + BWD_RING_BYTES);
+
+  lx.init([&](int r) -> const uint16_t * {
+    return m0 + r < cnt ? f.x + (size_t)f.sorted_tok[off + m0 + r] * H : nullptr;
+  });
+  ldy.init([&](int r) -> const uint16_t * {
+    return m0 + r < cnt ? p.dy + (size_t)f.sorted_tok[off + m0 + r] * H : nullptr;
+  });
+  lg.init([&](int r) -> const uint16_t * { return w1e + (size_t)(i0 + r) * H; });
+  lu.init([&](int r) -> const uint16_t * { return w1e + (size_t)(I + i0 + r) * H; });
+  lq.init(f.w2 + (size_t)e * H * I + i0, I, nullptr, H);
+  bwd_acc_zero(ag);
+  bwd_acc_zero(au);
+  bwd_acc_zero(aq);
+
+  bwd_pipeline<BWD_STAGES, BWD_DGU_STAGE>(
+      H / BWD_BK, smem_addr(smem),
+      [&](uint32_t st, int s) {
+        lx.issue(st, s, f.x);
+        ldy.issue(st + bwd_rows_tile::BYTES, s, f.x);
+        lg.issue(st + 2 * bwd_rows_tile::BYTES, s, f.x);
+        lu.issue(st + 2 * bwd_rows_tile::BYTES + bwd_w1_tile::BYTES, s, f.x);
+        lq.issue(st + 2 * bwd_rows_tile::BYTES + 2 * bwd_w1_tile::BYTES, s, f.x);
+      },
+      [&](uint32_t st) { bwd_dgu_stage(ag, au, aq, st, wm, wn); });
+
+  /* The epilogue: four rows a thread (mt, c >> 1), eight features each. */
+#pragma unroll
+  for(int mt = 0; mt < 2; mt++)
+#pragma unroll
+    for(int half = 0; half < 2; half++) {
+      const int row = wm + bwd_acc_row(mt, half * 2);
+      const int valid = m0 + row < cnt;
+      const int pos = off + m0 + row;
+      const float w = valid ? __ldg(f.wts + p.sorted_pair[pos]) : 0.0f;
+      float dsum = 0.0f;
+#pragma unroll
+      for(int nt = 0; nt < 4; nt++) {
+        float dg[2], du[2], wa[2];
+#pragma unroll
+        for(int c = 0; c < 2; c++) {
+          const float gv = ag[mt][nt][half * 2 + c], uv = au[mt][nt][half * 2 + c];
+          const float qv = aq[mt][nt][half * 2 + c];
+          const float ex = expf(-gv);
+          const float s = __fdividef(1.0f, 1.0f + ex);
+          const float silu = __fdividef(gv, 1.0f + ex);        /* hr__swiglu's */
+          const float a = bf16_lo(to_bf16(silu * uv));
+          const float da = w * qv;
+          dsum = __fmaf_rn(qv, a, dsum);
+          du[c] = da * silu;
+          dg[c] = da * uv * s * (1.0f + gv * (1.0f - s));
+          wa[c] = w * a;
+        }
+        if(valid) {
+          const int i = i0 + wn + bwd_acc_col(nt, 0);
+          uint16_t *dh = p.dh + (size_t)pos * 2 * I;
+          *(uint32_t *)(dh + i) = pack_bf16x2(dg[0], dg[1]);
+          *(uint32_t *)(dh + I + i) = pack_bf16x2(du[0], du[1]);
+          *(uint32_t *)(p.wa + (size_t)pos * I + i) = pack_bf16x2(wa[0], wa[1]);
+        }
+      }
+      /* the row's sum over the warp's 32 features: the 4 lanes of a row */
+      dsum += __shfl_xor_sync(0xffffffffu, dsum, 1);
+      dsum += __shfl_xor_sync(0xffffffffu, dsum, 2);
+      if((threadIdx.x & 3) == 0)
+        red[row * 2 + (warp >> 2)] = dsum;
+    }
+  __syncthreads();
+  for(int r = (int)threadIdx.x; r < HR__MOE_BWD_TILE_M; r += HR__MOE_THREADS)
+    if(m0 + r < cnt)
+      p.dwp[(size_t)(off + m0 + r) * q.ni + it] = red[r * 2] + red[r * 2 + 1];
+  __syncthreads();
+}
+
+/* ---- stage 3: the dx rows, dW1, dW2 ------------------------------------ */
+
+/* A 128 x 128 fp32 result tile to out (row pitch ld elements), as fp32
+ * or rounded to bf16. Warps 2 x 4, each 64 x 32. */
+template <class Out>
+static __device__ __forceinline__ void bwd_store_tile(const float (&acc)[4][4][4], int wm, int wn,
+                                                      Out out)
+{
+#pragma unroll
+  for(int mt = 0; mt < 4; mt++)
+#pragma unroll
+    for(int nt = 0; nt < 4; nt++)
+#pragma unroll
+      for(int half = 0; half < 2; half++)
+        out(wm + bwd_acc_row(mt, half * 2), wn + bwd_acc_col(nt, 0), acc[mt][nt][half * 2],
+            acc[mt][nt][half * 2 + 1]);
+}
+
+static __device__ __forceinline__ void bwd_store_dw(void *dw, int bf16, size_t at, float a,
+                                                    float b)
+{
+  if(bf16)
+    *(uint32_t *)((uint16_t *)dw + at) = pack_bf16x2(a, b);
+  else
+    *(float2 *)((float *)dw + at) = make_float2(a, b);
+}
+
+/* grads tile `unit`: [0, n_dx) the dx rows of M tile unit / nh (dh W1,
+ * K = 2I); then per expert its dW1 tiles (dh^T x) and dW2 tiles
+ * (dy^T (w a)), K = the expert's pairs (none: a tile of zeros). */
+static __device__ void bwd_grads_tile(const hr__moe_bwd_params &p, const moe_route &rt,
+                                      const bwd_plan &q, uint8_t *smem, int unit)
+{
+  const hr__moe_params &f = p.f;
+  const int H = f.H, I = f.I;
+  const int warp = (int)threadIdx.x >> 5, wm = (warp & 1) * 64, wn = (warp >> 1) * 32;
+  const uint32_t ring = smem_addr(smem);
+  float acc[4][4][4];
+  bwd_acc_zero(acc);
+
+  if(unit < q.n_dx) {
+    const int mt_all = unit / q.nh, h0 = (unit - mt_all * q.nh) * 128;
+    const int e = bwd_expert_of(rt, f.E, mt_all);
+    const int m0 = (mt_all - rt.tile_off[e]) * HR__MOE_BWD_TILE_M;
+    const int cnt = rt.cnt[e], off = rt.off[e];
+    bwd_load_kmajor<HR__MOE_BWD_TILE_M> la;
+    bwd_load_krows<128> lb;
+    la.init([&](int r) -> const uint16_t * {
+      return m0 + r < cnt ? p.dh + (size_t)(off + m0 + r) * 2 * I : nullptr;
+    });
+    lb.init(f.w1 + (size_t)e * 2 * I * H + h0, H, nullptr, 2 * I);
+    bwd_pipeline<BWD_STAGES, BWD_GRAD_STAGE>(
+        2 * I / BWD_BK, ring,
+        [&](uint32_t st, int s) {
+          la.issue(st, s, f.x);
+          lb.issue(st + bwd_rows_tile::BYTES, s, f.x);
+        },
+        [&](uint32_t st) {
+          bwd_mma_stage<4, 4, true, false, bwd_rows_tile::PITCH, bwd_cols_tile::PITCH>(
+              acc, st, st + bwd_rows_tile::BYTES, wm, wn);
+        });
+    bwd_store_tile(acc, wm, wn, [&](int r, int c, float a, float b) {
+      if(m0 + r < cnt)
+        *(uint32_t *)(p.dxrow + (size_t)(off + m0 + r) * H + h0 + c) = pack_bf16x2(a, b);
+    });
+    return;
+  }
+
+  unit -= q.n_dx;
+  const int per_e = q.w1_tiles + q.w2_tiles;
+  const int e = unit / per_e, t = unit - e * per_e;
+  const int cnt = rt.cnt[e], off = rt.off[e];
+  const int nk = (cnt + BWD_BK - 1) / BWD_BK;
+  const int32_t *tok = f.sorted_tok + off;
+  bwd_load_krows<128> la, lb;
+  int m0, n0, ldo;
+  void *out;
+  size_t base;
+  if(t < q.w1_tiles) {                 /* dW1[e][m0 + r][n0 + c], M = 2I, N = H */
+    m0 = (t / q.nh) * 128;
+    n0 = (t % q.nh) * 128;
+    la.init(p.dh + (size_t)off * 2 * I + m0, 2 * I, nullptr, cnt);
+    lb.init(f.x + n0, H, tok, cnt);
+    out = p.dw1;
+    ldo = H;
+    base = (size_t)e * 2 * I * H;
+  } else {                             /* dW2[e][m0 + r][n0 + c], M = H, N = I */
+    const int t2 = t - q.w1_tiles, ni = I / 128;
+    m0 = (t2 / ni) * 128;
+    n0 = (t2 % ni) * 128;
+    la.init(p.dy + m0, H, tok, cnt);
+    lb.init(p.wa + (size_t)off * I + n0, I, nullptr, cnt);
+    out = p.dw2;
+    ldo = I;
+    base = (size_t)e * H * I;
+  }
+  bwd_pipeline<BWD_STAGES, BWD_GRAD_STAGE>(
+      nk, ring,
+      [&](uint32_t st, int s) {
+        la.issue(st, s, f.x);
+        lb.issue(st + bwd_cols_tile::BYTES, s, f.x);
+      },
+      [&](uint32_t st) {
+        bwd_mma_stage<4, 4, false, false, bwd_cols_tile::PITCH, bwd_cols_tile::PITCH>(
+            acc, st, st + bwd_cols_tile::BYTES, wm, wn);
+      });
+  bwd_store_tile(acc, wm, wn, [&](int r, int c, float a, float b) {
+    bwd_store_dw(out, p.dw_bf16, base + (size_t)(m0 + r) * ldo + n0 + c, a, b);
+  });
+}
+
+/* ---- stage 4: combine -------------------------------------------------- */
+
+/* Tokens [lo, hi): dx[t] = bf16(sum over valid slots j, in order, of the
+ * dx row of (t, j)); d(w[t,j]) = the sum of its partials in order, or 0
+ * for an id outside [0, E). */
+static __device__ void bwd_combine(const hr__moe_bwd_params &p, int lo, int hi)
+{
+  const hr__moe_params &f = p.f;
+  const int chunks = f.H / 8, k = f.k, ni = f.I / HR__MOE_BWD_DGU_N;
+  const long long n = (long long)(hi - lo) * chunks;
+  for(long long i = threadIdx.x; i < n; i += HR__MOE_THREADS) {
+    const int t = lo + (int)(i / chunks), c = (int)(i % chunks) * 8;
+    float acc[8] = { 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f };
+    for(int j = 0; j < k; j++) {
+      const int pos = f.pos_of[t * k + j];
+      if(pos < 0)
+        continue;
+      const uint4 v = *(const uint4 *)(p.dxrow + (size_t)pos * f.H + c);
+      acc[0] += bf16_lo(v.x);
+      acc[1] += bf16_hi(v.x);
+      acc[2] += bf16_lo(v.y);
+      acc[3] += bf16_hi(v.y);
+      acc[4] += bf16_lo(v.z);
+      acc[5] += bf16_hi(v.z);
+      acc[6] += bf16_lo(v.w);
+      acc[7] += bf16_hi(v.w);
+    }
+    uint4 o;
+    o.x = pack_bf16x2(acc[0], acc[1]);
+    o.y = pack_bf16x2(acc[2], acc[3]);
+    o.z = pack_bf16x2(acc[4], acc[5]);
+    o.w = pack_bf16x2(acc[6], acc[7]);
+    *(uint4 *)(p.dx + (size_t)t * f.H + c) = o;
+  }
+  for(int pi = lo * k + (int)threadIdx.x; pi < hi * k; pi += HR__MOE_THREADS) {
+    const int pos = f.pos_of[pi];
+    float s = 0.0f;
+    if(pos >= 0)
+      for(int it = 0; it < ni; it++)
+        s += p.dwp[(size_t)pos * ni + it];
+    p.dtw[pi] = s;
+  }
+}
+
+/* ---- the kernels ------------------------------------------------------- */
+
+/* The routing tables in shared memory, after the ring and the partials. */
+static __device__ __forceinline__ moe_route bwd_tables(uint8_t *smem, int **cursor)
+{
+  int *ints = (int *)(smem + BWD_RING_BYTES + BWD_RED_BYTES);
+  moe_route rt;
+  rt.cnt = ints;
+  rt.pre = ints + HR__MOE_ROUTE_INTS;
+  rt.off = ints + 2 * HR__MOE_ROUTE_INTS;
+  rt.tile_off = ints + 3 * HR__MOE_ROUTE_INTS;
+  *cursor = ints + 4 * HR__MOE_ROUTE_INTS;
+  return rt;
+}
+
+/* Thread 0: leave at once when this launch already failed, or (stale)
+ * an earlier one failed and its words were never cleared. */
+static __device__ __forceinline__ int bwd_start_ok(const hr__moe_params &f)
+{
+  const unsigned fail = ld_relaxed_gpu(&f.sync->fail);
+  if(fail != 0 && fail != f.seq)
+    moe_fail(f, HR__MOE_FAIL_STALE, -1, 0);
+  return fail == 0;
+}
+
+/* One CTA's claimed units of a stage from counter *claim: the next unit
+ * is claimed while this one runs. */
+template <class Run>
+static __device__ __forceinline__ void bwd_claimed(unsigned *claim, int units, unsigned *s_unit,
+                                                   Run run)
+{
+  if(threadIdx.x == 0)
+    *s_unit = atomicAdd(claim, 1u);
+  __syncthreads();
+  for(;;) {
+    const unsigned u = *s_unit;
+    __syncthreads();
+    if(u >= (unsigned)units)
+      break;
+    unsigned next = 0;
+    if(threadIdx.x == 0)
+      next = atomicAdd(claim, 1u);     /* its result is needed only below */
+    run((int)u);
+    if(threadIdx.x == 0)
+      *s_unit = next;
+    __syncthreads();
+  }
+}
+
+__global__ void __launch_bounds__(HR__MOE_THREADS, 1)
+hr__moe_bwd_kernel(const __grid_constant__ hr__moe_bwd_params p)
+{
+  extern __shared__ __align__(128) uint8_t smem[];
+  __shared__ int s_ok;
+  __shared__ int s_warp_sums[HR__MOE_THREADS / 32];
+  __shared__ unsigned s_unit;
+  const hr__moe_params &f = p.f;
+  int *cursor;
+  const moe_route rt = bwd_tables(smem, &cursor);
+
+  if(threadIdx.x == 0)
+    s_ok = bwd_start_ok(f);
+  __syncthreads();
+  if(!s_ok)
+    return;
+
+  /* 1. route: this CTA's slice, and its places' pairs */
+  const int pairs = f.T * f.k;
+  const int lo = (int)((long long)pairs * blockIdx.x / gridDim.x);
+  const int hi = (int)((long long)pairs * (blockIdx.x + 1) / gridDim.x);
+  moe_route_pairs(f, rt, s_warp_sums, lo, hi);
+  bwd_invert(p, lo, hi);
+  moe_route_tiles(f, rt, HR__MOE_BWD_TILE_M, s_warp_sums);
+  const bwd_plan q = bwd_plan_of(f, rt);
+  if(!grid_barrier(f, HR__MOE_BWD_BARRIER_ROUTED, &s_ok))
+    return;
+
+  /* 2. dgu */
+  bwd_claimed(&f.sync->claim[0], q.n_dgu, &s_unit,
+              [&](int u) { bwd_dgu_tile(p, rt, q, smem, u); });
+  if(!grid_barrier(f, HR__MOE_BWD_BARRIER_DGU, &s_ok))
+    return;
+  if(blockIdx.x == 0 && threadIdx.x == 0)
+    atomicExch(&f.sync->claim[0], 0u);
+
+  /* 3. the dx rows, dW1, dW2 */
+  bwd_claimed(&f.sync->claim[1], q.n_grads, &s_unit,
+              [&](int u) { bwd_grads_tile(p, rt, q, smem, u); });
+  if(!grid_barrier(f, HR__MOE_BWD_BARRIER_GRADS, &s_ok))
+    return;
+  if(blockIdx.x == 0 && threadIdx.x == 0)
+    atomicExch(&f.sync->claim[1], 0u);
+
+  /* 4. combine: a contiguous range of tokens a CTA */
+  bwd_combine(p, (int)((long long)f.T * blockIdx.x / gridDim.x),
+              (int)((long long)f.T * (blockIdx.x + 1) / gridDim.x));
+}
+
+/* ---- the agnostic kernel ----------------------------------------------- */
+
+/* Thread 0: wait until *count reaches `target` (tasks taken before this
+ * one, by running CTAs). 0 when the launch failed meanwhile, timed out
+ * (recorded as wait `which`) or was aborted. */
+static __device__ __noinline__ int bwd_wait_count(const hr__moe_params &f, unsigned *count,
+                                                  unsigned target, int which)
+{
+  unsigned long long t0;
+  unsigned it, v;
+  if(ld_acquire_gpu(count) >= target)
+    return 1;
+  t0 = global_timer_ns();
+  for(it = 1;; it++) {
+    v = ld_acquire_gpu(count);
+    if(v >= target)
+      return 1;
+    __nanosleep(64);
+    if((it & 7) != 0)
+      continue;
+    if(moe_failed(f))
+      return 0;
+    if(global_timer_ns() - t0 > f.timeout_ns) {
+      moe_fail_at(f, HR__MOE_FAIL_TIMEOUT, which, (int)v, (int)target);
+      return 0;
+    }
+    if((it & HR__MOE_ABORT_POLL_MASK) == 0 && ld_relaxed_sys(&f.host->abort_seq) >= f.seq) {
+      moe_fail_at(f, HR__MOE_FAIL_ABORT, which, (int)v, (int)target);
+      return 0;
+    }
+  }
+}
+
+/* The whole CTA waits (bwd_wait_count), unless it already saw the count
+ * complete (*seen). 0 in every thread when the launch failed. */
+static __device__ __forceinline__ int bwd_wait(const hr__moe_params &f, unsigned *count,
+                                               unsigned target, int which, int *seen, int *s_ok)
+{
+  if(*seen)
+    return 1;
+  if(threadIdx.x == 0)
+    *s_ok = bwd_wait_count(f, count, target, which);
+  __syncthreads();
+  *seen = *s_ok;
+  return *s_ok;
+}
+
+/* After a task: the CTA's writes published by one release add. */
+static __device__ __forceinline__ void bwd_done(unsigned *count)
+{
+  __syncthreads();
+  if(threadIdx.x == 0)
+    red_add_release_gpu(count, 1u);
+}
+
+/* Task list, in ticket order:
+ *   [0, np)          route pieces of HR__MOE_BWD_PIECE pairs
+ *   then n_dgu       dgu tiles             (wait: every route piece)
+ *   then n_dx        dx row tiles          (wait: every dgu tile)
+ *   then ncomb       combines of 32 tokens (wait: every route piece and
+ *                    every dx row tile: with no valid pair there is none)
+ *   then the rest    dW1, dW2 tiles        (wait: every route piece and
+ *                    every dgu tile)
+ * The counts of finished tasks: scatter_done (route pieces), g1_total
+ * (dgu tiles), combine_done (dx row tiles); the last CTA to leave puts
+ * them and the ticket back to 0. */
+__global__ void __launch_bounds__(HR__MOE_THREADS, 1)
+hr__moe_bwd_agnostic_kernel(const __grid_constant__ hr__moe_bwd_params p)
+{
+  extern __shared__ __align__(128) uint8_t smem[];
+  __shared__ int s_ok;
+  __shared__ int s_warp_sums[HR__MOE_THREADS / 32];
+  __shared__ unsigned s_unit;
+  const hr__moe_params &f = p.f;
+  hr__moe_agn *agn = f.agn;
+  int *cursor;
+  const moe_route rt = bwd_tables(smem, &cursor);
+  int seen_route = 0, seen_dgu = 0, seen_dx = 0, tasks = 0;
+
+  if(threadIdx.x == 0)
+    s_ok = bwd_start_ok(f);
+  __syncthreads();
+  if(!s_ok)
+    return;
+
+  /* Every CTA's tables: the counts, offsets and M tiles (no placing). */
+  const int pairs = f.T * f.k;
+  moe_route_pairs(f, rt, s_warp_sums, 0, 0);
+  moe_route_tiles(f, rt, HR__MOE_BWD_TILE_M, s_warp_sums);
+  const bwd_plan q = bwd_plan_of(f, rt);
+  const int np = (pairs + HR__MOE_BWD_PIECE - 1) / HR__MOE_BWD_PIECE;
+  const int ncomb = (f.T + HR__MOE_BWD_COMBINE_TOKENS - 1) / HR__MOE_BWD_COMBINE_TOKENS;
+  const int at_dgu = np, at_dx = at_dgu + q.n_dgu, at_comb = at_dx + q.n_dx;
+  const int at_dw = at_comb + ncomb, total = at_dw + (q.n_grads - q.n_dx);
+
+  if(threadIdx.x == 0)
+    s_unit = atomicAdd(&agn->ticket, 1u);
+  __syncthreads();
+  for(;;) {
+    const int u = (int)s_unit;
+    __syncthreads();
+    if(u >= total)
+      break;
+    unsigned next = 0;
+    if(threadIdx.x == 0) {
+      next = atomicAdd(&agn->ticket, 1u);
+      /* an abort is seen in a wait, or here every 16th task */
+      int ok = !moe_failed(f);
+      if(ok && (++tasks & 15) == 0 && ld_relaxed_sys(&f.host->abort_seq) >= f.seq) {
+        moe_fail_at(f, HR__MOE_FAIL_ABORT, HR__MOE_BWD_WAIT_CLAIM, u, total);
+        ok = 0;
+      }
+      s_ok = ok;
+    }
+    __syncthreads();
+    if(!s_ok)
+      return;
+    if(u < at_dgu) {                              /* a route piece */
+      const int lo = u * HR__MOE_BWD_PIECE, hi = min(pairs, lo + HR__MOE_BWD_PIECE);
+      for(int e = (int)threadIdx.x; e < f.E; e += HR__MOE_THREADS)
+        cursor[e] = rt.off[e];
+      __syncthreads();
+      moe_route_advance(f, cursor, 0, lo);
+      moe_route_place(f, cursor, lo, hi);
+      bwd_invert(p, lo, hi);
+      bwd_done(&agn->scatter_done);
+    } else if(u < at_dx) {                        /* a dgu tile */
+      if(!bwd_wait(f, &agn->scatter_done, (unsigned)np, HR__MOE_BWD_WAIT_ROUTE, &seen_route,
+                   &s_ok))
+        return;
+      bwd_dgu_tile(p, rt, q, smem, u - at_dgu);
+      bwd_done(&agn->g1_total);
+    } else if(u < at_comb) {                      /* a dx row tile */
+      if(!bwd_wait(f, &agn->g1_total, (unsigned)q.n_dgu, HR__MOE_BWD_WAIT_DGU, &seen_dgu, &s_ok))
+        return;
+      bwd_grads_tile(p, rt, q, smem, u - at_dx);
+      bwd_done(&agn->combine_done);
+    } else if(u < at_dw) {                        /* a combine */
+      if(!bwd_wait(f, &agn->scatter_done, (unsigned)np, HR__MOE_BWD_WAIT_ROUTE, &seen_route,
+                   &s_ok) ||
+         !bwd_wait(f, &agn->combine_done, (unsigned)q.n_dx, HR__MOE_BWD_WAIT_DX, &seen_dx, &s_ok))
+        return;
+      const int lo = (u - at_comb) * HR__MOE_BWD_COMBINE_TOKENS;
+      bwd_combine(p, lo, min(f.T, lo + HR__MOE_BWD_COMBINE_TOKENS));
+    } else {                                      /* a dW tile */
+      if(!bwd_wait(f, &agn->scatter_done, (unsigned)np, HR__MOE_BWD_WAIT_ROUTE, &seen_route,
+                   &s_ok) ||
+         !bwd_wait(f, &agn->g1_total, (unsigned)q.n_dgu, HR__MOE_BWD_WAIT_DGU, &seen_dgu, &s_ok))
+        return;
+      bwd_grads_tile(p, rt, q, smem, q.n_dx + (u - at_dw));
+    }
+    if(threadIdx.x == 0)
+      s_unit = next;
+    __syncthreads();
+  }
+
+  /* The last CTA out puts the schedule back for the next launch. */
+  __syncthreads();
+  if(threadIdx.x == 0) {
+    __threadfence();
+    if(atomicAdd(&agn->exited, 1u) == gridDim.x - 1) {
+      atomicExch(&agn->ticket, 0u);
+      atomicExch(&agn->scatter_done, 0u);
+      atomicExch(&agn->g1_total, 0u);
+      atomicExch(&agn->combine_done, 0u);
+      atomicExch(&agn->exited, 0u);
+    }
+  }
+}
+
+/* ---- launch ------------------------------------------------------------ */
+
+extern "C" cudaError_t hr__moe_bwd_prepare(void)
+{
+  cudaError_t e = cudaFuncSetAttribute(hr__moe_bwd_kernel,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       BWD_SMEM_BYTES);
+  if(e == cudaSuccess)
+    e = cudaFuncSetAttribute(hr__moe_bwd_agnostic_kernel,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, BWD_SMEM_BYTES);
+  return e;
+}
+
+extern "C" cudaError_t hr__moe_bwd_launch(const hr__moe_bwd_params *p, int grid, int agnostic,
+                                          int coop, cudaStream_t stream)
+{
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1] = {};
+
+  cfg.gridDim = dim3((unsigned)grid, 1, 1);
+  cfg.blockDim = dim3(HR__MOE_THREADS, 1, 1);
+  cfg.dynamicSmemBytes = BWD_SMEM_BYTES;
+  cfg.stream = stream;
+  if(coop && !agnostic) {
+    attr[0].id = cudaLaunchAttributeCooperative;
+    attr[0].val.cooperative = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  if(agnostic)
+    return cudaLaunchKernelEx(&cfg, hr__moe_bwd_agnostic_kernel, *p);
+  return cudaLaunchKernelEx(&cfg, hr__moe_bwd_kernel, *p);
+}
