@@ -179,9 +179,11 @@ int hr_moe_outputs_ready(const hr_moe *m);
  * soon as the error word says so (the aborted kernel may still be draining:
  * CTAs that were not resident leave as soon as they start, and the next
  * launch is ordered after them); HR_ECUDA when CUDA reported an error.
- * HR_EABORTED also when the launch refused to run because an earlier
- * failed launch on this context was never waited for (its half-counted
- * barrier words cannot be trusted; they are cleared before the next).
+ * A launch queued behind a failed one that nobody waited for refuses to
+ * run (the half-counted barrier words cannot be trusted; they are cleared
+ * before the next launch) and returns the failed launch's code and detail:
+ * so a barrier timeout is still HR_EBARRIER_TIMEOUT, and reported, when
+ * the host waits only for a later launch.
  * A timeout of a launch made under a lease is reported to the daemon
  * (hr_report, HR_INCIDENT_BARRIER_TIMEOUT, with the detail). HR_OK when
  * nothing was launched. */

@@ -39,6 +39,16 @@ static __device__ __noinline__ void moe_fail_at(const hr__moe_params &p, int cod
   if(atomicMax(&p.sync->fail, p.seq) >= p.seq)
     return;                                   /* someone was first */
   hr__moe_host_words *w = p.host;
+  /* A launch refused because an earlier one failed, before the host read
+   * that record: the record stays (a barrier timeout must still reach the
+   * daemon), and only seq moves on, so the host's wait for this launch
+   * finds it. */
+  if(code == HR__MOE_FAIL_STALE && w->code != HR__MOE_FAIL_NONE) {
+    __threadfence_system();
+    w->seq = p.seq;
+    __threadfence_system();
+    return;
+  }
   w->code = code;
   w->barrier = barrier;
   w->arrived = arrived;
