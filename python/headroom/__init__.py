@@ -27,7 +27,8 @@ from .errors import (Aborted, BarrierTimeout, ConnectError, ConnectionClosed,
                      LimitReached, NoGPU, NotFound, OutOfMemory,
                      PermissionDenied, ProtocolError, ShuttingDown, TimedOut,
                      TooLarge, Unsupported, VersionMismatch, error_class)
-from .moe import Moe, MoeFailure, MoeShape, check_moe_tensors
+from .moe import (Moe, MoeFailure, MoeShape, check_moe_grad_tensors,
+                  check_moe_tensors)
 from .moe import reference as moe_reference
 
 __version__ = "0.1.0"
@@ -41,7 +42,8 @@ __all__ = [
     "MoeShape", "NoGPU", "NotFound", "OutOfMemory", "Partition",
     "PermissionDenied",
     "ProtocolError", "ShuttingDown", "TimedOut", "TooLarge", "Unsupported",
-    "VersionMismatch", "apply_env", "check_moe_tensors", "error_class",
+    "VersionMismatch", "apply_env", "check_moe_grad_tensors",
+    "check_moe_tensors", "error_class",
     "library_path", "load_library", "load_moe_library", "moe_library_path",
     "moe_reference",
     "nccl_options", "strerror", "__version__",
