@@ -13,7 +13,9 @@ A ctypes binding over libheadroom (client/headroom.h) and libheadroom_moe
     ...
     grid = lease.grid                               # at every launch
 
-torch is imported only by nccl_options() and by Moe's tensor methods.
+torch is imported only by nccl_options(), by Moe's tensor methods and by
+headroom.nn (the torch op and nn.Module, loaded on first use of the name
+or by `import headroom.nn`).
 """
 from ._lib import (CODES, library_path, load_library, load_moe_library,
                    moe_library_path, strerror)
@@ -32,6 +34,16 @@ from .moe import (Moe, MoeFailure, MoeShape, check_moe_grad_tensors,
 from .moe import reference as moe_reference
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # headroom.nn imports torch: only when asked for (so it is not in
+    # __all__ either: `from headroom import *` works without torch).
+    if name == "nn":
+        import importlib
+        return importlib.import_module(".nn", __name__)
+    raise AttributeError("module 'headroom' has no attribute %r" % name)
+
 
 __all__ = [
     "Aborted", "BarrierTimeout", "Budget", "CODES", "Client", "Comm",
