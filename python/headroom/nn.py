@@ -99,7 +99,10 @@ _contexts = weakref.WeakValueDictionary()
 
 
 def _capturing() -> bool:
-    return torch.cuda.is_current_stream_capturing()
+    # Where CUDA was never initialised nothing can be capturing (and
+    # asking would initialise it, or fail without a driver).
+    return (torch.cuda.is_initialized() and
+            torch.cuda.is_current_stream_capturing())
 
 
 def _shared_context(device: int, shape: MoeShape, backward: bool) -> _Shared:
