@@ -287,10 +287,10 @@ class TestOpsOnCpu(unittest.TestCase):
 GPU = gpu_reason()
 
 
-@unittest.skipIf(GPU is not None, GPU or "")
-class TestOnGpu(DaemonTestCase):
-    """On GPU 0, under leases of the test daemon (2 GPUs of 132 SMs, as an
-    H200 has: grid 130 with no footprint)."""
+class GpuCase(DaemonTestCase):
+    """On GPU 0, under leases of the class's own test daemon (2 GPUs of
+    132 SMs, as an H200 has: grid 130 with no footprint). No tests of
+    its own."""
 
     def setUp(self):
         self.dev = torch.device("cuda", 0)
@@ -319,6 +319,10 @@ class TestOnGpu(DaemonTestCase):
         except headroom.HeadroomError:
             pass
 
+
+
+@unittest.skipIf(GPU is not None, GPU or "")
+class TestOnGpu(GpuCase):
     def test_gradients_against_float64_autograd(self):
         m, (x, ids, wts, dy, bad) = self.module()
         y, got = module_grads(m, x, ids, wts, dy)
@@ -499,6 +503,13 @@ class TestOnGpu(DaemonTestCase):
                 os.environ.pop("HEADROOM_SOCKET", None)
             else:
                 os.environ["HEADROOM_SOCKET"] = saved
+
+
+
+@unittest.skipIf(GPU is not None, GPU or "")
+class TestBarrierTimeoutOnGpu(GpuCase):
+    """Apart, with a daemon of its own: the incident raises GPU 0's
+    headroom for the rest of that daemon's life."""
 
     def test_barrier_timeout_surfaces(self):
         # A partition lease's launch made on the comm partition's stream:
