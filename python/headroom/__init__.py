@@ -13,7 +13,9 @@ A ctypes binding over libheadroom (client/headroom.h) and libheadroom_moe
     ...
     grid = lease.grid                               # at every launch
 
-torch is imported only by nccl_options() and by Moe's tensor methods.
+torch is imported only by nccl_options(), by Moe's tensor methods and by
+headroom.nn (the torch op and nn.Module, loaded on first use of the name
+or by `import headroom.nn`).
 """
 from ._lib import (CODES, library_path, load_library, load_moe_library,
                    moe_library_path, strerror)
@@ -27,10 +29,21 @@ from .errors import (Aborted, BarrierTimeout, ConnectError, ConnectionClosed,
                      LimitReached, NoGPU, NotFound, OutOfMemory,
                      PermissionDenied, ProtocolError, ShuttingDown, TimedOut,
                      TooLarge, Unsupported, VersionMismatch, error_class)
-from .moe import Moe, MoeFailure, MoeShape, check_moe_tensors
+from .moe import (Moe, MoeFailure, MoeShape, check_moe_grad_tensors,
+                  check_moe_tensors)
 from .moe import reference as moe_reference
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # headroom.nn imports torch: only when asked for (so it is not in
+    # __all__ either: `from headroom import *` works without torch).
+    if name == "nn":
+        import importlib
+        return importlib.import_module(".nn", __name__)
+    raise AttributeError("module 'headroom' has no attribute %r" % name)
+
 
 __all__ = [
     "Aborted", "BarrierTimeout", "Budget", "CODES", "Client", "Comm",
@@ -41,7 +54,8 @@ __all__ = [
     "MoeShape", "NoGPU", "NotFound", "OutOfMemory", "Partition",
     "PermissionDenied",
     "ProtocolError", "ShuttingDown", "TimedOut", "TooLarge", "Unsupported",
-    "VersionMismatch", "apply_env", "check_moe_tensors", "error_class",
+    "VersionMismatch", "apply_env", "check_moe_grad_tensors",
+    "check_moe_tensors", "error_class",
     "library_path", "load_library", "load_moe_library", "moe_library_path",
     "moe_reference",
     "nccl_options", "strerror", "__version__",

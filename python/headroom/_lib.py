@@ -32,7 +32,7 @@ from ctypes import (POINTER, Structure, c_char_p, c_int, c_int64, c_size_t,
 __all__ = [
     "HR_OK", "CODES", "load_library", "load_moe_library", "library_path",
     "moe_library_path", "Budget_t", "IncidentDetail_t", "ClientOptions_t",
-    "MoeShape_t", "MoeArgs_t", "MoeFailure_t",
+    "MoeShape_t", "MoeArgs_t", "MoeFailure_t", "MoeGradArgs_t",
 ]
 
 # ---- error codes (headroom.h) ---------------------------------------------
@@ -93,9 +93,12 @@ HR_MODE_PARTITION = 3
 HR_INCIDENT_BARRIER_TIMEOUT = 0
 HR_INCIDENT_LAUNCH_FAILURE = 1
 
-HR_MOE_MAX_EXPERTS = 1024
+HR_MOE_MAX_EXPERTS = 512
 HR_MOE_MAX_TOPK = 32
 HR_MOE_DEFAULT_TIMEOUT_MS = 10000
+# hr_moe_grad_args.dw_dtype: what the backward writes dw1 and dw2 in.
+HR_MOE_DW_FP32 = 0
+HR_MOE_DW_BF16 = 1
 
 # ---- structs ---------------------------------------------------------------
 
@@ -184,6 +187,19 @@ class MoeFailure_t(Structure):
     ]
 
 
+class MoeGradArgs_t(Structure):
+    """struct hr_moe_grad_args"""
+    _fields_ = [
+        ("fwd", MoeArgs_t),
+        ("dy", c_void_p),
+        ("dx", c_void_p),
+        ("dw1", c_void_p),
+        ("dw2", c_void_p),
+        ("dtopk_weights", c_void_p),
+        ("dw_dtype", c_int),
+    ]
+
+
 # Opaque handles travel as void pointers.
 _client_p = c_void_p
 _comm_p = c_void_p
@@ -255,6 +271,11 @@ _MOE_PROTOTYPES = {
     "hr_moe_sync_timeout": (c_int, [_moe_p, c_int]),
     "hr_moe_last_failure": (c_int, [_moe_p, POINTER(MoeFailure_t)]),
     "hr_moe_abort": (c_int, [_moe_p]),
+    "hr_moe_backward_prepare": (c_int, [_moe_p]),
+    "hr_moe_backward": (c_int, [_moe_p, _lease_p, POINTER(MoeGradArgs_t),
+                                c_void_p]),
+    "hr_moe_backward_grid": (c_int, [_moe_p, c_int, c_int,
+                                     POINTER(MoeGradArgs_t), c_void_p]),
 }
 
 _lock = threading.Lock()

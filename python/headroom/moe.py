@@ -28,9 +28,10 @@ from typing import Optional
 
 from . import _lib
 from .client import Lease, Mode, _Closable
-from .errors import BarrierTimeout, check
+from .errors import Aborted, BarrierTimeout, check
 
-__all__ = ["Moe", "MoeShape", "MoeFailure", "check_moe_tensors", "reference"]
+__all__ = ["Moe", "MoeShape", "MoeFailure", "check_moe_tensors",
+           "check_moe_grad_tensors", "reference"]
 
 
 @dataclass(frozen=True)
@@ -120,35 +121,11 @@ def _context():
     return _ctx
 
 
-def check_moe_tensors(shape: MoeShape, device: int, x, ids, weights, w1, w2,
-                      y) -> int:
-    """Check the tensors of one forward against `shape` and CUDA device
-    index `device`; return the token count T. Raises ValueError (or
-    TypeError for a non-tensor) naming the first tensor that is wrong."""
-    torch = _torch()
-    E, H, I, k = shape.experts, shape.hidden, shape.inter, shape.topk
-    named = (("x", x), ("ids", ids), ("weights", weights), ("w1", w1),
-             ("w2", w2), ("y", y))
-    for name, t in named:
-        if not isinstance(t, torch.Tensor):
-            raise TypeError("%s must be a torch.Tensor, not %s"
-                            % (name, type(t).__name__))
-    if x.dim() != 2:
-        raise ValueError("x must be [T, H], got shape %s" % (tuple(x.shape),))
-    T = x.shape[0]
-    if T < 1 or T > shape.max_tokens:
-        raise ValueError("x has %d tokens, must be 1..%d (max_tokens)"
-                         % (T, shape.max_tokens))
-    want = {
-        "x": ((T, H), torch.bfloat16, 16),
-        "ids": ((T, k), torch.int32, 4),
-        "weights": ((T, k), torch.float32, 4),
-        "w1": ((E, 2 * I, H), torch.bfloat16, 16),
-        "w2": ((E, H, I), torch.bfloat16, 16),
-        "y": ((T, H), torch.bfloat16, 16),
-    }
-    # One property at a time over all tensors, so the message names the
-    # real mistake (a wrong dtype before the device every CPU tensor has).
+def _check_tensors(device: int, named, want) -> None:
+    """The checks every launch makes: `named` is ((name, tensor), ...),
+    `want` name -> (shape, dtype, alignment in bytes). One property at a
+    time over all tensors, so the message names the real mistake (a wrong
+    dtype before the device every CPU tensor has)."""
     for name, t in named:
         if t.dtype != want[name][1]:
             raise ValueError("%s must be %s, got %s"
@@ -167,7 +144,82 @@ def check_moe_tensors(shape: MoeShape, device: int, x, ids, weights, w1, w2,
         if t.data_ptr() % want[name][2]:
             raise ValueError("%s must be %d-byte aligned (data_ptr %#x)"
                              % (name, want[name][2], t.data_ptr()))
+
+
+def _tensors_and_tokens(shape: MoeShape, named) -> int:
+    """Type-check `named` and return T from x, which must be [T, H] with
+    1 <= T <= max_tokens."""
+    torch = _torch()
+    for name, t in named:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError("%s must be a torch.Tensor, not %s"
+                            % (name, type(t).__name__))
+    x = named[0][1]
+    if x.dim() != 2:
+        raise ValueError("x must be [T, H], got shape %s" % (tuple(x.shape),))
+    T = x.shape[0]
+    if T < 1 or T > shape.max_tokens:
+        raise ValueError("x has %d tokens, must be 1..%d (max_tokens)"
+                         % (T, shape.max_tokens))
     return T
+
+
+def _forward_want(shape: MoeShape, T: int) -> dict:
+    torch = _torch()
+    E, H, I, k = shape.experts, shape.hidden, shape.inter, shape.topk
+    return {
+        "x": ((T, H), torch.bfloat16, 16),
+        "ids": ((T, k), torch.int32, 4),
+        "weights": ((T, k), torch.float32, 4),
+        "w1": ((E, 2 * I, H), torch.bfloat16, 16),
+        "w2": ((E, H, I), torch.bfloat16, 16),
+        "y": ((T, H), torch.bfloat16, 16),
+    }
+
+
+def check_moe_tensors(shape: MoeShape, device: int, x, ids, weights, w1, w2,
+                      y) -> int:
+    """Check the tensors of one forward against `shape` and CUDA device
+    index `device`; return the token count T. Raises ValueError (or
+    TypeError for a non-tensor) naming the first tensor that is wrong."""
+    named = (("x", x), ("ids", ids), ("weights", weights), ("w1", w1),
+             ("w2", w2), ("y", y))
+    T = _tensors_and_tokens(shape, named)
+    _check_tensors(device, named, _forward_want(shape, T))
+    return T
+
+
+def check_moe_grad_tensors(shape: MoeShape, device: int, x, ids, weights,
+                           w1, w2, dy, dx, dw1, dw2, dweights) -> tuple:
+    """Check the tensors of one backward (the forward's inputs, then dy
+    and the four outputs) as check_moe_tensors does; return (T, dw_dtype).
+    dw1 and dw2 are both fp32 or both bf16 (HR_MOE_DW_FP32 / _BF16: the
+    kernel sums in fp32 either way and rounds a bf16 gradient once)."""
+    torch = _torch()
+    named = (("x", x), ("ids", ids), ("weights", weights), ("w1", w1),
+             ("w2", w2), ("dy", dy), ("dx", dx), ("dw1", dw1), ("dw2", dw2),
+             ("dweights", dweights))
+    T = _tensors_and_tokens(shape, named)
+    dw_types = {torch.float32: _lib.HR_MOE_DW_FP32,
+                torch.bfloat16: _lib.HR_MOE_DW_BF16}
+    if dw1.dtype not in dw_types:
+        raise ValueError("dw1 must be torch.float32 or torch.bfloat16, got %s"
+                         % dw1.dtype)
+    if dw2.dtype != dw1.dtype:
+        raise ValueError("dw2 must be %s (dw1's dtype), got %s"
+                         % (dw1.dtype, dw2.dtype))
+    E, H, I, k = shape.experts, shape.hidden, shape.inter, shape.topk
+    want = _forward_want(shape, T)
+    del want["y"]
+    want.update({
+        "dy": ((T, H), torch.bfloat16, 16),
+        "dx": ((T, H), torch.bfloat16, 16),
+        "dw1": ((E, 2 * I, H), dw1.dtype, 16),
+        "dw2": ((E, H, I), dw1.dtype, 16),
+        "dweights": ((T, k), torch.float32, 4),
+    })
+    _check_tensors(device, named, want)
+    return T, dw_types[dw1.dtype]
 
 
 def reference(x, ids, weights, w1, w2):
@@ -205,7 +257,7 @@ class Moe(_Closable):
     device: CUDA device index; None: torch.cuda.current_device(). Raises
     NoGPU without a CUDA driver or device, Unsupported on a GPU that is not
     compute capability 9.0, InvalidArgument for a shape the kernel does not
-    take (hidden a multiple of 128, inter of 64, 1 <= experts <= 1024,
+    take (hidden a multiple of 256, inter of 128, 1 <= experts <= 512,
     1 <= topk <= 32). lib: an explicit path to libheadroom_moe.so."""
 
     def __init__(self, experts: int, hidden: int, inter: int, topk: int,
@@ -289,7 +341,7 @@ class Moe(_Closable):
         return stream.cuda_stream          # a torch.cuda.Stream
 
     def forward(self, lease: Lease, x, ids, weights, w1, w2, y,
-                timeout_ms: int = 0, stream=None) -> None:
+                timeout_ms: int = 0, stream=None, _keep: bool = True) -> None:
         """Launch the forward with the grid `lease` holds now, in its mode
         and cluster size (hr_moe_forward), on `stream` (default: torch's
         current stream on the device). Returns once launched; sync() waits.
@@ -307,7 +359,11 @@ class Moe(_Closable):
         finally:
             ctx.restore(before)
         check(rc, "hr_moe_forward")
-        self._keep = (lease, x, ids, weights, w1, w2, y)
+        # headroom.nn passes _keep=False: its tensors live in torch's
+        # stream-ordered allocator, which already keeps their memory from
+        # reuse by later work until the launch is done.
+        if _keep:
+            self._keep = (lease, x, ids, weights, w1, w2, y)
 
     def forward_grid(self, grid: int, x, ids, weights, w1, w2, y,
                      mode=Mode.HEADROOM, cluster: int = 1,
@@ -330,6 +386,132 @@ class Moe(_Closable):
         check(rc, "hr_moe_forward_grid(grid %d, %s, cluster %d)"
               % (grid, m.name.lower(), cluster))
         self._keep = (x, ids, weights, w1, w2, y)
+
+    def _grad_args(self, x, ids, weights, w1, w2, dy, dx, dw1, dw2, dweights,
+                   timeout_ms):
+        T, dw_dtype = check_moe_grad_tensors(self.shape, self.device, x, ids,
+                                             weights, w1, w2, dy, dx, dw1,
+                                             dw2, dweights)
+        if timeout_ms < 0:
+            raise ValueError("timeout_ms must be >= 0 (0: the default, %d ms)"
+                             % _lib.HR_MOE_DEFAULT_TIMEOUT_MS)
+        s = self.shape
+        g = _lib.MoeGradArgs_t()
+        a = g.fwd
+        a.tokens = T
+        a.experts, a.hidden, a.inter, a.topk = (s.experts, s.hidden, s.inter,
+                                                s.topk)
+        a.x = x.data_ptr()
+        a.topk_ids = ids.data_ptr()
+        a.topk_weights = weights.data_ptr()
+        a.w1 = w1.data_ptr()
+        a.w2 = w2.data_ptr()
+        a.y = None                         # not read by the backward
+        a.timeout_ms = int(timeout_ms)
+        g.dy = dy.data_ptr()
+        g.dx = dx.data_ptr()
+        g.dw1 = dw1.data_ptr()
+        g.dw2 = dw2.data_ptr()
+        g.dtopk_weights = dweights.data_ptr()
+        g.dw_dtype = dw_dtype
+        return g
+
+    def backward_prepare(self) -> None:
+        """Allocate the backward's workspace now (hr_moe_backward_prepare;
+        idempotent). The first backward would do it, but not while a
+        stream is being captured into a CUDA graph: call this first.
+        Raises OutOfMemory."""
+        ctx = _context()
+        before = ctx.get()
+        try:
+            rc = self._lib.hr_moe_backward_prepare(self._handle())
+        finally:
+            ctx.restore(before)
+        check(rc, "hr_moe_backward_prepare")
+
+    def backward(self, lease: Lease, x, ids, weights, w1, w2, dy, dx, dw1,
+                 dw2, dweights, timeout_ms: int = 0, stream=None,
+                 _keep: bool = True) -> None:
+        """Launch the backward of the forward of (x, ids, weights, w1, w2)
+        for the gradient dy at y, with the grid and mode `lease` holds now
+        (hr_moe_backward), on `stream` (default: torch's current stream).
+        Writes dx [T,H] bf16, dw1 [E,2I,H] and dw2 [E,H,I] (both fp32 or
+        both bf16: the dtype of the tensors given decides) and dweights
+        [T,k] fp32, each in full; a pair whose id is outside [0, E) gets
+        dweights 0, an expert without pairs dW 0. Nothing of the forward
+        is needed: the kernel recomputes it. Returns once launched; sync()
+        waits, and raises BarrierTimeout as after a forward."""
+        if not isinstance(lease, Lease):
+            raise TypeError("lease must be a headroom.Lease")
+        g = self._grad_args(x, ids, weights, w1, w2, dy, dx, dw1, dw2,
+                            dweights, timeout_ms)
+        st = self._stream(stream)
+        ctx = _context()
+        before = ctx.get()
+        try:
+            rc = self._lib.hr_moe_backward(self._handle(), lease._handle(),
+                                           ctypes.byref(g), st)
+        finally:
+            ctx.restore(before)
+        check(rc, "hr_moe_backward")
+        if _keep:
+            self._keep = (lease, x, ids, weights, w1, w2, dy, dx, dw1, dw2,
+                          dweights)
+
+    def backward_grid(self, grid: int, mode, x, ids, weights, w1, w2, dy, dx,
+                      dw1, dw2, dweights, timeout_ms: int = 0,
+                      stream=None) -> None:
+        """The same launch without a lease (hr_moe_backward_grid): `grid`
+        CTAs (1..sms), `mode` Mode.HEADROOM or COOPERATIVE (the barrier
+        kernel) or AGNOSTIC. The results are bitwise the same for every
+        grid and mode. A barrier timeout is not reported to any daemon."""
+        g = self._grad_args(x, ids, weights, w1, w2, dy, dx, dw1, dw2,
+                            dweights, timeout_ms)
+        m = Mode.of(mode)
+        st = self._stream(stream)
+        ctx = _context()
+        before = ctx.get()
+        try:
+            rc = self._lib.hr_moe_backward_grid(self._handle(), int(grid),
+                                                int(m), ctypes.byref(g), st)
+        finally:
+            ctx.restore(before)
+        check(rc, "hr_moe_backward_grid(grid %d, %s)"
+              % (grid, m.name.lower()))
+        self._keep = (x, ids, weights, w1, w2, dy, dx, dw1, dw2, dweights)
+
+    def poll(self) -> bool:
+        """Look once at the last launch, without waiting
+        (hr_moe_sync_timeout(m, 0)): True when it has ended (or nothing
+        was launched), False while it is still queued or running. Raises
+        what sync() raises when it failed. Costs an event query and a read
+        of host memory, no synchronisation: headroom.nn calls it before
+        every launch, so a failure surfaces at the next launch on the
+        same context instead of costing a sync per launch."""
+        ptr = self._handle()
+        ctx = _context()
+        before = ctx.get()
+        try:
+            rc = self._lib.hr_moe_sync_timeout(ptr, 0)
+        finally:
+            ctx.restore(before)
+        if rc == _lib.HR_ETIMEDOUT:
+            return False
+        self._keep = None
+        if rc == _lib.HR_EBARRIER_TIMEOUT:
+            raise BarrierTimeout(rc, "hr_moe_sync_timeout",
+                                 self.last_failure())
+        if rc == _lib.HR_EABORTED:
+            f = self.last_failure()
+            if f is not None and f.barrier < 0:
+                # The kernel's record of a launch that found an earlier
+                # failure (not waited for) and refused to run.
+                raise Aborted(rc, "hr_moe_sync_timeout: the last launch "
+                              "refused to run because an earlier launch on "
+                              "this context failed before anyone waited for "
+                              "it; its outputs were not written")
+        check(rc, "hr_moe_sync_timeout")
+        return True
 
     def sync(self, timeout_ms: Optional[int] = None) -> None:
         """Wait for the last launch (hr_moe_sync). Raises BarrierTimeout

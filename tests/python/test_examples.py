@@ -12,6 +12,7 @@ from hrtest import DaemonTestCase
 
 LEASE_C = os.path.join(hrtest.ROOT, "examples", "lease.c")
 TRAIN_PY = os.path.join(hrtest.ROOT, "examples", "train_step.py")
+TRAIN_MOE = os.path.join(hrtest.ROOT, "examples", "train_moe.py")
 
 
 def documented_lines(path, start):
@@ -113,6 +114,71 @@ class TestTrainStepDry(DaemonTestCase):
         self.assertIn("env NCCL_NVLS_ENABLE=0", out)
         self.assertEqual(len(re.findall(r"^step \d: grid 100 ", out, re.M)), 3)
         self.assertNotIn("torch", p.stderr)
+
+
+
+def gpu_moe_reason():
+    """Why train_moe.py cannot run on a GPU here; None when it can."""
+    torch = hrtest.torch_or_none()
+    if torch is None:
+        return "torch is not importable here"
+    if not torch.cuda.is_available():
+        return "no CUDA device"
+    if not os.path.exists(os.path.join(hrtest.LIBDIR, "libheadroom_moe.so")):
+        return "libheadroom_moe.so is not built"
+    if torch.cuda.get_device_capability(0) != (9, 0):
+        return "GPU 0 is not compute capability 9.0"
+    return None
+
+
+class TestTrainMoe(DaemonTestCase):
+    """examples/train_moe.py: its documented command lines, --help with no
+    torch needed, a short run on the ops' CPU path, and on a GPU a short
+    run under the test daemon's lease."""
+
+    def run_example(self, *args, timeout=300):
+        p = subprocess.run([sys.executable, TRAIN_MOE, *args],
+                           cwd=hrtest.ROOT, env=hrtest.clean_env(),
+                           capture_output=True, text=True, timeout=timeout)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return p.stdout
+
+    def curves(self, out):
+        rows = re.findall(r"^ +(\d+) +([\d.]+) +([\d.]+) +(\S+)$", out,
+                          re.M)
+        diff = float(re.search(r"^max relative difference of the curves: "
+                               r"([\d.]+)$", out, re.M).group(1))
+        return rows, diff
+
+    def test_documented_and_help(self):
+        docs = documented_lines(TRAIN_MOE, "PYTHONPATH=python python3 ")
+        self.assertEqual(len(docs), 2, docs)
+        self.assertIn("--device cpu", docs[1])
+        out = self.run_example("--help")
+        self.assertIn("--steps", out)
+        self.assertIn("--socket", out)
+
+    @unittest.skipUnless(hrtest.torch_or_none() is not None,
+                         "torch is not importable here")
+    def test_short_run_on_cpu(self):
+        out = self.run_example("--device", "cpu", "--steps", "6", "--every",
+                               "3", "--tokens", "64")
+        rows, diff = self.curves(out)
+        self.assertEqual([r[0] for r in rows], ["1", "3", "6"])
+        self.assertLess(float(rows[-1][1]), float(rows[0][1]))   # it learns
+        self.assertLess(diff, 0.1)
+
+    @unittest.skipIf(gpu_moe_reason() is not None, gpu_moe_reason() or "")
+    def test_short_run_on_gpu(self):
+        out = self.run_example("--socket", self.daemon.socket, "--steps",
+                               "40", "--every", "10", "--tokens", "512")
+        self.assertIn("daemon: connected; lease: gpu 0, 132 SMs, headroom 2, "
+                      "grid 130", out)
+        rows, diff = self.curves(out)
+        self.assertEqual(len(rows), 5)
+        self.assertTrue(all(r[3] == "130" for r in rows), rows)
+        self.assertLess(float(rows[-1][1]), float(rows[0][1]) / 2)
+        self.assertLess(diff, 0.15)
 
 
 if __name__ == "__main__":

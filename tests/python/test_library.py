@@ -263,6 +263,7 @@ STRUCTS = {
     "hr_moe_shape": _lib.MoeShape_t,
     "hr_moe_args": _lib.MoeArgs_t,
     "hr_moe_failure": _lib.MoeFailure_t,
+    "hr_moe_grad_args": _lib.MoeGradArgs_t,
 }
 
 
