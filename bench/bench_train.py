@@ -128,9 +128,11 @@ def rel_l2(a, b):
     return num / den if den > 0 else num
 
 
-def capture(fn, warmup=2):
+def capture(fn, reset=None, warmup=2):
     """(graph, fn's output) after warmup calls on a side stream; raises
-    what the capture raised."""
+    what the capture raised. reset() (then the allocator's cache emptied)
+    before the capture drops what the warmup left, the gradients: memory
+    the capture cannot give back, which DeepSeek-V3 could not spare."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -138,6 +140,9 @@ def capture(fn, warmup=2):
             fn()
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
+    if reset is not None:
+        reset()
+    torch.cuda.empty_cache()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         out = fn()
@@ -145,12 +150,12 @@ def capture(fn, warmup=2):
     return g, out
 
 
-def timed(bm, fn, reps, use_graph):
+def timed(bm, fn, reps, use_graph, reset=None):
     """(median ms, "graph" or "eager: why", fn's output of the last call)."""
     how = "graph"
     if use_graph:
         try:
-            g, out = capture(fn)
+            g, out = capture(fn, reset)
             ms = bm.median_ms(lambda i: g.replay(), reps, 1)
             torch.cuda.synchronize()
             del g
@@ -260,9 +265,12 @@ def bench_shape(bm, headroom, name, tokens, opt, rows, notes):
         def t_fwd():
             return ref_moe_train(xt, ids, wt, w1t, w2t)
 
-        def t_step():
+        def t_reset():
             for t in leaves:
                 t.grad = None
+
+        def t_step():
+            t_reset()
             y = ref_moe_train(xt, ids, wt, w1t, w2t)
             y.backward(dy)
             return y
@@ -270,7 +278,7 @@ def bench_shape(bm, headroom, name, tokens, opt, rows, notes):
         r["t_kept"], r["t_peak"] = kept_bytes(t_fwd)
         with torch.no_grad():
             r["t_fwd"], r["t_how"], _ = timed(bm, t_fwd, opt.reps, not opt.eager)
-        r["t_step"], how, _ = timed(bm, t_step, opt.reps, not opt.eager)
+        r["t_step"], how, _ = timed(bm, t_step, opt.reps, not opt.eager, t_reset)
         if how != r["t_how"]:
             r["t_how"] += " / step " + how
         ref = dict(dx=xt.grad.clone(), dw=wt.grad.clone(),
@@ -368,9 +376,12 @@ def module_cell(mod, x, ids, w, dy, ref, sample, opt, r, bm):
     def m_fwd():
         return mod(xm, ids, wm)
 
-    def m_step():
+    def m_reset():
         for t in leaves:
             t.grad = None
+
+    def m_step():
+        m_reset()
         y = mod(xm, ids, wm)
         y.backward(dy)
         return y
@@ -379,7 +390,7 @@ def module_cell(mod, x, ids, w, dy, ref, sample, opt, r, bm):
         r["m_kept"], _ = kept_bytes(m_fwd)
         with torch.no_grad():
             r["m_fwd"], r["m_how"], _ = timed(bm, m_fwd, opt.reps, not opt.eager)
-        r["m_step"], how, _ = timed(bm, m_step, opt.reps, not opt.eager)
+        r["m_step"], how, _ = timed(bm, m_step, opt.reps, not opt.eager, m_reset)
         mod.check()
         if how != r["m_how"]:
             r["m_how"] += " / step " + how
