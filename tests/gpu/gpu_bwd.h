@@ -7,6 +7,7 @@
 #define HR_GPU_BWD_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -21,6 +22,10 @@ int gt_dev_count_nonzero(const void *p, size_t n, int bf16, void *stream,
 /* 4-byte words of a and b (then single bytes of a tail) that differ. */
 int gt_dev_count_diff(const void *a, const void *b, size_t bytes, void *stream,
                       size_t *out);
+
+/* Elements i where b[i] (bf16) is not f[i] (fp32) rounded to nearest even. */
+int gt_dev_count_not_rounded(const float *f, const uint16_t *b, size_t n,
+                             void *stream, size_t *out);
 
 #ifdef __cplusplus
 }

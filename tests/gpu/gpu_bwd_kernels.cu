@@ -7,6 +7,8 @@
  *   count   elements of an fp32 or bf16 array that are not finite, or
  *           that are not exactly zero (NaN counts as not zero)
  *   diff    4-byte words (then bytes of a tail) in which two arrays differ
+ *   rounded elements of a bf16 array that are not the bf16 (to nearest,
+ *           ties to even) of the same element of an fp32 array
  *
  * Each returns its count through *out (host memory) after a synchronous
  * copy on `stream`, or a cudaError_t.
@@ -131,5 +133,43 @@ extern "C" int gt_dev_count_diff(const void *a, const void *b, size_t bytes,
         (const uint32_t *)a, (const uint32_t *)b, words,
         (const uint8_t *)a + words * 4, (const uint8_t *)b + words * 4,
         (int)(bytes - words * 4), d);
+  return finish(d, st, out);
+}
+
+__global__ void gt_rounded_kernel(const uint32_t *f, const uint16_t *b, size_t n,
+                                  unsigned long long *count)
+{
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const size_t step = (size_t)gridDim.x * blockDim.x;
+  unsigned long long c = 0;
+  for(; i < n; i += step) {
+    uint32_t u = f[i];
+    uint16_t want;
+    if((u & 0x7fffffffu) > 0x7f800000u)
+      want = (uint16_t)((u >> 16) | 0x0040u);          /* NaN stays NaN */
+    else
+      want = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    c += b[i] != want;
+  }
+  for(int o = 16; o > 0; o >>= 1)
+    c += __shfl_down_sync(0xffffffffu, c, o);
+  if((threadIdx.x & 31) == 0 && c)
+    atomicAdd(count, c);
+}
+
+extern "C" int gt_dev_count_not_rounded(const float *f, const uint16_t *b, size_t n,
+                                        void *stream, size_t *out)
+{
+  cudaStream_t st = (cudaStream_t)stream;
+  unsigned long long *d = counter();
+  cudaError_t e;
+  *out = 0;
+  if(!d)
+    return (int)cudaErrorMemoryAllocation;
+  e = cudaMemsetAsync(d, 0, sizeof(*d), st);
+  if(e != cudaSuccess)
+    return (int)e;
+  if(n)
+    gt_rounded_kernel<<<1024, 256, 0, st>>>((const uint32_t *)f, b, n, d);
   return finish(d, st, out);
 }

@@ -14,7 +14,8 @@
  *     before each launch).
  *  2. grids: the same inputs on grids 1, 2, 7, 33 and SMs, in both
  *     kernels, with fp32 and bf16 dW (and the cooperative launch): dx,
- *     dW1, dW2 and d(w) bitwise the same as the full grid's.
+ *     dW1, dW2 and d(w) bitwise the same as the full grid's; and bf16 dW
+ *     bitwise bf16(fp32 dW), dx and d(w) the same bytes with either.
  *  3. timeout: a hog holds 4 SMs; the barrier backward on the full grid
  *     returns HR_EBARRIER_TIMEOUT about TIMEOUT after launch with barrier
  *     20..22 in the failure detail; the next launch gives the same
@@ -894,15 +895,17 @@ static void grids_case(gb *b, int T)
   const int grids[] = { sms, 33, 7, 2, 1 };
   const hr_mode modes[] = { HR_MODE_HEADROOM, HR_MODE_AGNOSTIC };
   const int dtypes[] = { HR_MOE_DW_FP32, HR_MOE_DW_BF16 };
-  gb_snap snap;
-  size_t d[4], bad;
+  gb_snap snaps[2];
+  size_t d[4], bad, n;
   int di, gi, mi, rc;
 
   gt_route_random(g, T);
   gb_fresh_dy(b);
-  snap_alloc(b, &snap);
+  snap_alloc(b, &snaps[0]);
+  snap_alloc(b, &snaps[1]);
   for(di = 0; di < 2; di++) {
     const int dt = dtypes[di];
+    gb_snap snap = snaps[di];
     rc = gb_run(b, sms, HR_MODE_HEADROOM, dt, TIMEOUT_MS);
     GT_EXPECT(rc == HR_OK, "%s T=%d grid %d dW %s: %s", g->s.name, T, sms,
               dtype_name(dt), hr_strerror(rc));
@@ -931,8 +934,28 @@ static void grids_case(gb *b, int T)
     GT_EXPECT(rc == HR_OK, "cooperative: %s", hr_strerror(rc));
     GT_EXPECT(snap_diff(b, &snap, d) == 0, "%s T=%d dW %s: the cooperative "
               "launch differs", g->s.name, T, dtype_name(dt));
+    snaps[di] = snap;
   }
-  snap_free(&snap);
+
+  /* The dtype changes dW's rounding alone: bf16 dW is bf16(the fp32 dW),
+   * bitwise, and dx and d(w) are the same bytes. */
+  {
+    const size_t TH = (size_t)T * g->s.H, Tk = (size_t)T * g->s.k;
+    size_t r1, r2;
+    GT_CUDA(gt_dev_count_not_rounded(snaps[0].dw1, snaps[1].dw1, b->n1, g->stream, &r1));
+    GT_CUDA(gt_dev_count_not_rounded(snaps[0].dw2, snaps[1].dw2, b->n2, g->stream, &r2));
+    GT_EXPECT(r1 == 0 && r2 == 0, "%s T=%d: bf16 dW is not bf16(fp32 dW): %zu "
+              "dW1 and %zu dW2 elements", g->s.name, T, r1, r2);
+    GT_CUDA(gt_dev_count_diff(snaps[0].dx, snaps[1].dx, TH * 2, g->stream, &n));
+    GT_CUDA(gt_dev_count_diff(snaps[0].dtw, snaps[1].dtw, Tk * 4, g->stream, &d[0]));
+    GT_EXPECT(n == 0 && d[0] == 0, "%s T=%d: dx or d(w) depend on dW's dtype "
+              "(%zu, %zu words)", g->s.name, T, n, d[0]);
+    printf("  %-14s T=%-4d bf16 dW = bf16(fp32 dW): %s; dx, d(w) the same with "
+           "either: %s\n", g->s.name, T, r1 + r2 ? "NO" : "yes",
+           n + d[0] ? "NO" : "yes");
+  }
+  snap_free(&snaps[0]);
+  snap_free(&snaps[1]);
 }
 
 static void grids(void)
