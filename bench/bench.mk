@@ -1,8 +1,10 @@
 # bench/: benchmarks. `make bench-gpu` (an H200 with PyTorch): the two
 # mega-MoE kernels (barrier and residency-agnostic) against the PyTorch
 # reference MoE, with the copy and GEMM ceilings measured in the same run;
-# the table goes to stdout and to BENCH_OUT.
+# the table goes to stdout and to BENCH_OUT. Then the training table
+# (bench-train, below) into BENCH_TRAIN_OUT; BENCH_TRAIN=0 leaves it out.
 BENCH_OUT ?= $(BUILD)/bench-moe.md
+BENCH_TRAIN ?= 1
 comma := ,
 empty :=
 space := $(empty) $(empty)
@@ -10,6 +12,19 @@ space := $(empty) $(empty)
 .PHONY: bench-gpu
 bench-gpu: $(LIBDIR)/libheadroom_moe.so
 	python3 bench/bench_moe.py --lib $(LIBDIR)/libheadroom_moe.so --out $(BENCH_OUT) $(BENCH_ARGS)
+	@if [ "$(BENCH_TRAIN)" != 0 ]; then $(MAKE) --no-print-directory bench-train; fi
+
+# `make bench-train` (an H200 with PyTorch): one MoE training step,
+# forward + backward, on the kernels (Moe.forward_grid + backward_grid
+# with dW bf16 and fp32, and headroom.nn.MegaMoE under autograd) against
+# torch autograd through torch._grouped_mm, CUDA graphs on both sides
+# (bench/bench_train.py); the table to stdout and BENCH_TRAIN_OUT. Without
+# a GPU it says it needs one and succeeds, measuring nothing.
+BENCH_TRAIN_OUT ?= $(BUILD)/bench-train.md
+
+.PHONY: bench-train
+bench-train: $(LIBDIR)/libheadroom_moe.so $(LIBDIR)/libheadroom.so
+	python3 bench/bench_train.py --lib $(LIBDIR)/libheadroom_moe.so --out $(BENCH_TRAIN_OUT) $(BENCH_TRAIN_ARGS)
 
 # `make bench-phases` (an H200; no PyTorch needed): where the time goes.
 # Each kernel's normal launch against launches that leave one phase out or

@@ -5,6 +5,7 @@
 #   1. make gpu-test                      -> DIR/gpu-test.log
 #      (with one GPU: make gpu-test-one, the 2-GPU tests named as not run)
 #   2. make bench-gpu (against PyTorch)   -> DIR/bench-moe.md, bench-gpu.log
+#      and its training table              -> DIR/bench-train.md
 #   3. make bench-phases, normal launches -> DIR/bench-phases.md, .log
 #      at the goal cells (T = 1, 1024, 8192 of both shapes)
 #   4. make bench-timeline, the barrier   -> DIR/timeline/ (summary.txt),
@@ -66,7 +67,8 @@ for step in $steps; do
       grep -E '^[0-9]+ passed' "$dir/gpu-test.log" | tail -1 >> "$sum" ;;
     bench-gpu)
       run_step bench-gpu "$make" -j"$jobs" bench-gpu BENCH_OUT="$dir/bench-moe.md" \
-        BENCH_ARGS="--reps 20 --shapes qwen3-30b-a3b,deepseek-v3" ;;
+        BENCH_ARGS="--reps 20 --shapes qwen3-30b-a3b,deepseek-v3" \
+        BENCH_TRAIN_OUT="$dir/bench-train.md" ;;
     bench-phases)
       run_step bench-phases "$make" -j"$jobs" bench-phases \
         BENCH_PHASES_OUT="$dir/bench-phases.md" \

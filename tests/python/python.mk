@@ -5,6 +5,8 @@
 # test_trace_summary.py, test_ncu_lines.py and test_ab_table.py check
 # bench/trace_summary.py, bench/ncu_lines.py and bench/ab_table.py (with
 # bench/ab_builds.sh) on a made-up timeline, profile and timings;
+# test_bench_train.py bench/bench_train.py's torch reference against a
+# plain loop on the CPU (skipped without torch) and its no-GPU message;
 # test_build_rev.py bench/build_rev.sh and test_kernels_digest.py
 # bench/kernels_digest.sh in throwaway repositories; test_doc_links.py
 # that every relative link in the tree's Markdown files resolves.
