@@ -124,6 +124,7 @@ static void gb_fresh_dy(gb *b)
   for(i = 0; i < n; i++)
     b->dy_h[i] = hr_moe_float_to_bf16(gt_uniform(-1.0f, 1.0f));
   GT_CUDA(cudaMemcpy(b->dy, b->dy_h, n * 2, cudaMemcpyHostToDevice));
+  GT_CUDA(cudaDeviceSynchronize());    /* before a launch on g's non-blocking stream */
 }
 
 static hr_moe_grad_args gb_args(const gb *b, int dtype, int timeout_ms)
@@ -250,14 +251,19 @@ static void snap_free(gb_snap *s)
   memset(s, 0, sizeof(*s));
 }
 
+/* On g's stream, and waited for: a device-to-device cudaMemcpy may
+ * return before it is done, and on the legacy stream it is not ordered
+ * before the next launch's poison on g's non-blocking stream. */
 static void snap_take(gb *b, gb_snap *s, int dtype)
 {
   const size_t T = b->g->T, H = b->g->s.H, k = b->g->s.k;
+  cudaStream_t st = (cudaStream_t)b->g->stream;
   s->dtype = dtype;
-  GT_CUDA(cudaMemcpy(s->dx, b->dx, T * H * 2, cudaMemcpyDeviceToDevice));
-  GT_CUDA(cudaMemcpy(s->dw1, b->dw1, dw_bytes(b->n1, dtype), cudaMemcpyDeviceToDevice));
-  GT_CUDA(cudaMemcpy(s->dw2, b->dw2, dw_bytes(b->n2, dtype), cudaMemcpyDeviceToDevice));
-  GT_CUDA(cudaMemcpy(s->dtw, b->dtw, T * k * 4, cudaMemcpyDeviceToDevice));
+  GT_CUDA(cudaMemcpyAsync(s->dx, b->dx, T * H * 2, cudaMemcpyDeviceToDevice, st));
+  GT_CUDA(cudaMemcpyAsync(s->dw1, b->dw1, dw_bytes(b->n1, dtype), cudaMemcpyDeviceToDevice, st));
+  GT_CUDA(cudaMemcpyAsync(s->dw2, b->dw2, dw_bytes(b->n2, dtype), cudaMemcpyDeviceToDevice, st));
+  GT_CUDA(cudaMemcpyAsync(s->dtw, b->dtw, T * k * 4, cudaMemcpyDeviceToDevice, st));
+  GT_CUDA(cudaStreamSynchronize(st));
 }
 
 /* Words in which the last launch's outputs differ from the snapshot's,
@@ -834,6 +840,7 @@ static void route_bad_ids(gt_moe *g, int T)
     for(j = 0; j < k; j++)
       g->ids_h[(size_t)(T / 2) * k + j] = -1 - j;
   GT_CUDA(cudaMemcpy(g->ids, g->ids_h, (size_t)T * k * 4, cudaMemcpyHostToDevice));
+  GT_CUDA(cudaDeviceSynchronize());
 }
 
 /* ---- 1. correctness -------------------------------------------------------- */

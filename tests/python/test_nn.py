@@ -385,7 +385,7 @@ class TestOnGpu(GpuCase):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             static = step()
-        x2, ids2, w2_, dy2, _ = problem(T=64, device=self.dev, seed=5)
+        x2, ids2, w2_, _, _, dy2, _ = problem(T=64, device=self.dev, seed=5)
         with torch.no_grad():
             sx.copy_(x2)
             sids.copy_(ids2)
