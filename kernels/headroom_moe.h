@@ -62,6 +62,13 @@
  * slows it, by ~4% at 16 MB and 9-15% at an H200's 37 MB, whatever the
  * set-aside holds (measured: docs/kernels.md, Performance).
  *
+ * CUDA graphs: a launch on a stream being captured is captured with its
+ * ordering (the wait for the context's last launch and the record of its
+ * end become the graph's own event nodes), so hr_moe_sync after a replay
+ * waits for that replay. A replay runs with the grid, seq and timeout of
+ * its capture: a budget change needs a new capture, and an hr_moe_abort
+ * aborts every later replay of graphs captured before it (capture again).
+ *
  * Threads: an hr_moe is used by one thread at a time. Launches on one hr_moe
  * run one after the other (a launch on another stream waits for the last).
  */

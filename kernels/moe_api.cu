@@ -441,8 +441,9 @@ static int launch(hr_moe *m, const hr_lease *lease, int grid, int mode,
 {
   hr__moe_params p;
   hr__moe_bwd_params bp;
+  cudaStreamCaptureStatus cap;
   cudaError_t ce;
-  int prev, err, timeout_ms;
+  int prev, err, timeout_ms, capturing;
   const int agnostic = mode == HR_MODE_AGNOSTIC;
 
   if(!m || (g ? !grad_args_ok(m, g) : !args_ok(m, a)))
@@ -476,10 +477,19 @@ static int launch(hr_moe *m, const hr_lease *lease, int grid, int mode,
     failure_take(m);
     m->in_flight = 0;
   }
+  /* Into a CUDA graph: the event is waited for and recorded as the
+   * graph's own external nodes, so each replay is ordered after what ran
+   * before it and a wait after a replay waits for the replay. */
+  if(cudaStreamIsCapturing(stream, &cap) != cudaSuccess) {
+    cudaGetLastError();
+    cap = cudaStreamCaptureStatusNone;
+  }
+  capturing = cap == cudaStreamCaptureStatusActive;
   /* One launch at a time per context: the next is ordered after the last
    * (on its stream already; on another stream through the event). */
   if((m->in_flight || m->needs_reset) && stream != m->stream) {
-    err = err_from_cuda(cudaStreamWaitEvent(stream, m->done, 0));
+    err = err_from_cuda(cudaStreamWaitEvent(stream, m->done,
+                                            capturing ? cudaEventWaitExternal : 0));
     if(err)
       goto out;
   }
@@ -585,7 +595,8 @@ static int launch(hr_moe *m, const hr_lease *lease, int grid, int mode,
   m->agnostic = agnostic;
   m->grid = grid;
   m->timeout_ms = timeout_ms;
-  err = err_from_cuda(cudaEventRecord(m->done, stream));
+  err = err_from_cuda(capturing ? cudaEventRecordWithFlags(m->done, stream, cudaEventRecordExternal)
+                               : cudaEventRecord(m->done, stream));
   if(err == HR_ENOGPU || err == HR_ENOMEM)
     err = HR_ECUDA;
 
@@ -687,6 +698,17 @@ int hr_moe_backward_grid(hr_moe *m, int grid, hr_mode mode, const hr_moe_grad_ar
                          void *stream)
 {
   return launch(m, NULL, grid, (int)mode, 1, NULL, args, (cudaStream_t)stream, NULL);
+}
+
+int hr__moe_backward_hook(hr_moe *m, int grid, const hr__moe_hook *h,
+                          const hr_moe_grad_args *args, void *stream)
+{
+  const unsigned phases = HR__MOE_PHASE_GEMM1 | HR__MOE_PHASE_GEMM2 | HR__MOE_PHASE_DW |
+                          HR__MOE_PHASE_COMBINE;
+  if(!h || (h->skip & ~phases) || h->repeat)
+    return HR_EINVAL;
+  return launch(m, NULL, grid, h->agnostic ? HR_MODE_AGNOSTIC : HR_MODE_HEADROOM, 1, NULL, args,
+                (cudaStream_t)stream, h);
 }
 
 int hr_moe_backward(hr_moe *m, const hr_lease *lease, const hr_moe_grad_args *args,

@@ -5,8 +5,8 @@
  *   the barrier kernel   route | barrier 20 | dgu tiles | barrier 21 |
  *                        dx, dW1, dW2 tiles | barrier 22 | combine
  *   the agnostic kernel  every CTA takes tasks in ticket order (route
- *                        pieces, dgu tiles, dx tiles, combines, dW
- *                        tiles) and a task waits only for the count of
+ *                        pieces, dgu tiles, dx tiles, dW groups,
+ *                        combines) and a task waits only for the count of
  *                        finished tasks it needs, all of them taken
  *                        before it by CTAs that are running
  *
@@ -36,7 +36,11 @@ typedef bwd_tile<BWD_BK, HR__MOE_BWD_DGU_N> bwd_w2_tile;
 /* The grads tiles' stage: A and B of 128 x 32 or 32 x 128. */
 typedef bwd_tile<BWD_BK, 128> bwd_cols_tile;
 #define BWD_GRAD_STAGE (bwd_rows_tile::BYTES + bwd_cols_tile::BYTES)
-#define BWD_STAGES 4
+#ifndef BWD_STAGES
+#define BWD_STAGES 3
+#endif
+/* dW tiles a unit of the grads stage runs in one pipeline (bwd_dw_group) */
+#define BWD_DW_GROUP 8
 #define BWD_RING_BYTES (BWD_STAGES * (BWD_DGU_STAGE > BWD_GRAD_STAGE ? BWD_DGU_STAGE : BWD_GRAD_STAGE))
 /* the d(w) partials of a dgu tile's rows, from its two column halves */
 #define BWD_RED_BYTES (HR__MOE_BWD_TILE_M * 2 * 4)
@@ -55,7 +59,8 @@ struct bwd_plan {
   int n_dx;      /* n_mt * nh */
   int w1_tiles;  /* per expert: (2I / 128) * nh */
   int w2_tiles;  /* per expert: nh * (I / 128) */
-  int n_grads;   /* n_dx + E (w1_tiles + w2_tiles) */
+  int n_dwg;     /* dW groups: E ceil((w1_tiles + w2_tiles) / BWD_DW_GROUP) */
+  int n_grads;   /* n_dx + n_dwg */
 };
 
 static __device__ __forceinline__ bwd_plan bwd_plan_of(const hr__moe_params &f, const moe_route &rt)
@@ -68,7 +73,8 @@ static __device__ __forceinline__ bwd_plan bwd_plan_of(const hr__moe_params &f, 
   q.n_dx = q.n_mt * q.nh;
   q.w1_tiles = (2 * f.I / 128) * q.nh;
   q.w2_tiles = q.nh * (f.I / 128);
-  q.n_grads = q.n_dx + f.E * (q.w1_tiles + q.w2_tiles);
+  q.n_dwg = f.E * ((q.w1_tiles + q.w2_tiles + BWD_DW_GROUP - 1) / BWD_DW_GROUP);
+  q.n_grads = q.n_dx + q.n_dwg;
   return q;
 }
 
@@ -189,7 +195,7 @@ static __device__ void bwd_dgu_tile(const hr__moe_bwd_params &p, const moe_route
         lu.issue(st + 2 * bwd_rows_tile::BYTES + bwd_w1_tile::BYTES, s, f.x);
         lq.issue(st + 2 * bwd_rows_tile::BYTES + 2 * bwd_w1_tile::BYTES, s, f.x);
       },
-      [&](uint32_t st) { bwd_dgu_stage(ag, au, aq, st, wm, wn); });
+      [&](uint32_t st, int) { bwd_dgu_stage(ag, au, aq, st, wm, wn); });
 
   /* The epilogue: four rows a thread (mt, c >> 1), eight features each. */
 #pragma unroll
@@ -266,9 +272,141 @@ static __device__ __forceinline__ void bwd_store_dw(void *dw, int bf16, size_t a
     *(float2 *)((float *)dw + at) = make_float2(a, b);
 }
 
-/* grads tile `unit`: [0, n_dx) the dx rows of M tile unit / nh (dh W1,
- * K = 2I); then per expert its dW1 tiles (dh^T x) and dW2 tiles
- * (dy^T (w a)), K = the expert's pairs (none: a tile of zeros). */
+/* Where dW tile t of an expert (its pairs from place `off`) reads and
+ * writes: dW1[e][m0 + r][n0 + c] = sum over pairs of dh[m0 + r] x[n0 + c]
+ * (M = 2I, N = H) for t < w1_tiles, then dW2[e][m0 + r][n0 + c] = sum of
+ * dy[m0 + r] (w a)[n0 + c] (M = H, N = I). Both operands MN-major, one of
+ * them gathered (the pair's token row). */
+struct bwd_dw_tile {
+  const uint16_t *a, *b;
+  int lda, ldb;
+  int a_tok;              /* 1: A's rows are token rows (else B's) */
+  int dw1;
+  int m0, n0;
+  int t;                  /* the tile */
+};
+
+static __device__ __forceinline__ bwd_dw_tile bwd_dw_tile_of(const hr__moe_bwd_params &p,
+                                                             const bwd_plan &q, int t, int off)
+{
+  const hr__moe_params &f = p.f;
+  bwd_dw_tile d;
+  d.t = t;
+  if(t < q.w1_tiles) {
+    d.m0 = (t / q.nh) * 128;
+    d.n0 = (t % q.nh) * 128;
+    d.a = p.dh + (size_t)off * 2 * f.I + d.m0;
+    d.lda = 2 * f.I;
+    d.b = f.x + d.n0;
+    d.ldb = f.H;
+    d.a_tok = 0;
+    d.dw1 = 1;
+  } else {
+    const int t2 = t - q.w1_tiles, ni = f.I / 128;
+    d.m0 = (t2 / ni) * 128;
+    d.n0 = (t2 % ni) * 128;
+    d.a = p.dy + d.m0;
+    d.lda = f.H;
+    d.b = p.wa + (size_t)off * f.I + d.n0;
+    d.ldb = f.I;
+    d.a_tok = 1;
+    d.dw1 = 0;
+  }
+  return d;
+}
+
+/* dW tile t of expert e, from acc (or zeros when acc is NULL). */
+static __device__ __forceinline__ void bwd_dw_store(const hr__moe_bwd_params &p, const bwd_plan &q,
+                                                    int e, int t, const float (&acc)[4][4][4],
+                                                    int zero)
+{
+  const hr__moe_params &f = p.f;
+  const int warp = (int)threadIdx.x >> 5, wm = (warp & 1) * 64, wn = (warp >> 1) * 32;
+  const bwd_dw_tile d = bwd_dw_tile_of(p, q, t, 0);
+  void *out = d.dw1 ? p.dw1 : p.dw2;
+  const int ldo = d.dw1 ? f.H : f.I;
+  const size_t base = d.dw1 ? (size_t)e * 2 * f.I * f.H : (size_t)e * f.H * f.I;
+  bwd_store_tile(acc, wm, wn, [&](int r, int c, float a, float b) {
+    bwd_store_dw(out, p.dw_bf16, base + (size_t)(d.m0 + r) * ldo + d.n0 + c, zero ? 0.0f : a,
+                 zero ? 0.0f : b);
+  });
+}
+
+/* dW group g: tiles [t0, t1) of one expert, BWD_DW_GROUP of them, in one
+ * run of the pipeline: their K = the expert's pairs is short (64 at
+ * Qwen3-30B-A3B T = 1024, 128 at DeepSeek-V3 T = 4096: a few steps), so a
+ * tile on its own would be mostly the ring's fill and drain. Here the
+ * next tile's first steps are in flight while a tile ends. The gathered
+ * rows are the same in every tile of the group (the expert's pairs), so
+ * each step's token rows are read one step ahead, whatever the tile. */
+static __device__ void bwd_dw_group(const hr__moe_bwd_params &p, const moe_route &rt,
+                                    const bwd_plan &q, uint8_t *smem, int g)
+{
+  const hr__moe_params &f = p.f;
+  const int per_e = q.w1_tiles + q.w2_tiles;
+  const int gpe = (per_e + BWD_DW_GROUP - 1) / BWD_DW_GROUP;
+  const int e = g / gpe, t0 = (g - e * gpe) * BWD_DW_GROUP;
+  const int t1 = min(per_e, t0 + BWD_DW_GROUP);
+  const int cnt = rt.cnt[e], off = rt.off[e];
+  const int nk = (cnt + BWD_BK - 1) / BWD_BK;
+  const int32_t *tok = f.sorted_tok + off;
+  const int warp = (int)threadIdx.x >> 5, wm = (warp & 1) * 64, wn = (warp >> 1) * 32;
+  using T = bwd_cols_tile;
+  float acc[4][4][4];
+  int kr[T::PER_THREAD], col[T::PER_THREAD], trow[T::PER_THREAD];
+  uint32_t dst[T::PER_THREAD];
+
+  bwd_acc_zero(acc);
+  if(nk == 0) {                        /* no pairs: dW is 0 */
+    for(int t = t0; t < t1; t++)
+      bwd_dw_store(p, q, e, t, acc, 1);
+    return;
+  }
+#pragma unroll
+  for(int i = 0; i < T::PER_THREAD; i++) {
+    const int c = (int)threadIdx.x + i * HR__MOE_THREADS;
+    kr[i] = c / (128 / 8);
+    col[i] = (c % (128 / 8)) * 8;
+    dst[i] = (uint32_t)((kr[i] * T::PITCH + col[i]) * 2);
+    trow[i] = kr[i] < cnt ? tok[kr[i]] : 0;       /* step 0's token rows */
+  }
+  /* Both sides walk the steps in order, so each keeps its tile and its
+   * step in the tile as counters (no division a step). */
+  int is = 0, ct = t0, cs = 0;
+  bwd_dw_tile d = bwd_dw_tile_of(p, q, t0, off);
+  bwd_pipeline<BWD_STAGES, BWD_GRAD_STAGE>(
+      (t1 - t0) * nk, smem_addr(smem),
+      [&](uint32_t st, int) {
+        const int sn = is + 1 == nk ? 0 : is + 1;
+#pragma unroll
+        for(int i = 0; i < T::PER_THREAD; i++) {
+          const int kk = is * BWD_BK + kr[i];
+          const int valid = kk < cnt;
+          const long long ra = d.a_tok ? trow[i] : kk, rb = d.a_tok ? kk : trow[i];
+          cp_async16_zfill(st + dst[i], valid ? (const void *)(d.a + ra * d.lda + col[i]) : f.x,
+                           valid);
+          cp_async16_zfill(st + T::BYTES + dst[i],
+                           valid ? (const void *)(d.b + rb * d.ldb + col[i]) : f.x, valid);
+          const int kn = sn * BWD_BK + kr[i];
+          trow[i] = kn < cnt ? tok[kn] : 0;       /* the next step's, read now */
+        }
+        is = sn;
+        if(sn == 0 && ++d.t < t1)
+          d = bwd_dw_tile_of(p, q, d.t, off);
+      },
+      [&](uint32_t st, int) {
+        bwd_mma_stage<4, 4, false, false, T::PITCH, T::PITCH>(acc, st, st + T::BYTES, wm, wn);
+        if(++cs == nk) {                           /* the tile's last step */
+          bwd_dw_store(p, q, e, ct, acc, 0);
+          bwd_acc_zero(acc);
+          cs = 0;
+          ct++;
+        }
+      });
+}
+
+/* grads unit `unit`: [0, n_dx) the dx rows of M tile unit / nh (dh W1,
+ * K = 2I); then the dW groups (bwd_dw_group). */
 static __device__ void bwd_grads_tile(const hr__moe_bwd_params &p, const moe_route &rt,
                                       const bwd_plan &q, uint8_t *smem, int unit)
 {
@@ -296,7 +434,7 @@ static __device__ void bwd_grads_tile(const hr__moe_bwd_params &p, const moe_rou
           la.issue(st, s, f.x);
           lb.issue(st + bwd_rows_tile::BYTES, s, f.x);
         },
-        [&](uint32_t st) {
+        [&](uint32_t st, int) {
           bwd_mma_stage<4, 4, true, false, bwd_rows_tile::PITCH, bwd_cols_tile::PITCH>(
               acc, st, st + bwd_rows_tile::BYTES, wm, wn);
         });
@@ -307,47 +445,7 @@ static __device__ void bwd_grads_tile(const hr__moe_bwd_params &p, const moe_rou
     return;
   }
 
-  unit -= q.n_dx;
-  const int per_e = q.w1_tiles + q.w2_tiles;
-  const int e = unit / per_e, t = unit - e * per_e;
-  const int cnt = rt.cnt[e], off = rt.off[e];
-  const int nk = (cnt + BWD_BK - 1) / BWD_BK;
-  const int32_t *tok = f.sorted_tok + off;
-  bwd_load_krows<128> la, lb;
-  int m0, n0, ldo;
-  void *out;
-  size_t base;
-  if(t < q.w1_tiles) {                 /* dW1[e][m0 + r][n0 + c], M = 2I, N = H */
-    m0 = (t / q.nh) * 128;
-    n0 = (t % q.nh) * 128;
-    la.init(p.dh + (size_t)off * 2 * I + m0, 2 * I, nullptr, cnt);
-    lb.init(f.x + n0, H, tok, cnt);
-    out = p.dw1;
-    ldo = H;
-    base = (size_t)e * 2 * I * H;
-  } else {                             /* dW2[e][m0 + r][n0 + c], M = H, N = I */
-    const int t2 = t - q.w1_tiles, ni = I / 128;
-    m0 = (t2 / ni) * 128;
-    n0 = (t2 % ni) * 128;
-    la.init(p.dy + m0, H, tok, cnt);
-    lb.init(p.wa + (size_t)off * I + n0, I, nullptr, cnt);
-    out = p.dw2;
-    ldo = I;
-    base = (size_t)e * H * I;
-  }
-  bwd_pipeline<BWD_STAGES, BWD_GRAD_STAGE>(
-      nk, ring,
-      [&](uint32_t st, int s) {
-        la.issue(st, s, f.x);
-        lb.issue(st + bwd_cols_tile::BYTES, s, f.x);
-      },
-      [&](uint32_t st) {
-        bwd_mma_stage<4, 4, false, false, bwd_cols_tile::PITCH, bwd_cols_tile::PITCH>(
-            acc, st, st + bwd_cols_tile::BYTES, wm, wn);
-      });
-  bwd_store_tile(acc, wm, wn, [&](int r, int c, float a, float b) {
-    bwd_store_dw(out, p.dw_bf16, base + (size_t)(m0 + r) * ldo + n0 + c, a, b);
-  });
+  bwd_dw_group(p, rt, q, smem, unit - q.n_dx);
 }
 
 /* ---- stage 4: combine -------------------------------------------------- */
@@ -472,7 +570,7 @@ hr__moe_bwd_kernel(const __grid_constant__ hr__moe_bwd_params p)
     return;
 
   /* 2. dgu */
-  bwd_claimed(&f.sync->claim[0], q.n_dgu, &s_unit,
+  bwd_claimed(&f.sync->claim[0], (f.skip & HR__MOE_PHASE_GEMM1) ? 0 : q.n_dgu, &s_unit,
               [&](int u) { bwd_dgu_tile(p, rt, q, smem, u); });
   if(!grid_barrier(f, HR__MOE_BWD_BARRIER_DGU, &s_ok))
     return;
@@ -480,15 +578,19 @@ hr__moe_bwd_kernel(const __grid_constant__ hr__moe_bwd_params p)
     atomicExch(&f.sync->claim[0], 0u);
 
   /* 3. the dx rows, dW1, dW2 */
-  bwd_claimed(&f.sync->claim[1], q.n_grads, &s_unit,
-              [&](int u) { bwd_grads_tile(p, rt, q, smem, u); });
+  bwd_claimed(&f.sync->claim[1], q.n_grads, &s_unit, [&](int u) {
+    /* the benchmark hook may leave the dx rows or the dW groups out */
+    if(!(f.skip & (u < q.n_dx ? HR__MOE_PHASE_GEMM2 : HR__MOE_PHASE_DW)))
+      bwd_grads_tile(p, rt, q, smem, u);
+  });
   if(!grid_barrier(f, HR__MOE_BWD_BARRIER_GRADS, &s_ok))
     return;
   if(blockIdx.x == 0 && threadIdx.x == 0)
     atomicExch(&f.sync->claim[1], 0u);
 
   /* 4. combine: a contiguous range of tokens a CTA */
-  bwd_combine(p, (int)((long long)f.T * blockIdx.x / gridDim.x),
+  if(!(f.skip & HR__MOE_PHASE_COMBINE))
+    bwd_combine(p, (int)((long long)f.T * blockIdx.x / gridDim.x),
               (int)((long long)f.T * (blockIdx.x + 1) / gridDim.x));
 }
 
@@ -551,10 +653,11 @@ static __device__ __forceinline__ void bwd_done(unsigned *count)
  *   [0, np)          route pieces of HR__MOE_BWD_PIECE pairs
  *   then n_dgu       dgu tiles             (wait: every route piece)
  *   then n_dx        dx row tiles          (wait: every dgu tile)
- *   then ncomb       combines of 32 tokens (wait: every route piece and
- *                    every dx row tile: with no valid pair there is none)
- *   then the rest    dW1, dW2 tiles        (wait: every route piece and
+ *   then n_dwg       dW groups             (wait: every route piece and
  *                    every dgu tile)
+ *   then ncomb       combines of 32 tokens (wait: every route piece and
+ *                    every dx row tile: with no valid pair there is none;
+ *                    after the dW groups, the dx rows are long done)
  * The counts of finished tasks: scatter_done (route pieces), g1_total
  * (dgu tiles), combine_done (dx row tiles); the last CTA to leave puts
  * them and the ticket back to 0. */
@@ -584,8 +687,8 @@ hr__moe_bwd_agnostic_kernel(const __grid_constant__ hr__moe_bwd_params p)
   const bwd_plan q = bwd_plan_of(f, rt);
   const int np = (pairs + HR__MOE_BWD_PIECE - 1) / HR__MOE_BWD_PIECE;
   const int ncomb = (f.T + HR__MOE_BWD_COMBINE_TOKENS - 1) / HR__MOE_BWD_COMBINE_TOKENS;
-  const int at_dgu = np, at_dx = at_dgu + q.n_dgu, at_comb = at_dx + q.n_dx;
-  const int at_dw = at_comb + ncomb, total = at_dw + (q.n_grads - q.n_dx);
+  const int at_dgu = np, at_dx = at_dgu + q.n_dgu, at_dw = at_dx + q.n_dx;
+  const int at_comb = at_dw + q.n_dwg, total = at_comb + ncomb;
 
   if(threadIdx.x == 0)
     s_unit = atomicAdd(&agn->ticket, 1u);
@@ -624,24 +727,24 @@ hr__moe_bwd_agnostic_kernel(const __grid_constant__ hr__moe_bwd_params p)
         return;
       bwd_dgu_tile(p, rt, q, smem, u - at_dgu);
       bwd_done(&agn->g1_total);
-    } else if(u < at_comb) {                      /* a dx row tile */
+    } else if(u < at_dw) {                        /* a dx row tile */
       if(!bwd_wait(f, &agn->g1_total, (unsigned)q.n_dgu, HR__MOE_BWD_WAIT_DGU, &seen_dgu, &s_ok))
         return;
       bwd_grads_tile(p, rt, q, smem, u - at_dx);
       bwd_done(&agn->combine_done);
-    } else if(u < at_dw) {                        /* a combine */
+    } else if(u < at_comb) {                      /* a dW group */
+      if(!bwd_wait(f, &agn->scatter_done, (unsigned)np, HR__MOE_BWD_WAIT_ROUTE, &seen_route,
+                   &s_ok) ||
+         !bwd_wait(f, &agn->g1_total, (unsigned)q.n_dgu, HR__MOE_BWD_WAIT_DGU, &seen_dgu, &s_ok))
+        return;
+      bwd_dw_group(p, rt, q, smem, u - at_dw);
+    } else {                                      /* a combine */
       if(!bwd_wait(f, &agn->scatter_done, (unsigned)np, HR__MOE_BWD_WAIT_ROUTE, &seen_route,
                    &s_ok) ||
          !bwd_wait(f, &agn->combine_done, (unsigned)q.n_dx, HR__MOE_BWD_WAIT_DX, &seen_dx, &s_ok))
         return;
       const int lo = (u - at_comb) * HR__MOE_BWD_COMBINE_TOKENS;
       bwd_combine(p, lo, min(f.T, lo + HR__MOE_BWD_COMBINE_TOKENS));
-    } else {                                      /* a dW tile */
-      if(!bwd_wait(f, &agn->scatter_done, (unsigned)np, HR__MOE_BWD_WAIT_ROUTE, &seen_route,
-                   &s_ok) ||
-         !bwd_wait(f, &agn->g1_total, (unsigned)q.n_dgu, HR__MOE_BWD_WAIT_DGU, &seen_dgu, &s_ok))
-        return;
-      bwd_grads_tile(p, rt, q, smem, q.n_dx + (u - at_dw));
     }
     if(threadIdx.x == 0)
       s_unit = next;

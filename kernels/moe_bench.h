@@ -42,6 +42,13 @@ typedef struct hr__moe_hook {
 int hr__moe_forward_hook(hr_moe *m, int grid, const hr__moe_hook *h,
                          const hr_moe_args *args, void *stream);
 
+/* hr_moe_backward_grid through the hook: skip's phase bits leave the
+ * backward's stages out (HR__MOE_PHASE_GEMM1: dgu, GEMM2: the dx rows,
+ * DW: the dW groups, COMBINE); repeat, claim and trace are not used.
+ * HR_EINVAL for any other bit. */
+int hr__moe_backward_hook(hr_moe *m, int grid, const hr__moe_hook *h,
+                          const hr_moe_grad_args *args, void *stream);
+
 /* The dynamic shared memory both kernels launch with, in bytes (for a
  * benchmark that launches something else alike). */
 int hr__moe_smem_bytes(void);

@@ -30,7 +30,9 @@
 #include "moe_ptx.cuh"
 
 /* K per pipeline step, and the shared-memory row padding in elements. */
-#define BWD_BK 32
+#ifndef BWD_BK
+#define BWD_BK 64
+#endif
 #define BWD_PAD 8
 
 /* A tile of ROWS x COLS bf16 (COLS contiguous), as it sits in a stage. */
@@ -178,8 +180,11 @@ static __device__ __forceinline__ void bwd_acc_zero(float (&acc)[MT][NT][4])
 
 /* nk steps through a ring of STAGES stages of STAGE_BYTES from `ring`
  * (a shared address): issue(stage, step) starts a step's copies,
- * compute(stage) runs its MMAs. Ends with the ring drained and the CTA
- * synchronized, so the next tile (or an epilogue) may reuse it. */
+ * compute(stage, step) runs its MMAs. The steps may span several tiles
+ * (moe_backward.cu, the dW groups): compute ends a tile where its last
+ * step is, while the next tile's first steps are already in flight. Ends
+ * with the ring drained and the CTA synchronized, so the next tile (or
+ * an epilogue) may reuse it. */
 template <int STAGES, int STAGE_BYTES, class Issue, class Compute>
 static __device__ __forceinline__ void bwd_pipeline(int nk, uint32_t ring, Issue issue,
                                                     Compute compute)
@@ -197,7 +202,7 @@ static __device__ __forceinline__ void bwd_pipeline(int nk, uint32_t ring, Issue
     if(next < nk)
       issue(ring + (next % STAGES) * STAGE_BYTES, next);
     cp_async_commit();
-    compute(ring + (kt % STAGES) * STAGE_BYTES);
+    compute(ring + (kt % STAGES) * STAGE_BYTES, kt);
   }
   cp_async_wait<0>();
   __syncthreads();

@@ -109,7 +109,10 @@ enum {
   HR__MOE_PHASE_ROUTE = 1,
   HR__MOE_PHASE_GEMM1 = 2,
   HR__MOE_PHASE_GEMM2 = 4,
-  HR__MOE_PHASE_COMBINE = 8
+  HR__MOE_PHASE_COMBINE = 8,
+  /* the backward's (moe_backward.h): GEMM1 is its dgu stage, GEMM2 its
+   * dx rows, COMBINE its combine, and DW its dW groups */
+  HR__MOE_PHASE_DW = 64
 };
 
 /* The tests' faults, bits of hr__moe_params.skip beside the phases
