@@ -263,15 +263,6 @@ static __device__ __forceinline__ void bwd_store_tile(const float (&acc)[4][4][4
             acc[mt][nt][half * 2 + 1]);
 }
 
-static __device__ __forceinline__ void bwd_store_dw(void *dw, int bf16, size_t at, float a,
-                                                    float b)
-{
-  if(bf16)
-    *(uint32_t *)((uint16_t *)dw + at) = pack_bf16x2(a, b);
-  else
-    *(float2 *)((float *)dw + at) = make_float2(a, b);
-}
-
 /* Where dW tile t of an expert (its pairs from place `off`) reads and
  * writes: dW1[e][m0 + r][n0 + c] = sum over pairs of dh[m0 + r] x[n0 + c]
  * (M = 2I, N = H) for t < w1_tiles, then dW2[e][m0 + r][n0 + c] = sum of
@@ -315,21 +306,49 @@ static __device__ __forceinline__ bwd_dw_tile bwd_dw_tile_of(const hr__moe_bwd_p
   return d;
 }
 
-/* dW tile t of expert e, from acc (or zeros when acc is NULL). */
+/* A dW tile's staging, past the grads stage's ring (the dgu ring is the
+ * larger): 128 rows of fp32 or bf16, padded by 16 bytes. */
+#define BWD_DW_PITCH_F32 (128 * 4 + 16)
+#define BWD_DW_PITCH_BF16 (128 * 2 + 16)
+#define BWD_DW_STAGING (BWD_STAGES * BWD_GRAD_STAGE)
+static_assert(BWD_DW_STAGING + 128 * BWD_DW_PITCH_F32 <= BWD_RING_BYTES, "staging fits the ring");
+
+/* dW tile t of expert e from acc, or zeros. The fragments go to shared
+ * memory first, and from there to dW in whole 512-byte rows a warp:
+ * stored straight from the fragments, each warp's store covered 8 rows
+ * with 16 bytes each, half a sector, and dW is the backward's one large
+ * output (21 GiB at DeepSeek-V3 in bf16). */
 static __device__ __forceinline__ void bwd_dw_store(const hr__moe_bwd_params &p, const bwd_plan &q,
                                                     int e, int t, const float (&acc)[4][4][4],
-                                                    int zero)
+                                                    int zero, uint8_t *smem)
 {
   const hr__moe_params &f = p.f;
   const int warp = (int)threadIdx.x >> 5, wm = (warp & 1) * 64, wn = (warp >> 1) * 32;
   const bwd_dw_tile d = bwd_dw_tile_of(p, q, t, 0);
-  void *out = d.dw1 ? p.dw1 : p.dw2;
-  const int ldo = d.dw1 ? f.H : f.I;
+  const int ldo = d.dw1 ? f.H : f.I, bf = p.dw_bf16;
+  const int esize = bf ? 2 : 4, pitch = bf ? BWD_DW_PITCH_BF16 : BWD_DW_PITCH_F32;
+  const int cpr = 128 * esize / 16;                     /* 16-byte chunks a row */
   const size_t base = d.dw1 ? (size_t)e * 2 * f.I * f.H : (size_t)e * f.H * f.I;
+  char *out = (char *)(d.dw1 ? p.dw1 : p.dw2) + (base + (size_t)d.m0 * ldo + d.n0) * esize;
+  uint8_t *stage = smem + BWD_DW_STAGING;
+
+  if(zero) {
+    for(int i = (int)threadIdx.x; i < 128 * cpr; i += HR__MOE_THREADS)
+      *(uint4 *)(out + (size_t)(i / cpr) * ldo * esize + (i % cpr) * 16) = make_uint4(0, 0, 0, 0);
+    return;
+  }
   bwd_store_tile(acc, wm, wn, [&](int r, int c, float a, float b) {
-    bwd_store_dw(out, p.dw_bf16, base + (size_t)(d.m0 + r) * ldo + d.n0 + c, zero ? 0.0f : a,
-                 zero ? 0.0f : b);
+    if(bf)
+      *(uint32_t *)(stage + r * pitch + c * 2) = pack_bf16x2(a, b);
+    else
+      *(float2 *)(stage + r * pitch + c * 4) = make_float2(a, b);
   });
+  __syncthreads();
+  for(int i = (int)threadIdx.x; i < 128 * cpr; i += HR__MOE_THREADS) {
+    const int r = i / cpr, ch = i % cpr;
+    *(uint4 *)(out + (size_t)r * ldo * esize + ch * 16) = *(const uint4 *)(stage + r * pitch + ch * 16);
+  }
+  __syncthreads();                     /* the staging is free again */
 }
 
 /* dW group g: tiles [t0, t1) of one expert, BWD_DW_GROUP of them, in one
@@ -359,7 +378,7 @@ static __device__ void bwd_dw_group(const hr__moe_bwd_params &p, const moe_route
   bwd_acc_zero(acc);
   if(nk == 0) {                        /* no pairs: dW is 0 */
     for(int t = t0; t < t1; t++)
-      bwd_dw_store(p, q, e, t, acc, 1);
+      bwd_dw_store(p, q, e, t, acc, 1, smem);
     return;
   }
 #pragma unroll
@@ -397,7 +416,7 @@ static __device__ void bwd_dw_group(const hr__moe_bwd_params &p, const moe_route
       [&](uint32_t st, int) {
         bwd_mma_stage<4, 4, false, false, T::PITCH, T::PITCH>(acc, st, st + T::BYTES, wm, wn);
         if(++cs == nk) {                           /* the tile's last step */
-          bwd_dw_store(p, q, e, ct, acc, 0);
+          bwd_dw_store(p, q, e, ct, acc, 0, smem);
           bwd_acc_zero(acc);
           cs = 0;
           ct++;
