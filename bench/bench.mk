@@ -47,6 +47,26 @@ $(MOE_PHASES): $(OBJDIR)/bench/moe_phases.o $(OBJDIR)/tests/gpu/gpu_util.o \
 	  -L$(LIBDIR) -lheadroom $(TESTBIN_RPATH) \
 	  $(LDLIBS_CUDART) -lstdc++ -lm
 
+# `make bench-bwd-phases` (an H200; no PyTorch needed): the backward stage
+# by stage, each stage's time and TFLOP/s from the backward without it
+# (bench/moe_bwd_phases.c, through the benchmark hook).
+BENCH_BWD_PHASES_OUT ?= $(BUILD)/bench-bwd-phases.md
+MOE_BWD_PHASES := $(TESTBIN)/moe_bwd_phases
+
+.PHONY: bench-bwd-phases
+bench-bwd-phases: $(MOE_BWD_PHASES)
+	$(MOE_BWD_PHASES) --out $(BENCH_BWD_PHASES_OUT) $(BENCH_BWD_PHASES_ARGS)
+
+$(OBJDIR)/bench/moe_bwd_phases.o: CPPFLAGS += -I$(CUDA_HOME)/include -Itests/gpu
+
+$(MOE_BWD_PHASES): $(OBJDIR)/bench/moe_bwd_phases.o $(OBJDIR)/tests/gpu/gpu_util.o \
+                   $(OBJDIR)/tests/gpu/gpu_kernels.cu.o $(OBJDIR)/kernels/moe_ref.o \
+                   $(LIBDIR)/libheadroom_moe.a $(LIBDIR)/libheadroom.so
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIBDIR)/libheadroom_moe.a \
+	  -L$(LIBDIR) -lheadroom $(TESTBIN_RPATH) \
+	  $(LDLIBS_CUDART) -lstdc++ -lm
+
 # `make bench-timeline` (an H200): the barrier kernel's timeline of one
 # launch per shape and T (moe_phases --trace: each CTA's stage ends,
 # barrier arrivals, unit ends, SM and SM clock; the agnostic kernel's

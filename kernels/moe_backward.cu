@@ -36,9 +36,7 @@ typedef bwd_tile<BWD_BK, HR__MOE_BWD_DGU_N> bwd_w2_tile;
 /* The grads tiles' stage: A and B of 128 x 32 or 32 x 128. */
 typedef bwd_tile<BWD_BK, 128> bwd_cols_tile;
 #define BWD_GRAD_STAGE (bwd_rows_tile::BYTES + bwd_cols_tile::BYTES)
-#ifndef BWD_STAGES
 #define BWD_STAGES 3
-#endif
 /* dW tiles a unit of the grads stage runs in one pipeline (bwd_dw_group) */
 #define BWD_DW_GROUP 8
 #define BWD_RING_BYTES (BWD_STAGES * (BWD_DGU_STAGE > BWD_GRAD_STAGE ? BWD_DGU_STAGE : BWD_GRAD_STAGE))

@@ -29,10 +29,9 @@
 #include "moe_kernel.h"
 #include "moe_ptx.cuh"
 
-/* K per pipeline step, and the shared-memory row padding in elements. */
-#ifndef BWD_BK
+/* K per pipeline step (64 against 32: docs/decisions.md, "The backward's
+ * steps"), and the shared-memory row padding in elements. */
 #define BWD_BK 64
-#endif
 #define BWD_PAD 8
 
 /* A tile of ROWS x COLS bf16 (COLS contiguous), as it sits in a stage. */
