@@ -37,8 +37,12 @@ typedef bwd_tile<BWD_BK, HR__MOE_BWD_DGU_N> bwd_w2_tile;
 typedef bwd_tile<BWD_BK, 128> bwd_cols_tile;
 #define BWD_GRAD_STAGE (bwd_rows_tile::BYTES + bwd_cols_tile::BYTES)
 #define BWD_STAGES 3
-/* dW tiles a unit of the grads stage runs in one pipeline (bwd_dw_group) */
+/* dW tiles a unit of the grads stage runs in one pipeline (bwd_dw_group).
+ * A build flag while undecided: docs/decisions.md, "dW tiles in groups"
+ * (open), names the A/B to run (BWD_DW_GROUP=1 against 8). */
+#ifndef BWD_DW_GROUP
 #define BWD_DW_GROUP 8
+#endif
 #define BWD_RING_BYTES (BWD_STAGES * (BWD_DGU_STAGE > BWD_GRAD_STAGE ? BWD_DGU_STAGE : BWD_GRAD_STAGE))
 /* the d(w) partials of a dgu tile's rows, from its two column halves */
 #define BWD_RED_BYTES (HR__MOE_BWD_TILE_M * 2 * 4)
