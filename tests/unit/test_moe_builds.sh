@@ -24,13 +24,13 @@ if ! (cd "$dir" && ar x "$a"); then
   exit 1
 fi
 members=$(ar t "$a" | sort | tr '\n' ' ')
-if [ "$members" = "moe_agnostic.cu.o moe_api.cu.o moe_kernel.cu.o " ]; then
-  echo "ok: libheadroom_moe.a holds the three kernel objects"
+if [ "$members" = "moe_agnostic.cu.o moe_api.cu.o moe_backward.cu.o moe_kernel.cu.o " ]; then
+  echo "ok: libheadroom_moe.a holds the four kernel objects"
 else
   echo "FAIL: libheadroom_moe.a holds: $members"
   fail=1
 fi
-for k in moe_kernel moe_agnostic moe_api; do
+for k in moe_kernel moe_agnostic moe_backward moe_api; do
   prod="$obj/kernels/$k.cu.o"
   if [ ! -f "$prod" ]; then
     echo "FAIL: $prod is missing (was make run?)"
