@@ -177,6 +177,17 @@ def _forward_want(shape: MoeShape, T: int) -> dict:
     }
 
 
+def _in_context(fn, *args):
+    """fn(*args), a call into libheadroom_moe, with the calling thread's
+    current CUDA context the same after it as before (_CurrentContext)."""
+    ctx = _context()
+    before = ctx.get()
+    try:
+        return fn(*args)
+    finally:
+        ctx.restore(before)
+
+
 def check_moe_tensors(shape: MoeShape, device: int, x, ids, weights, w1, w2,
                       y) -> int:
     """Check the tensors of one forward against `shape` and CUDA device
@@ -274,13 +285,8 @@ class Moe(_Closable):
                               ("experts", "hidden", "inter", "topk",
                                "max_tokens")))
         out = ctypes.c_void_p()
-        ctx = _context()
-        before = ctx.get()
-        try:
-            rc = self._lib.hr_moe_create(ctypes.byref(out), self.device,
-                                         ctypes.byref(s))
-        finally:
-            ctx.restore(before)
+        rc = _in_context(self._lib.hr_moe_create, ctypes.byref(out),
+                         self.device, ctypes.byref(s))
         check(rc, "hr_moe_create(device %d)" % self.device)
         self._ptr = out.value
 
@@ -290,12 +296,7 @@ class Moe(_Closable):
         """Wait for the last launch and free the context. Idempotent."""
         ptr, self._ptr = self._ptr, None
         if ptr is not None:
-            ctx = _context()
-            before = ctx.get()
-            try:
-                self._lib.hr_moe_destroy(ptr)
-            finally:
-                ctx.restore(before)
+            _in_context(self._lib.hr_moe_destroy, ptr)
         self._keep = None
 
     _closed_message = "the Moe context is closed"
@@ -351,13 +352,8 @@ class Moe(_Closable):
             raise TypeError("lease must be a headroom.Lease")
         a = self._args(x, ids, weights, w1, w2, y, timeout_ms)
         st = self._stream(stream)
-        ctx = _context()
-        before = ctx.get()
-        try:
-            rc = self._lib.hr_moe_forward(self._handle(), lease._handle(),
-                                          ctypes.byref(a), st)
-        finally:
-            ctx.restore(before)
+        rc = _in_context(self._lib.hr_moe_forward, self._handle(),
+                         lease._handle(), ctypes.byref(a), st)
         check(rc, "hr_moe_forward")
         # headroom.nn passes _keep=False: its tensors live in torch's
         # stream-ordered allocator, which already keeps their memory from
@@ -375,14 +371,9 @@ class Moe(_Closable):
         a = self._args(x, ids, weights, w1, w2, y, timeout_ms)
         m = Mode.of(mode)
         st = self._stream(stream)
-        ctx = _context()
-        before = ctx.get()
-        try:
-            rc = self._lib.hr_moe_forward_grid(self._handle(), int(grid),
-                                               int(m), int(cluster),
-                                               ctypes.byref(a), st)
-        finally:
-            ctx.restore(before)
+        rc = _in_context(self._lib.hr_moe_forward_grid, self._handle(),
+                         int(grid), int(m), int(cluster), ctypes.byref(a),
+                         st)
         check(rc, "hr_moe_forward_grid(grid %d, %s, cluster %d)"
               % (grid, m.name.lower(), cluster))
         self._keep = (x, ids, weights, w1, w2, y)
@@ -421,12 +412,7 @@ class Moe(_Closable):
         idempotent). The first backward would do it, but not while a
         stream is being captured into a CUDA graph: call this first.
         Raises OutOfMemory."""
-        ctx = _context()
-        before = ctx.get()
-        try:
-            rc = self._lib.hr_moe_backward_prepare(self._handle())
-        finally:
-            ctx.restore(before)
+        rc = _in_context(self._lib.hr_moe_backward_prepare, self._handle())
         check(rc, "hr_moe_backward_prepare")
 
     def backward(self, lease: Lease, x, ids, weights, w1, w2, dy, dx, dw1,
@@ -446,13 +432,8 @@ class Moe(_Closable):
         g = self._grad_args(x, ids, weights, w1, w2, dy, dx, dw1, dw2,
                             dweights, timeout_ms)
         st = self._stream(stream)
-        ctx = _context()
-        before = ctx.get()
-        try:
-            rc = self._lib.hr_moe_backward(self._handle(), lease._handle(),
-                                           ctypes.byref(g), st)
-        finally:
-            ctx.restore(before)
+        rc = _in_context(self._lib.hr_moe_backward, self._handle(),
+                         lease._handle(), ctypes.byref(g), st)
         check(rc, "hr_moe_backward")
         if _keep:
             self._keep = (lease, x, ids, weights, w1, w2, dy, dx, dw1, dw2,
@@ -469,13 +450,8 @@ class Moe(_Closable):
                             dweights, timeout_ms)
         m = Mode.of(mode)
         st = self._stream(stream)
-        ctx = _context()
-        before = ctx.get()
-        try:
-            rc = self._lib.hr_moe_backward_grid(self._handle(), int(grid),
-                                                int(m), ctypes.byref(g), st)
-        finally:
-            ctx.restore(before)
+        rc = _in_context(self._lib.hr_moe_backward_grid, self._handle(),
+                         int(grid), int(m), ctypes.byref(g), st)
         check(rc, "hr_moe_backward_grid(grid %d, %s)"
               % (grid, m.name.lower()))
         self._keep = (x, ids, weights, w1, w2, dy, dx, dw1, dw2, dweights)
@@ -489,12 +465,7 @@ class Moe(_Closable):
         every launch, so a failure surfaces at the next launch on the
         same context instead of costing a sync per launch."""
         ptr = self._handle()
-        ctx = _context()
-        before = ctx.get()
-        try:
-            rc = self._lib.hr_moe_sync_timeout(ptr, 0)
-        finally:
-            ctx.restore(before)
+        rc = _in_context(self._lib.hr_moe_sync_timeout, ptr, 0)
         if rc == _lib.HR_ETIMEDOUT:
             return False
         self._keep = None
