@@ -10,13 +10,17 @@
 #      at the goal cells (T = 1, 1024, 8192 of both shapes)
 #   4. make bench-timeline, the barrier   -> DIR/timeline/ (summary.txt),
 #      kernel's timeline at T = 1024         DIR/timeline.log
+#   5. make bench-bwd-phases, the         -> DIR/bench-bwd-phases.md, .log
+#      backward stage by stage
+#   6. make python-test, the Python       -> DIR/python.log
+#      package's tests (headroom.nn's on the GPU)
 #
 # DIR/summary.txt gets the date, commit, the kernels' digest
 # (bench/kernels_digest.sh), GPUs, each step's exit status and seconds,
 # and the GPU tests' count line. Every step runs even when one
 # before it failed; the exit status is 0 only when all passed. Steps can
 # be left out: GPU_REPORT_STEPS="gpu-test bench-gpu" (the default is all
-# four). Needs a GPU: without one it says so and exits 2, running nothing.
+# six). Needs a GPU: without one it says so and exits 2, running nothing.
 set -u
 dir=${1:-}
 if [ -z "$dir" ]; then
@@ -31,7 +35,7 @@ ngpu=$(printf '%s\n' "$gpus" | grep -c '^GPU ')
 mkdir -p "$dir" || exit 2
 make=${MAKE:-make}
 jobs=$(nproc 2>/dev/null || echo 4)
-steps=${GPU_REPORT_STEPS:-gpu-test bench-gpu bench-phases timeline}
+steps=${GPU_REPORT_STEPS:-gpu-test bench-gpu bench-phases timeline bwd-phases python}
 sum="$dir/summary.txt"
 {
   echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -75,8 +79,13 @@ for step in $steps; do
         BENCH_PHASES_ARGS="--reps 20 --no-phases --shapes qwen3-30b-a3b,deepseek-v3 --tokens 1,1024,8192" ;;
     timeline)
       run_step timeline "$make" -j"$jobs" bench-timeline BENCH_TIMELINE_DIR="$dir/timeline" ;;
+    bwd-phases)
+      run_step bwd-phases "$make" -j"$jobs" bench-bwd-phases \
+        BENCH_BWD_PHASES_OUT="$dir/bench-bwd-phases.md" ;;
+    python)
+      run_step python "$make" -j"$jobs" python-test ;;
     *)
-      echo "gpu_report.sh: unknown step '$step' (gpu-test, bench-gpu, bench-phases, timeline)" | tee -a "$sum" >&2
+      echo "gpu_report.sh: unknown step '$step' (gpu-test, bench-gpu, bench-phases, timeline, bwd-phases, python)" | tee -a "$sum" >&2
       rc=1 ;;
   esac
 done

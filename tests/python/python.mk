@@ -14,6 +14,12 @@ INTEG_TESTS += tests/python/run.sh
 
 tests/python/run.sh: $(BINDIR)/headroomd $(LIBDIR)/libheadroom.so
 
+# The same tests alone (gpu_report.sh's python step: on a GPU machine
+# with torch, headroom.nn's GPU tests run too).
+.PHONY: python-test
+python-test: all
+	sh tests/python/run.sh
+
 # The torchrun overlap test on two GPUs (tests/gpu/test_torch_overlap.py):
 # its wrapper prints a SKIP line and exits 77 with fewer than 2 GPUs, no
 # torch, or no libheadroom_moe.

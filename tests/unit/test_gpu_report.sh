@@ -108,6 +108,9 @@ steps() {     # steps, expected exit, expected end of make's args, summary patte
   fi
 }
 steps timeline 0 "bench-timeline BENCH_TIMELINE_DIR=$dir/report/timeline" "timeline: exit 0"
+steps bwd-phases 0 "bench-bwd-phases BENCH_BWD_PHASES_OUT=$dir/report/bench-bwd-phases.md" \
+  "bwd-phases: exit 0"
+steps python 0 " python-test" "python: exit 0"
 steps "bogus gpu-test" 1 " gpu-test" "unknown step 'bogus'"
 
 if [ $fail -eq 0 ]; then
