@@ -113,11 +113,17 @@ def check_gpu():
 
 
 def commit():
-    try:
-        return subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+    """This copy's HEAD, and the kernels' own digest (bench/kernels_digest.sh;
+    `sh bench/kernels_digest.sh REV` matches it to a commit): a copy of the
+    tree on a GPU machine may carry a history older than its files."""
+    def run(cmd):
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
+                                  check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return "unknown"
+    return "%s (kernels digest %s)" % (run(["git", "rev-parse", "--short", "HEAD"]),
+                                       run(["sh", "bench/kernels_digest.sh"]))
 
 
 def rel_l2(a, b):
