@@ -37,6 +37,12 @@ typedef bwd_tile<BWD_BK, HR__MOE_BWD_DGU_N> bwd_w2_tile;
 typedef bwd_tile<BWD_BK, 128> bwd_cols_tile;
 #define BWD_GRAD_STAGE (bwd_rows_tile::BYTES + bwd_cols_tile::BYTES)
 #define BWD_STAGES 3
+/* The dW groups on wgmma (bwd_dw_group_wgmma) rather than mma.sync: an
+ * experiment, off, until a GPU run says (docs/decisions.md, "dW on wgmma"
+ * (open)). */
+#ifndef HR__MOE_BWD_WGMMA_DW
+#define HR__MOE_BWD_WGMMA_DW 0
+#endif
 /* dW tiles a unit of the grads stage runs in one pipeline (bwd_dw_group).
  * A build flag while undecided: docs/decisions.md, "dW tiles in groups"
  * (open), names the A/B to run (BWD_DW_GROUP=1 against 8). */
@@ -353,6 +359,7 @@ static __device__ __forceinline__ void bwd_dw_store(const hr__moe_bwd_params &p,
   __syncthreads();                     /* the staging is free again */
 }
 
+#if !HR__MOE_BWD_WGMMA_DW
 /* dW group g: tiles [t0, t1) of one expert, BWD_DW_GROUP of them, in one
  * run of the pipeline: their K = the expert's pairs is short (64 at
  * Qwen3-30B-A3B T = 1024, 128 at DeepSeek-V3 T = 4096: a few steps), so a
@@ -425,6 +432,128 @@ static __device__ void bwd_dw_group(const hr__moe_bwd_params &p, const moe_route
         }
       });
 }
+#endif
+
+#if HR__MOE_BWD_WGMMA_DW
+/* An MN-major operand tile on wgmma: BWD_BK K rows of 128 columns, as two
+ * blocks of 64 columns (BWD_BK rows of 128 bytes each, the 128-byte
+ * swizzle): the byte offset of the 16-byte chunk at (k, c). */
+#define BWD_WG_TILE (BWD_BK * 256)
+static __device__ __forceinline__ uint32_t bwd_mn_sw128(int k, int c)
+{
+  return (uint32_t)((c >> 6) * (BWD_BK * 128) + k * 128 + ((((c >> 3) & 7) ^ (k & 7)) << 4));
+}
+static_assert(1024 + BWD_STAGES * 2 * BWD_WG_TILE <= BWD_DW_STAGING, "the ring, aligned");
+
+/* bwd_dw_group with the MMAs on wgmma m64n128k16, both operands MN-major
+ * (the transpose bits): warpgroup w takes rows 64 w..64 w + 63 of the
+ * 128 x 128 tile, all its columns. The same steps, loads and stores. */
+static __device__ void bwd_dw_group_wgmma(const hr__moe_bwd_params &p, const moe_route &rt,
+                                          const bwd_plan &q, uint8_t *smem, int g)
+{
+  const hr__moe_params &f = p.f;
+  const int per_e = q.w1_tiles + q.w2_tiles;
+  const int gpe = (per_e + BWD_DW_GROUP - 1) / BWD_DW_GROUP;
+  const int e = g / gpe, t0 = (g - e * gpe) * BWD_DW_GROUP;
+  const int t1 = min(per_e, t0 + BWD_DW_GROUP);
+  const int cnt = rt.cnt[e], off = rt.off[e];
+  const int nk = (cnt + BWD_BK - 1) / BWD_BK;
+  const int32_t *tok = f.sorted_tok + off;
+  const int wg = (int)threadIdx.x >> 7;
+  constexpr int PT = BWD_BK * 128 / 8 / HR__MOE_THREADS;
+  const uint32_t ring = (smem_addr(smem) + 1023u) & ~1023u;
+  float acc[16][4];
+  int kr[PT], col[PT], trow[PT];
+  uint32_t dst[PT];
+
+#pragma unroll
+  for(int j = 0; j < 16; j++)
+    acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+  if(nk == 0) {
+    float zero[4][4][4];
+    bwd_acc_zero(zero);
+    for(int t = t0; t < t1; t++)
+      bwd_dw_store(p, q, e, t, zero, 1, smem);
+    return;
+  }
+#pragma unroll
+  for(int i = 0; i < PT; i++) {
+    const int c = (int)threadIdx.x + i * HR__MOE_THREADS;
+    kr[i] = c / (128 / 8);
+    col[i] = (c % (128 / 8)) * 8;
+    dst[i] = bwd_mn_sw128(kr[i], col[i]);
+    trow[i] = kr[i] < cnt ? tok[kr[i]] : 0;
+  }
+  int is = 0, ct = t0, cs = 0;
+  bwd_dw_tile d = bwd_dw_tile_of(p, q, t0, off);
+  bwd_pipeline<BWD_STAGES, 2 * BWD_WG_TILE, true>(
+      (t1 - t0) * nk, ring,
+      [&](uint32_t st, int) {
+        const int sn = is + 1 == nk ? 0 : is + 1;
+#pragma unroll
+        for(int i = 0; i < PT; i++) {
+          const int kk = is * BWD_BK + kr[i];
+          const int valid = kk < cnt;
+          const long long ra = d.a_tok ? trow[i] : kk, rb = d.a_tok ? kk : trow[i];
+          cp_async16_zfill(st + dst[i], valid ? (const void *)(d.a + ra * d.lda + col[i]) : f.x,
+                           valid);
+          cp_async16_zfill(st + BWD_WG_TILE + dst[i],
+                           valid ? (const void *)(d.b + rb * d.ldb + col[i]) : f.x, valid);
+          const int kn = sn * BWD_BK + kr[i];
+          trow[i] = kn < cnt ? tok[kn] : 0;
+        }
+        is = sn;
+        if(sn == 0 && ++d.t < t1)
+          d = bwd_dw_tile_of(p, q, d.t, off);
+      },
+      [&](uint32_t st, int) {
+        /* A: this warpgroup's 64 rows are the tile's block wg; B: both */
+        const uint64_t da = wgmma_desc_mn_sw128(st + wg * (BWD_BK * 128), BWD_BK * 128, 1024);
+        const uint64_t db = wgmma_desc_mn_sw128(st + BWD_WG_TILE, BWD_BK * 128, 1024);
+        wgmma_fence();
+#pragma unroll
+        for(int ks = 0; ks < BWD_BK / 16; ks++)
+          wgmma_m64n128k16_tt(acc, wgmma_desc_add(da, ks * 2048), wgmma_desc_add(db, ks * 2048));
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_acc(acc);
+        if(++cs == nk) {
+          /* the tile's end: the fragments (warp w of warpgroup g holds
+           * rows 64 g + 16 (w % 4) .. + 15, all columns) into the staging,
+           * then whole rows out, as bwd_dw_store does for mma.sync's */
+          const int lane = (int)threadIdx.x & 31, w4 = ((int)threadIdx.x >> 5) & 3;
+          const int bf = p.dw_bf16, pitch = bf ? BWD_DW_PITCH_BF16 : BWD_DW_PITCH_F32;
+          uint8_t *stage = smem + BWD_DW_STAGING;
+          const bwd_dw_tile o = bwd_dw_tile_of(p, q, ct, 0);
+          const int ldo = o.dw1 ? f.H : f.I, esize = bf ? 2 : 4, cpr = 128 * esize / 16;
+          const size_t base = o.dw1 ? (size_t)e * 2 * f.I * f.H : (size_t)e * f.H * f.I;
+          char *out = (char *)(o.dw1 ? p.dw1 : p.dw2) + (base + (size_t)o.m0 * ldo + o.n0) * esize;
+#pragma unroll
+          for(int j = 0; j < 16; j++)
+#pragma unroll
+            for(int half = 0; half < 2; half++) {
+              const int r = wg * 64 + w4 * 16 + (lane >> 2) + 8 * half, c = j * 8 + 2 * (lane & 3);
+              if(bf)
+                *(uint32_t *)(stage + r * pitch + c * 2) =
+                    pack_bf16x2(acc[j][half * 2], acc[j][half * 2 + 1]);
+              else
+                *(float2 *)(stage + r * pitch + c * 4) =
+                    make_float2(acc[j][half * 2], acc[j][half * 2 + 1]);
+            }
+          __syncthreads();
+          for(int i = (int)threadIdx.x; i < 128 * cpr; i += HR__MOE_THREADS)
+            *(uint4 *)(out + (size_t)(i / cpr) * ldo * esize + (i % cpr) * 16) =
+                *(const uint4 *)(stage + (i / cpr) * pitch + (i % cpr) * 16);
+          __syncthreads();
+#pragma unroll
+          for(int j = 0; j < 16; j++)
+            acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+          cs = 0;
+          ct++;
+        }
+      });
+}
+#endif
 
 /* grads unit `unit`: [0, n_dx) the dx rows of M tile unit / nh (dh W1,
  * K = 2I); then the dW groups (bwd_dw_group). */
@@ -466,7 +595,11 @@ static __device__ void bwd_grads_tile(const hr__moe_bwd_params &p, const moe_rou
     return;
   }
 
+#if HR__MOE_BWD_WGMMA_DW
+  bwd_dw_group_wgmma(p, rt, q, smem, unit - q.n_dx);
+#else
   bwd_dw_group(p, rt, q, smem, unit - q.n_dx);
+#endif
 }
 
 /* ---- stage 4: combine -------------------------------------------------- */
@@ -758,7 +891,11 @@ hr__moe_bwd_agnostic_kernel(const __grid_constant__ hr__moe_bwd_params p)
                    &s_ok) ||
          !bwd_wait(f, &agn->g1_total, (unsigned)q.n_dgu, HR__MOE_BWD_WAIT_DGU, &seen_dgu, &s_ok))
         return;
+#if HR__MOE_BWD_WGMMA_DW
+      bwd_dw_group_wgmma(p, rt, q, smem, u - at_dw);
+#else
       bwd_dw_group(p, rt, q, smem, u - at_dw);
+#endif
     } else {                                      /* a combine */
       if(!bwd_wait(f, &agn->scatter_done, (unsigned)np, HR__MOE_BWD_WAIT_ROUTE, &seen_route,
                    &s_ok) ||

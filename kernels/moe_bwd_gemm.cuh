@@ -179,12 +179,13 @@ static __device__ __forceinline__ void bwd_acc_zero(float (&acc)[MT][NT][4])
 
 /* nk steps through a ring of STAGES stages of STAGE_BYTES from `ring`
  * (a shared address): issue(stage, step) starts a step's copies,
- * compute(stage, step) runs its MMAs. The steps may span several tiles
+ * compute(stage, step) runs its MMAs (ASYNC_READ: wgmma's, which read
+ * shared memory through the async proxy). The steps may span several tiles
  * (moe_backward.cu, the dW groups): compute ends a tile where its last
  * step is, while the next tile's first steps are already in flight. Ends
  * with the ring drained and the CTA synchronized, so the next tile (or
  * an epilogue) may reuse it. */
-template <int STAGES, int STAGE_BYTES, class Issue, class Compute>
+template <int STAGES, int STAGE_BYTES, bool ASYNC_READ = false, class Issue, class Compute>
 static __device__ __forceinline__ void bwd_pipeline(int nk, uint32_t ring, Issue issue,
                                                     Compute compute)
 {
@@ -196,6 +197,8 @@ static __device__ __forceinline__ void bwd_pipeline(int nk, uint32_t ring, Issue
   }
   for(int kt = 0; kt < nk; kt++) {
     cp_async_wait<STAGES - 2>();
+    if constexpr(ASYNC_READ)
+      fence_proxy_async_shared();        /* wgmma reads what cp.async wrote */
     __syncthreads();                     /* step kt landed; kt - 1 consumed */
     const int next = kt + STAGES - 1;
     if(next < nk)

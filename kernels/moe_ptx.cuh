@@ -241,6 +241,19 @@ static __device__ __forceinline__ uint64_t wgmma_desc_add(uint64_t desc, uint32_
 #define HR__WGMMA_ACC12(j) HR__WGMMA_ACC8(j), HR__WGMMA_ACC4(j + 8)
 #define HR__WGMMA_ACC16(j) HR__WGMMA_ACC8(j), HR__WGMMA_ACC8(j + 8)
 
+/* Shared-memory matrix descriptor of an MN-major tile in the 128-byte
+ * swizzle: per K row 64 bf16 of M (or N) in 128 bytes, the 16-byte chunks
+ * of K row k XOR-ed with k & 7; 8 K rows (1024 bytes) a swizzle atom, the
+ * next 8 K rows `sbo` bytes on, the next 64 columns `lbo` bytes on. The
+ * tile starts on 1024 bytes; a 16-deep K slice is 2 * sbo further. Used
+ * with the transpose bits of wgmma (wgmma_m64n128k16_tt). */
+static __device__ __forceinline__ uint64_t wgmma_desc_mn_sw128(uint32_t saddr, uint32_t lbo,
+                                                               uint32_t sbo)
+{
+  return (uint64_t)((saddr & 0x3ffffu) >> 4) | ((uint64_t)((lbo >> 4) & 0x3fffu) << 16) |
+         ((uint64_t)((sbo >> 4) & 0x3fffu) << 32) | ((uint64_t)1 << 62);
+}
+
 /* d[64 x N] (+)= A[64 x 16] * B[N x 16]^T, both K-major in shared memory
  * (descriptors da, db), bf16 in, fp32 accumulators; scale_d 0 starts the
  * sum from zero. Thread t of the warpgroup holds, for each 8-column block
@@ -303,6 +316,24 @@ static __device__ __forceinline__ void wgmma_m64k16(float (&d)[NT][4], uint64_t 
                  : HR__WGMMA_ACC2(0)
                  : "l"(da), "l"(db), "r"(scale_d));
   }
+}
+
+/* d[64 x 128] += A[64 x 16] * B[16 x 128], both MN-major in shared memory
+ * (wgmma_desc_mn_sw128; the transpose bits set), bf16 in, fp32
+ * accumulators in wgmma_m64k16's layout. The backward's dW tiles, whose
+ * operands both run along the pairs (K). */
+static __device__ __forceinline__ void wgmma_m64n128k16_tt(float (&d)[16][4], uint64_t da,
+                                                           uint64_t db)
+{
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+               "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+               "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+               "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+               "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+               "%64, %65, p, 1, 1, 1, 1;\n}\n"
+               : HR__WGMMA_ACC16(0)
+               : "l"(da), "l"(db));
 }
 
 #undef HR__WGMMA_ACC16
