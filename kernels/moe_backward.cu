@@ -43,6 +43,10 @@ typedef bwd_tile<BWD_BK, 128> bwd_cols_tile;
 #ifndef HR__MOE_BWD_WGMMA_DW
 #define HR__MOE_BWD_WGMMA_DW 0
 #endif
+/* The same for the dx row tiles (bwd_dx_tile_wgmma): "dx on wgmma" (open). */
+#ifndef HR__MOE_BWD_WGMMA_DX
+#define HR__MOE_BWD_WGMMA_DX 0
+#endif
 /* dW tiles a unit of the grads stage runs in one pipeline (bwd_dw_group).
  * A build flag while undecided: docs/decisions.md, "dW tiles in groups"
  * (open), names the A/B to run (BWD_DW_GROUP=1 against 8). */
@@ -434,7 +438,7 @@ static __device__ void bwd_dw_group(const hr__moe_bwd_params &p, const moe_route
 }
 #endif
 
-#if HR__MOE_BWD_WGMMA_DW
+#if HR__MOE_BWD_WGMMA_DW || HR__MOE_BWD_WGMMA_DX
 /* An MN-major operand tile on wgmma: BWD_BK K rows of 128 columns, as two
  * blocks of 64 columns (BWD_BK rows of 128 bytes each, the 128-byte
  * swizzle): the byte offset of the 16-byte chunk at (k, c). */
@@ -444,6 +448,81 @@ static __device__ __forceinline__ uint32_t bwd_mn_sw128(int k, int c)
   return (uint32_t)((c >> 6) * (BWD_BK * 128) + k * 128 + ((((c >> 3) & 7) ^ (k & 7)) << 4));
 }
 static_assert(1024 + BWD_STAGES * 2 * BWD_WG_TILE <= BWD_DW_STAGING, "the ring, aligned");
+#endif
+
+#if HR__MOE_BWD_WGMMA_DX
+/* A dx row tile on wgmma m64n128k16: A the dh rows K-major (the forward's
+ * 128-byte-swizzled rows, wgmma_desc_sw128), B W1[e] MN-major (its rows
+ * are the K of this GEMM; bwd_mn_sw128, the transpose bit): warpgroup w
+ * takes pairs 64 w..64 w + 63 of the tile. */
+static __device__ void bwd_dx_tile_wgmma(const hr__moe_bwd_params &p, const moe_route &rt,
+                                         const bwd_plan &q, uint8_t *smem, int unit)
+{
+  const hr__moe_params &f = p.f;
+  const int H = f.H, I = f.I;
+  const int mt_all = unit / q.nh, h0 = (unit - mt_all * q.nh) * 128;
+  const int e = bwd_expert_of(rt, f.E, mt_all);
+  const int m0 = (mt_all - rt.tile_off[e]) * HR__MOE_BWD_TILE_M;
+  const int cnt = rt.cnt[e], off = rt.off[e];
+  const int wg = (int)threadIdx.x >> 7, lane = (int)threadIdx.x & 31;
+  const int w4 = ((int)threadIdx.x >> 5) & 3;
+  constexpr int PT = BWD_BK * 128 / 8 / HR__MOE_THREADS;   /* chunks a thread, each tile */
+  const uint32_t ring = (smem_addr(smem) + 1023u) & ~1023u;
+  const uint16_t *w1e = f.w1 + (size_t)e * 2 * I * H + h0;
+  const uint16_t *arow[PT];
+  uint32_t adst[PT], bdst[PT];
+  int bk[PT], bc[PT];
+  float acc[16][4];
+
+#pragma unroll
+  for(int j = 0; j < 16; j++)
+    acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+#pragma unroll
+  for(int i = 0; i < PT; i++) {
+    const int c = (int)threadIdx.x + i * HR__MOE_THREADS;
+    const int r = c / (BWD_BK / 8), ch = c % (BWD_BK / 8);   /* A: 128 rows x 8 chunks */
+    arow[i] = m0 + r < cnt ? p.dh + (size_t)(off + m0 + r) * 2 * I + ch * 8 : nullptr;
+    adst[i] = (uint32_t)(r * 128 + ((ch ^ (r & 7)) << 4));
+    bk[i] = c / 16;                                          /* B: 64 K rows x 16 chunks */
+    bc[i] = (c % 16) * 8;
+    bdst[i] = bwd_mn_sw128(bk[i], bc[i]);
+  }
+  bwd_pipeline<BWD_STAGES, 2 * BWD_WG_TILE, true>(
+      2 * I / BWD_BK, ring,
+      [&](uint32_t st, int s) {
+#pragma unroll
+        for(int i = 0; i < PT; i++) {
+          cp_async16_zfill(st + adst[i], arow[i] ? (const void *)(arow[i] + s * BWD_BK) : f.x,
+                           arow[i] != nullptr);
+          cp_async16(st + BWD_WG_TILE + bdst[i],
+                     w1e + (size_t)(s * BWD_BK + bk[i]) * H + bc[i]);
+        }
+      },
+      [&](uint32_t st, int) {
+        const uint64_t da = wgmma_desc_sw128(st + wg * 64 * 128);
+        const uint64_t db = wgmma_desc_mn_sw128(st + BWD_WG_TILE, BWD_BK * 128, 1024);
+        wgmma_fence();
+#pragma unroll
+        for(int ks = 0; ks < BWD_BK / 16; ks++)
+          wgmma_m64n128k16_t<0, 1>(acc, wgmma_desc_add(da, ks * 32),
+                                   wgmma_desc_add(db, ks * 2048));
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_acc(acc);
+      });
+#pragma unroll
+  for(int j = 0; j < 16; j++)
+#pragma unroll
+    for(int half = 0; half < 2; half++) {
+      const int r = wg * 64 + w4 * 16 + (lane >> 2) + 8 * half, c = j * 8 + 2 * (lane & 3);
+      if(m0 + r < cnt)
+        *(uint32_t *)(p.dxrow + (size_t)(off + m0 + r) * H + h0 + c) =
+            pack_bf16x2(acc[j][half * 2], acc[j][half * 2 + 1]);
+    }
+}
+#endif
+
+#if HR__MOE_BWD_WGMMA_DW
 
 /* bwd_dw_group with the MMAs on wgmma m64n128k16, both operands MN-major
  * (the transpose bits): warpgroup w takes rows 64 w..64 w + 63 of the
@@ -513,7 +592,8 @@ static __device__ void bwd_dw_group_wgmma(const hr__moe_bwd_params &p, const moe
         wgmma_fence();
 #pragma unroll
         for(int ks = 0; ks < BWD_BK / 16; ks++)
-          wgmma_m64n128k16_tt(acc, wgmma_desc_add(da, ks * 2048), wgmma_desc_add(db, ks * 2048));
+          wgmma_m64n128k16_t<1, 1>(acc, wgmma_desc_add(da, ks * 2048),
+                                   wgmma_desc_add(db, ks * 2048));
         wgmma_commit();
         wgmma_wait<0>();
         wgmma_fence_acc(acc);
@@ -568,6 +648,10 @@ static __device__ void bwd_grads_tile(const hr__moe_bwd_params &p, const moe_rou
   bwd_acc_zero(acc);
 
   if(unit < q.n_dx) {
+#if HR__MOE_BWD_WGMMA_DX
+    bwd_dx_tile_wgmma(p, rt, q, smem, unit);
+    return;
+#endif
     const int mt_all = unit / q.nh, h0 = (unit - mt_all * q.nh) * 128;
     const int e = bwd_expert_of(rt, f.E, mt_all);
     const int m0 = (mt_all - rt.tile_off[e]) * HR__MOE_BWD_TILE_M;
