@@ -47,6 +47,10 @@ typedef bwd_tile<BWD_BK, 128> bwd_cols_tile;
 #ifndef HR__MOE_BWD_WGMMA_DX
 #define HR__MOE_BWD_WGMMA_DX 0
 #endif
+/* The same for the dgu tiles (bwd_dgu_tile_wgmma): "dgu on wgmma" (open). */
+#ifndef HR__MOE_BWD_WGMMA_DGU
+#define HR__MOE_BWD_WGMMA_DGU 0
+#endif
 /* dW tiles a unit of the grads stage runs in one pipeline (bwd_dw_group).
  * A build flag while undecided: docs/decisions.md, "dW tiles in groups"
  * (open), names the A/B to run (BWD_DW_GROUP=1 against 8). */
@@ -121,6 +125,7 @@ static __device__ void bwd_invert(const hr__moe_bwd_params &p, int lo, int hi)
 
 /* ---- stage 2: dgu ------------------------------------------------------ */
 
+#if !HR__MOE_BWD_WGMMA_DGU
 /* g and u (acc[0], acc[1]) from the x rows and W1, q (acc[2]) from the dy
  * rows and W2, over one stage; the x fragments serve both g and u. */
 static __device__ __forceinline__ void bwd_dgu_stage(float (&g)[2][4][4], float (&u)[2][4][4],
@@ -256,6 +261,144 @@ static __device__ void bwd_dgu_tile(const hr__moe_bwd_params &p, const moe_route
       p.dwp[(size_t)(off + m0 + r) * q.ni + it] = red[r * 2] + red[r * 2 + 1];
   __syncthreads();
 }
+#endif
+
+#if HR__MOE_BWD_WGMMA_DGU
+/* The dgu tile's stage on wgmma, 1024-aligned, every tile in the 128-byte
+ * swizzle: the x and dy rows (128 x 64 K-major), W1's gate and up rows
+ * (64 x 64 K-major) and W2's 64 K rows of the tile's 64 features
+ * (MN-major, one block). */
+#define BWD_WGD_ROWS (128 * 128)
+#define BWD_WGD_W (64 * 128)
+#define BWD_WGD_STAGE (2 * BWD_WGD_ROWS + 3 * BWD_WGD_W)
+static_assert(1024 + BWD_STAGES * BWD_WGD_STAGE <= BWD_RING_BYTES, "the dgu ring, aligned");
+
+/* bwd_dgu_tile with g, u (x by W1, both K-major) and q (dy by W2, W2
+ * MN-major) on wgmma m64n64k16: warpgroup w takes pairs 64 w..64 w + 63
+ * of the tile, all 64 features, so a row's d(w) partial is one warp's
+ * (4 lanes'), no shared memory. The same epilogue math. */
+static __device__ void bwd_dgu_tile_wgmma(const hr__moe_bwd_params &p, const moe_route &rt,
+                                          const bwd_plan &q, uint8_t *smem, int unit)
+{
+  const hr__moe_params &f = p.f;
+  const int mt_all = unit / q.ni, it = unit - mt_all * q.ni;
+  const int e = bwd_expert_of(rt, f.E, mt_all);
+  const int m0 = (mt_all - rt.tile_off[e]) * HR__MOE_BWD_TILE_M;
+  const int cnt = rt.cnt[e], off = rt.off[e];
+  const int H = f.H, I = f.I, i0 = it * HR__MOE_BWD_DGU_N;
+  const int wg = (int)threadIdx.x >> 7, lane = (int)threadIdx.x & 31;
+  const int w4 = ((int)threadIdx.x >> 5) & 3;
+  const uint32_t ring = (smem_addr(smem) + 1023u) & ~1023u;
+  const uint16_t *w1e = f.w1 + (size_t)e * 2 * I * H;
+  const uint16_t *w2e = f.w2 + (size_t)e * H * I + i0;
+  constexpr int PR = 128 * 8 / HR__MOE_THREADS, PW = 64 * 8 / HR__MOE_THREADS;
+  const uint16_t *xr[PR], *dr[PR], *gr[PW], *ur[PW];
+  uint32_t rdst[PR], wdst[PW];
+  int qk[PW], qc[PW];
+  float ag[8][4], au[8][4], aq[8][4];
+
+#pragma unroll
+  for(int j = 0; j < 8; j++)
+#pragma unroll
+    for(int c = 0; c < 4; c++)
+      ag[j][c] = au[j][c] = aq[j][c] = 0.0f;
+#pragma unroll
+  for(int i = 0; i < PR; i++) {               /* 128 rows x 8 chunks */
+    const int c = (int)threadIdx.x + i * HR__MOE_THREADS, r = c >> 3, ch = c & 7;
+    const int tok = m0 + r < cnt ? f.sorted_tok[off + m0 + r] : -1;
+    xr[i] = tok >= 0 ? f.x + (size_t)tok * H + ch * 8 : nullptr;
+    dr[i] = tok >= 0 ? p.dy + (size_t)tok * H + ch * 8 : nullptr;
+    rdst[i] = (uint32_t)(r * 128 + ((ch ^ (r & 7)) << 4));
+  }
+#pragma unroll
+  for(int i = 0; i < PW; i++) {               /* 64 rows x 8 chunks */
+    const int c = (int)threadIdx.x + i * HR__MOE_THREADS, r = c >> 3, ch = c & 7;
+    gr[i] = w1e + (size_t)(i0 + r) * H + ch * 8;
+    ur[i] = w1e + (size_t)(I + i0 + r) * H + ch * 8;
+    wdst[i] = (uint32_t)(r * 128 + ((ch ^ (r & 7)) << 4));
+    qk[i] = r;                                /* W2: K row r, chunk ch */
+    qc[i] = ch * 8;
+  }
+  bwd_pipeline<BWD_STAGES, BWD_WGD_STAGE, true>(
+      H / BWD_BK, ring,
+      [&](uint32_t st, int s) {
+        const int k0 = s * BWD_BK;
+#pragma unroll
+        for(int i = 0; i < PR; i++) {
+          cp_async16_zfill(st + rdst[i], xr[i] ? (const void *)(xr[i] + k0) : f.x, xr[i] != nullptr);
+          cp_async16_zfill(st + BWD_WGD_ROWS + rdst[i], dr[i] ? (const void *)(dr[i] + k0) : f.x,
+                           dr[i] != nullptr);
+        }
+#pragma unroll
+        for(int i = 0; i < PW; i++) {
+          cp_async16(st + 2 * BWD_WGD_ROWS + wdst[i], gr[i] + k0);
+          cp_async16(st + 2 * BWD_WGD_ROWS + BWD_WGD_W + wdst[i], ur[i] + k0);
+          cp_async16(st + 2 * BWD_WGD_ROWS + 2 * BWD_WGD_W + wdst[i],
+                     w2e + (size_t)(k0 + qk[i]) * I + qc[i]);
+        }
+      },
+      [&](uint32_t st, int) {
+        const uint64_t dx = wgmma_desc_sw128(st + wg * 64 * 128);
+        const uint64_t ddy = wgmma_desc_sw128(st + BWD_WGD_ROWS + wg * 64 * 128);
+        const uint64_t dg = wgmma_desc_sw128(st + 2 * BWD_WGD_ROWS);
+        const uint64_t du = wgmma_desc_sw128(st + 2 * BWD_WGD_ROWS + BWD_WGD_W);
+        const uint64_t dq = wgmma_desc_mn_sw128(st + 2 * BWD_WGD_ROWS + 2 * BWD_WGD_W,
+                                                BWD_BK * 128, 1024);
+        wgmma_fence();
+#pragma unroll
+        for(int ks = 0; ks < BWD_BK / 16; ks++) {
+          wgmma_m64k16_t<64, 0, 0>(ag, wgmma_desc_add(dx, ks * 32), wgmma_desc_add(dg, ks * 32));
+          wgmma_m64k16_t<64, 0, 0>(au, wgmma_desc_add(dx, ks * 32), wgmma_desc_add(du, ks * 32));
+          wgmma_m64k16_t<64, 0, 1>(aq, wgmma_desc_add(ddy, ks * 32),
+                                   wgmma_desc_add(dq, ks * 2048));
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_acc(ag);
+        wgmma_fence_acc(au);
+        wgmma_fence_acc(aq);
+      });
+
+  /* the epilogue: two rows a thread (half), 16 features each */
+#pragma unroll
+  for(int half = 0; half < 2; half++) {
+    const int row = wg * 64 + w4 * 16 + (lane >> 2) + 8 * half;
+    const int valid = m0 + row < cnt;
+    const int pos = off + m0 + row;
+    const float w = valid ? __ldg(f.wts + p.sorted_pair[pos]) : 0.0f;
+    float dsum = 0.0f;
+#pragma unroll
+    for(int j = 0; j < 8; j++) {
+      float dg[2], du[2], wa[2];
+#pragma unroll
+      for(int c = 0; c < 2; c++) {
+        const float gv = ag[j][half * 2 + c], uv = au[j][half * 2 + c];
+        const float qv = aq[j][half * 2 + c];
+        const float ex = expf(-gv);
+        const float sg = __fdividef(1.0f, 1.0f + ex);
+        const float silu = __fdividef(gv, 1.0f + ex);
+        const float a = bf16_lo(to_bf16(silu * uv));
+        const float da = w * qv;
+        dsum = __fmaf_rn(qv, a, dsum);
+        du[c] = da * silu;
+        dg[c] = da * uv * sg * (1.0f + gv * (1.0f - sg));
+        wa[c] = w * a;
+      }
+      if(valid) {
+        const int i = i0 + j * 8 + 2 * (lane & 3);
+        uint16_t *dh = p.dh + (size_t)pos * 2 * I;
+        *(uint32_t *)(dh + i) = pack_bf16x2(dg[0], dg[1]);
+        *(uint32_t *)(dh + I + i) = pack_bf16x2(du[0], du[1]);
+        *(uint32_t *)(p.wa + (size_t)pos * I + i) = pack_bf16x2(wa[0], wa[1]);
+      }
+    }
+    dsum += __shfl_xor_sync(0xffffffffu, dsum, 1);
+    dsum += __shfl_xor_sync(0xffffffffu, dsum, 2);
+    if(valid && (lane & 3) == 0)
+      p.dwp[(size_t)pos * q.ni + it] = dsum;
+  }
+}
+#endif
 
 /* ---- stage 3: the dx rows, dW1, dW2 ------------------------------------ */
 
@@ -504,7 +647,7 @@ static __device__ void bwd_dx_tile_wgmma(const hr__moe_bwd_params &p, const moe_
         wgmma_fence();
 #pragma unroll
         for(int ks = 0; ks < BWD_BK / 16; ks++)
-          wgmma_m64n128k16_t<0, 1>(acc, wgmma_desc_add(da, ks * 32),
+          wgmma_m64k16_t<128, 0, 1>(acc, wgmma_desc_add(da, ks * 32),
                                    wgmma_desc_add(db, ks * 2048));
         wgmma_commit();
         wgmma_wait<0>();
@@ -592,7 +735,7 @@ static __device__ void bwd_dw_group_wgmma(const hr__moe_bwd_params &p, const moe
         wgmma_fence();
 #pragma unroll
         for(int ks = 0; ks < BWD_BK / 16; ks++)
-          wgmma_m64n128k16_t<1, 1>(acc, wgmma_desc_add(da, ks * 2048),
+          wgmma_m64k16_t<128, 1, 1>(acc, wgmma_desc_add(da, ks * 2048),
                                    wgmma_desc_add(db, ks * 2048));
         wgmma_commit();
         wgmma_wait<0>();
@@ -809,7 +952,13 @@ hr__moe_bwd_kernel(const __grid_constant__ hr__moe_bwd_params p)
 
   /* 2. dgu */
   bwd_claimed(&f.sync->claim[0], (f.skip & HR__MOE_PHASE_GEMM1) ? 0 : q.n_dgu, &s_unit,
-              [&](int u) { bwd_dgu_tile(p, rt, q, smem, u); });
+              [&](int u) {
+#if HR__MOE_BWD_WGMMA_DGU
+                bwd_dgu_tile_wgmma(p, rt, q, smem, u);
+#else
+                bwd_dgu_tile(p, rt, q, smem, u);
+#endif
+              });
   if(!grid_barrier(f, HR__MOE_BWD_BARRIER_DGU, &s_ok))
     return;
   if(blockIdx.x == 0 && threadIdx.x == 0)
@@ -963,7 +1112,11 @@ hr__moe_bwd_agnostic_kernel(const __grid_constant__ hr__moe_bwd_params p)
       if(!bwd_wait(f, &agn->scatter_done, (unsigned)np, HR__MOE_BWD_WAIT_ROUTE, &seen_route,
                    &s_ok))
         return;
+#if HR__MOE_BWD_WGMMA_DGU
+      bwd_dgu_tile_wgmma(p, rt, q, smem, u - at_dgu);
+#else
       bwd_dgu_tile(p, rt, q, smem, u - at_dgu);
+#endif
       bwd_done(&agn->g1_total);
     } else if(u < at_dw) {                        /* a dx row tile */
       if(!bwd_wait(f, &agn->g1_total, (unsigned)q.n_dgu, HR__MOE_BWD_WAIT_DGU, &seen_dgu, &s_ok))

@@ -246,7 +246,7 @@ static __device__ __forceinline__ uint64_t wgmma_desc_add(uint64_t desc, uint32_
  * of K row k XOR-ed with k & 7; 8 K rows (1024 bytes) a swizzle atom, the
  * next 8 K rows `sbo` bytes on, the next 64 columns `lbo` bytes on. The
  * tile starts on 1024 bytes; a 16-deep K slice is 2 * sbo further. Used
- * with the transpose bits of wgmma (wgmma_m64n128k16_t). */
+ * with the transpose bits of wgmma (wgmma_m64k16_t). */
 static __device__ __forceinline__ uint64_t wgmma_desc_mn_sw128(uint32_t saddr, uint32_t lbo,
                                                                uint32_t sbo)
 {
@@ -318,25 +318,35 @@ static __device__ __forceinline__ void wgmma_m64k16(float (&d)[NT][4], uint64_t 
   }
 }
 
-/* d[64 x 128] += A[64 x 16] * B[16 x 128] from shared memory, each operand
- * K-major (wgmma_desc_sw128) or, where TA / TB is 1, MN-major
+/* d[64 x N] += A[64 x 16] * B[16 x N] from shared memory (N 64 or 128),
+ * each operand K-major (wgmma_desc_sw128) or, where TA / TB is 1, MN-major
  * (wgmma_desc_mn_sw128; the transpose bit set), bf16 in, fp32
  * accumulators in wgmma_m64k16's layout. The backward's GEMMs, whose
  * operands run along their M or N (the weights along their other
  * dimension, everything along the pairs). */
-template <int TA, int TB>
-static __device__ __forceinline__ void wgmma_m64n128k16_t(float (&d)[16][4], uint64_t da,
-                                                          uint64_t db)
+template <int N, int TA, int TB>
+static __device__ __forceinline__ void wgmma_m64k16_t(float (&d)[N / 8][4], uint64_t da,
+                                                      uint64_t db)
 {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-               "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-               "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-               "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-               "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-               "%64, %65, p, 1, 1, %66, %67;\n}\n"
-               : HR__WGMMA_ACC16(0)
-               : "l"(da), "l"(db), "n"(TA), "n"(TB));
+  static_assert(N == 64 || N == 128, "the backward's two widths");
+  if constexpr(N == 128)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+                 "%64, %65, p, 1, 1, %66, %67;\n}\n"
+                 : HR__WGMMA_ACC16(0)
+                 : "l"(da), "l"(db), "n"(TA), "n"(TB));
+  else
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "%32, %33, p, 1, 1, %34, %35;\n}\n"
+                 : HR__WGMMA_ACC8(0)
+                 : "l"(da), "l"(db), "n"(TA), "n"(TB));
 }
 
 #undef HR__WGMMA_ACC16
