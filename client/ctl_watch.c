@@ -75,12 +75,25 @@ static void print_budget(const ctl_cmd *cmd, const hr_budget *b)
   ctl_print_json(&ev);
 }
 
+/* ctl_request for the watch's own requests: a stop signal that comes
+ * while one is in flight ends the watch as one after it does, exit 0
+ * (*stopped), rather than as a failed request. */
+static int watch_request(hr__conn *c, hr_request *req, hr_reply *rep, const char *what,
+                         int *stopped)
+{
+  int err = hr__conn_call(c, req, rep, ctl_timeout_ms, NULL, NULL);
+  *stopped = err == HR__EINTR;
+  if(err && !*stopped)
+    return ctl_fail(what, err, rep);
+  return EXIT_OK;
+}
+
 /* The budgets as they are now, before any change: asked for after
  * subscribing, so that no change falls between the two (an event that
  * arrives first is older than the status, which already holds it).
  * `epochs`: what was printed, per GPU, so that such an event is not
  * printed again. */
-static int print_current(hr__conn *c, const ctl_cmd *cmd, int64_t *epochs)
+static int print_current(hr__conn *c, const ctl_cmd *cmd, int64_t *epochs, int *stopped)
 {
   hr_request req;
   hr_reply rep;
@@ -89,8 +102,8 @@ static int print_current(hr__conn *c, const ctl_cmd *cmd, int64_t *epochs)
   memset(&req, 0, sizeof(req));
   req.type = HR_MSG_STATUS;
   req.u.status.detail = HR_STATUS_SUMMARY;
-  rc = ctl_request(c, &req, &rep, "status");
-  if(rc)
+  rc = watch_request(c, &req, &rep, "status", stopped);
+  if(rc || *stopped)
     return rc;
   for(i = 0; i < rep.u.status.n_gpus; i++) {
     const hr_budget *b = &rep.u.status.gpus[i].budget;
@@ -110,7 +123,7 @@ static int watch_run(hr__conn *c, ctl_cmd *cmd)
   char text[4 * HR_MESSAGE_MAX];
   hr_request req;
   hr_reply rep;
-  int i, rc, err, g;
+  int i, rc, err, g, stopped;
 
   for(i = 0; i < HR_MAX_GPUS; i++)
     epochs[i] = -1;
@@ -119,12 +132,12 @@ static int watch_run(hr__conn *c, ctl_cmd *cmd)
   memset(&req, 0, sizeof(req));
   req.type = HR_MSG_SUBSCRIBE;
   req.u.subscribe.gpu = cmd->gpu;
-  rc = ctl_request(c, &req, &rep, "subscribe");
-  if(rc)
+  rc = watch_request(c, &req, &rep, "subscribe", &stopped);
+  if(rc || stopped)
     return rc;
   hr_reply_free(&rep);
-  rc = print_current(c, cmd, epochs);
-  if(rc)
+  rc = print_current(c, cmd, epochs, &stopped);
+  if(rc || stopped)
     return rc;
   for(;;) {
     err = hr__conn_read_reply(c, -1, &rep);
