@@ -390,37 +390,33 @@ static int pointer_ok(const hr_moe *m, const void *p, unsigned align)
   return a.type == cudaMemoryTypeDevice && a.device == m->device;
 }
 
-static int args_ok(const hr_moe *m, const hr_moe_args *a)
+/* The forward's inputs, shapes and pointers (y too where `with_y`: the
+ * backward does not read it). */
+static int inputs_ok(const hr_moe *m, const hr_moe_args *a, int with_y)
 {
   const hr_moe_shape *s = &m->shape;
-  if(!a)
-    return 0;
   if(a->tokens < 1 || a->tokens > s->max_tokens || a->experts != s->experts ||
      a->hidden != s->hidden || a->inter != s->inter || a->topk != s->topk ||
      a->timeout_ms < 0)
     return 0;
   return pointer_ok(m, a->x, 16) && pointer_ok(m, a->w1, 16) &&
-         pointer_ok(m, a->w2, 16) && pointer_ok(m, a->y, 16) &&
+         pointer_ok(m, a->w2, 16) && (!with_y || pointer_ok(m, a->y, 16)) &&
          pointer_ok(m, a->topk_ids, 4) && pointer_ok(m, a->topk_weights, 4);
+}
+
+static int args_ok(const hr_moe *m, const hr_moe_args *a)
+{
+  return a && inputs_ok(m, a, 1);
 }
 
 /* The backward's: the forward's inputs but y, and its outputs. */
 static int grad_args_ok(const hr_moe *m, const hr_moe_grad_args *g)
 {
-  const hr_moe_shape *s = &m->shape;
-  const hr_moe_args *a;
-  if(!g)
+  if(!g || (g->dw_dtype != HR_MOE_DW_FP32 && g->dw_dtype != HR_MOE_DW_BF16))
     return 0;
-  a = &g->fwd;
-  if(a->tokens < 1 || a->tokens > s->max_tokens || a->experts != s->experts ||
-     a->hidden != s->hidden || a->inter != s->inter || a->topk != s->topk ||
-     a->timeout_ms < 0 || (g->dw_dtype != HR_MOE_DW_FP32 && g->dw_dtype != HR_MOE_DW_BF16))
-    return 0;
-  return pointer_ok(m, a->x, 16) && pointer_ok(m, a->w1, 16) &&
-         pointer_ok(m, a->w2, 16) && pointer_ok(m, a->topk_ids, 4) &&
-         pointer_ok(m, a->topk_weights, 4) && pointer_ok(m, g->dy, 16) &&
-         pointer_ok(m, g->dx, 16) && pointer_ok(m, g->dw1, 16) &&
-         pointer_ok(m, g->dw2, 16) && pointer_ok(m, g->dtopk_weights, 4);
+  return inputs_ok(m, &g->fwd, 0) && pointer_ok(m, g->dy, 16) && pointer_ok(m, g->dx, 16) &&
+         pointer_ok(m, g->dw1, 16) && pointer_ok(m, g->dw2, 16) &&
+         pointer_ok(m, g->dtopk_weights, 4);
 }
 
 /* ---- launch ------------------------------------------------------------ */

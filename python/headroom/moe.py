@@ -314,14 +314,9 @@ class Moe(_Closable):
 
     # ---- launches ---------------------------------------------------------
 
-    def _args(self, x, ids, weights, w1, w2, y, timeout_ms):
-        T = check_moe_tensors(self.shape, self.device, x, ids, weights, w1,
-                              w2, y)
-        if timeout_ms < 0:
-            raise ValueError("timeout_ms must be >= 0 (0: the default, %d ms)"
-                             % _lib.HR_MOE_DEFAULT_TIMEOUT_MS)
+    def _fill_inputs(self, a, T, x, ids, weights, w1, w2, timeout_ms):
+        """The forward's inputs into an hr_moe_args (a), checked before."""
         s = self.shape
-        a = _lib.MoeArgs_t()
         a.tokens = T
         a.experts, a.hidden, a.inter, a.topk = (s.experts, s.hidden, s.inter,
                                                 s.topk)
@@ -330,8 +325,17 @@ class Moe(_Closable):
         a.topk_weights = weights.data_ptr()
         a.w1 = w1.data_ptr()
         a.w2 = w2.data_ptr()
-        a.y = y.data_ptr()
         a.timeout_ms = int(timeout_ms)
+
+    def _args(self, x, ids, weights, w1, w2, y, timeout_ms):
+        T = check_moe_tensors(self.shape, self.device, x, ids, weights, w1,
+                              w2, y)
+        if timeout_ms < 0:
+            raise ValueError("timeout_ms must be >= 0 (0: the default, %d ms)"
+                             % _lib.HR_MOE_DEFAULT_TIMEOUT_MS)
+        a = _lib.MoeArgs_t()
+        self._fill_inputs(a, T, x, ids, weights, w1, w2, timeout_ms)
+        a.y = y.data_ptr()
         return a
 
     def _stream(self, stream):
@@ -386,19 +390,9 @@ class Moe(_Closable):
         if timeout_ms < 0:
             raise ValueError("timeout_ms must be >= 0 (0: the default, %d ms)"
                              % _lib.HR_MOE_DEFAULT_TIMEOUT_MS)
-        s = self.shape
         g = _lib.MoeGradArgs_t()
-        a = g.fwd
-        a.tokens = T
-        a.experts, a.hidden, a.inter, a.topk = (s.experts, s.hidden, s.inter,
-                                                s.topk)
-        a.x = x.data_ptr()
-        a.topk_ids = ids.data_ptr()
-        a.topk_weights = weights.data_ptr()
-        a.w1 = w1.data_ptr()
-        a.w2 = w2.data_ptr()
-        a.y = None                         # not read by the backward
-        a.timeout_ms = int(timeout_ms)
+        self._fill_inputs(g.fwd, T, x, ids, weights, w1, w2, timeout_ms)
+        g.fwd.y = None                     # not read by the backward
         g.dy = dy.data_ptr()
         g.dx = dx.data_ptr()
         g.dw1 = dw1.data_ptr()
