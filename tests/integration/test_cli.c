@@ -75,6 +75,8 @@ static char *slurp(const char *name)
   char path[400];
 
   snprintf(path, sizeof(path), "%s/%s", daemon_.dir, name);
+  if(access(path, F_OK))
+    fail_msg("%s was not written", name);
   return th_file_read(path);
 }
 
@@ -88,10 +90,18 @@ static void assert_has(const char *file, const char *needle)
 }
 
 /* Whether the file holds at least `n` whole lines. */
+/* Whether <dir>/name has n lines yet: 0 while it does not exist either
+ * (a background command's redirection may come after the shell that
+ * started it has returned). */
 static int lines_in(const char *name, int n)
 {
-  char *text = slurp(name), *p;
+  char path[400], *text, *p;
   int count = 0;
+
+  snprintf(path, sizeof(path), "%s/%s", daemon_.dir, name);
+  if(access(path, F_OK))
+    return 0;
+  text = slurp(name);
 
   for(p = text; (p = strchr(p, '\n')); p++)
     count++;
