@@ -27,43 +27,51 @@
 
 /* ---- shared memory ----------------------------------------------------- */
 
-/* The dgu tile's stage: x and dy rows (128 x 32 each), W1's gate and up
- * rows (64 x 32 each), W2's 32 x 64 (MN-major). */
-typedef bwd_tile<HR__MOE_BWD_TILE_M, BWD_BK> bwd_rows_tile;
-typedef bwd_tile<HR__MOE_BWD_DGU_N, BWD_BK> bwd_w1_tile;
-typedef bwd_tile<BWD_BK, HR__MOE_BWD_DGU_N> bwd_w2_tile;
-#define BWD_DGU_STAGE (2 * bwd_rows_tile::BYTES + 2 * bwd_w1_tile::BYTES + bwd_w2_tile::BYTES)
-/* The grads tiles' stage: A and B of 128 x 32 or 32 x 128. */
-typedef bwd_tile<BWD_BK, 128> bwd_cols_tile;
-#define BWD_GRAD_STAGE (bwd_rows_tile::BYTES + bwd_cols_tile::BYTES)
-#define BWD_STAGES 3
-/* The dW groups on wgmma (bwd_dw_group_wgmma) rather than mma.sync: an
- * experiment, off, until a GPU run says (docs/decisions.md, "dW on wgmma"
- * (open)). */
-#ifndef HR__MOE_BWD_WGMMA_DW
-#define HR__MOE_BWD_WGMMA_DW 0
-#endif
-/* The same for the dx row tiles (bwd_dx_tile_wgmma): "dx on wgmma" (open). */
-#ifndef HR__MOE_BWD_WGMMA_DX
-#define HR__MOE_BWD_WGMMA_DX 0
-#endif
-/* The same for the dgu tiles (bwd_dgu_tile_wgmma): "dgu on wgmma" (open). */
-#ifndef HR__MOE_BWD_WGMMA_DGU
-#define HR__MOE_BWD_WGMMA_DGU 0
-#endif
-/* dW tiles a unit of the grads stage runs in one pipeline (bwd_dw_group).
- * A build flag while undecided: docs/decisions.md, "dW tiles in groups"
- * (open), names the A/B to run (BWD_DW_GROUP=1 against 8). */
-#ifndef BWD_DW_GROUP
+/* Every operand tile sits in the 128-byte swizzle wgmma reads, so a ring
+ * starts on a 1024-byte boundary: the dynamic allocation has 1024 bytes
+ * of slack for it (bwd_ring).
+ *
+ * The dgu tile's stage: the x and dy rows (128 x 64, K-major), W1's gate
+ * and up rows (64 x 64, K-major) and W2's 64 K rows of the tile's 64
+ * features (MN-major, one block). */
+/* How many steps' wgmma may still run when a step's are issued (DEPTH;
+ * the loads then run STAGES - 1 - DEPTH steps ahead; docs/decisions.md,
+ * "wgmma in flight in the backward"). The dgu tiles: 0, 3 stages (their
+ * 56 KiB stages leave no room for a fourth). The grads tiles: 1 with 4
+ * stages in the barrier kernel; 0 with 3 in the agnostic kernel, where
+ * DEPTH 1 spills (its task loop keeps more registers live). */
+#define BWD_DGU_DEPTH 0
+#define BWD_DGU_STAGES 3
+#define BWD_GRAD_DEPTH_BAR 1
+#define BWD_GRAD_DEPTH_AGN 0
+#define BWD_GRAD_STAGES_OF(depth) ((depth) ? 4 : 3)
+#define BWD_GRAD_STAGES BWD_GRAD_STAGES_OF(1)
+#define BWD_DGU_ROWS (HR__MOE_BWD_TILE_M * BWD_BK * 2)
+#define BWD_DGU_W (HR__MOE_BWD_DGU_N * BWD_BK * 2)
+#define BWD_DGU_STAGE (2 * BWD_DGU_ROWS + 3 * BWD_DGU_W)
+/* The grads tiles' stage: A and B, each 128 x 64 (BWD_MN_TILE). */
+#define BWD_GRAD_STAGE (2 * BWD_MN_TILE)
+/* A finished dW tile's staging, past the grads ring: 128 rows of fp32 or
+ * bf16, padded by 16 bytes. */
+#define BWD_DW_PITCH_F32 (128 * 4 + 16)
+#define BWD_DW_PITCH_BF16 (128 * 2 + 16)
+#define BWD_DW_STAGING (1024 + BWD_GRAD_STAGES * BWD_GRAD_STAGE)
+#define BWD_DW_END (BWD_DW_STAGING + 128 * BWD_DW_PITCH_F32)
+#define BWD_DGU_END (1024 + BWD_DGU_STAGES * BWD_DGU_STAGE)
+#define BWD_RING_BYTES (BWD_DGU_END > BWD_DW_END ? BWD_DGU_END : BWD_DW_END)
+/* dW tiles a unit of the grads stage runs in one pipeline (bwd_dw_group):
+ * 8 against 1, docs/decisions.md "dW tiles in groups". */
 #define BWD_DW_GROUP 8
-#endif
-#define BWD_RING_BYTES (BWD_STAGES * (BWD_DGU_STAGE > BWD_GRAD_STAGE ? BWD_DGU_STAGE : BWD_GRAD_STAGE))
-/* the d(w) partials of a dgu tile's rows, from its two column halves */
-#define BWD_RED_BYTES (HR__MOE_BWD_TILE_M * 2 * 4)
 /* then five routing tables (E + 1 ints each, padded): cnt, pre, off,
  * tile_off and the agnostic route's cursor */
-#define BWD_SMEM_BYTES (BWD_RING_BYTES + BWD_RED_BYTES + 5 * HR__MOE_ROUTE_INTS * 4)
+#define BWD_SMEM_BYTES (BWD_RING_BYTES + 5 * HR__MOE_ROUTE_INTS * 4)
 static_assert(BWD_SMEM_BYTES + 256 <= 227 * 1024, "fits an SM");
+
+/* The ring's start: the first 1024-byte boundary in smem. */
+static __device__ __forceinline__ uint32_t bwd_ring(const uint8_t *smem)
+{
+  return (smem_addr(smem) + 1023u) & ~1023u;
+}
 
 /* ---- the plan: tiles and tasks, from the routing tables ---------------- */
 
@@ -125,54 +133,13 @@ static __device__ void bwd_invert(const hr__moe_bwd_params &p, int lo, int hi)
 
 /* ---- stage 2: dgu ------------------------------------------------------ */
 
-#if !HR__MOE_BWD_WGMMA_DGU
-/* g and u (acc[0], acc[1]) from the x rows and W1, q (acc[2]) from the dy
- * rows and W2, over one stage; the x fragments serve both g and u. */
-static __device__ __forceinline__ void bwd_dgu_stage(float (&g)[2][4][4], float (&u)[2][4][4],
-                                                     float (&q)[2][4][4], uint32_t st, int m0,
-                                                     int n0)
-{
-  const uint32_t sx = st, sdy = sx + bwd_rows_tile::BYTES;
-  const uint32_t sg = sdy + bwd_rows_tile::BYTES, su = sg + bwd_w1_tile::BYTES;
-  const uint32_t sq = su + bwd_w1_tile::BYTES;
-  const int lane = (int)threadIdx.x & 31;
-  constexpr int AP = bwd_rows_tile::PITCH, WP = bwd_w1_tile::PITCH, QP = bwd_w2_tile::PITCH;
-#pragma unroll
-  for(int kk = 0; kk < BWD_BK; kk += 16) {
-    uint32_t fx[2][4], fd[2][4], fg[2][4], fu[2][4], fq[2][4];
-#pragma unroll
-    for(int mt = 0; mt < 2; mt++) {
-      const uint32_t off = (uint32_t)(((m0 + mt * 16 + (lane & 15)) * AP + kk + 8 * (lane >> 4)) * 2);
-      ldmatrix_x4(fx[mt], sx + off);
-      ldmatrix_x4(fd[mt], sdy + off);
-    }
-#pragma unroll
-    for(int np = 0; np < 2; np++) {
-      const int n = n0 + np * 16;
-      const uint32_t off = (uint32_t)(((n + (lane & 7) + 8 * (lane >> 4)) * WP + kk +
-                                       8 * ((lane >> 3) & 1)) * 2);
-      ldmatrix_x4(fg[np], sg + off);
-      ldmatrix_x4(fu[np], su + off);
-      ldmatrix_x4_trans(fq[np], sq + (uint32_t)(((kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * QP +
-                                                 n + 8 * (lane >> 4)) * 2));
-    }
-#pragma unroll
-    for(int mt = 0; mt < 2; mt++)
-#pragma unroll
-      for(int nt = 0; nt < 4; nt++) {
-        const int h = nt / 2, b = (nt & 1) * 2;
-        mma_bf16_16816(g[mt][nt], fx[mt], fg[h][b], fg[h][b + 1]);
-        mma_bf16_16816(u[mt][nt], fx[mt], fu[h][b], fu[h][b + 1]);
-        mma_bf16_16816(q[mt][nt], fd[mt], fq[h][b], fq[h][b + 1]);
-      }
-  }
-}
-
-/* dgu tile u: M tile mt = u / ni of expert e, features i0 = (u % ni) 64.
- * Warps 4 x 2, each 32 pairs x 32 features. The epilogue, per element:
- * a = bf16(silu(g) u) (the forward's h), the d(w) partial <q, a> over the
- * tile's 64 features, da = w q, du = bf16(da silu(g)),
- * dg = bf16(da u silu'(g)), and w a in bf16 for dW2. */
+/* dgu tile `unit` (M tile unit / ni, features it * 64 of I): g and u
+ * (the x rows by W1's gate and up rows, both K-major) and q (the dy rows
+ * by W2, MN-major) on wgmma m64n64k16 over K = H; then the SwiGLU's
+ * backward: dh = (dg, du) and w a for the pair's rows, and the row's
+ * d(w) partial <q, a> over these 64 features. Warpgroup w takes pairs
+ * 64 w..64 w + 63 of the tile, all 64 features, so a row's partial is
+ * one warp's (4 lanes'), summed in a fixed order. */
 static __device__ void bwd_dgu_tile(const hr__moe_bwd_params &p, const moe_route &rt,
                                     const bwd_plan &q, uint8_t *smem, int unit)
 {
@@ -182,113 +149,9 @@ static __device__ void bwd_dgu_tile(const hr__moe_bwd_params &p, const moe_route
   const int m0 = (mt_all - rt.tile_off[e]) * HR__MOE_BWD_TILE_M;
   const int cnt = rt.cnt[e], off = rt.off[e];
   const int H = f.H, I = f.I, i0 = it * HR__MOE_BWD_DGU_N;
-  const int warp = (int)threadIdx.x >> 5, wm = (warp & 3) * 32, wn = (warp >> 2) * 32;
-  const uint16_t *w1e = f.w1 + (size_t)e * 2 * I * H;
-  bwd_load_kmajor<HR__MOE_BWD_TILE_M> lx, ldy;
-  bwd_load_kmajor<HR__MOE_BWD_DGU_N> lg, lu;
-  bwd_load_krows<HR__MOE_BWD_DGU_N> lq;
-  float ag[2][4][4], au[2][4][4], aq[2][4][4];
-  float *red = (float *)(smem + BWD_RING_BYTES);
-
-  lx.init([&](int r) -> const uint16_t * {
-    return m0 + r < cnt ? f.x + (size_t)f.sorted_tok[off + m0 + r] * H : nullptr;
-  });
-  ldy.init([&](int r) -> const uint16_t * {
-    return m0 + r < cnt ? p.dy + (size_t)f.sorted_tok[off + m0 + r] * H : nullptr;
-  });
-  lg.init([&](int r) -> const uint16_t * { return w1e + (size_t)(i0 + r) * H; });
-  lu.init([&](int r) -> const uint16_t * { return w1e + (size_t)(I + i0 + r) * H; });
-  lq.init(f.w2 + (size_t)e * H * I + i0, I, nullptr, H);
-  bwd_acc_zero(ag);
-  bwd_acc_zero(au);
-  bwd_acc_zero(aq);
-
-  bwd_pipeline<BWD_STAGES, BWD_DGU_STAGE>(
-      H / BWD_BK, smem_addr(smem),
-      [&](uint32_t st, int s) {
-        lx.issue(st, s, f.x);
-        ldy.issue(st + bwd_rows_tile::BYTES, s, f.x);
-        lg.issue(st + 2 * bwd_rows_tile::BYTES, s, f.x);
-        lu.issue(st + 2 * bwd_rows_tile::BYTES + bwd_w1_tile::BYTES, s, f.x);
-        lq.issue(st + 2 * bwd_rows_tile::BYTES + 2 * bwd_w1_tile::BYTES, s, f.x);
-      },
-      [&](uint32_t st, int) { bwd_dgu_stage(ag, au, aq, st, wm, wn); });
-
-  /* The epilogue: four rows a thread (mt, c >> 1), eight features each. */
-#pragma unroll
-  for(int mt = 0; mt < 2; mt++)
-#pragma unroll
-    for(int half = 0; half < 2; half++) {
-      const int row = wm + bwd_acc_row(mt, half * 2);
-      const int valid = m0 + row < cnt;
-      const int pos = off + m0 + row;
-      const float w = valid ? __ldg(f.wts + p.sorted_pair[pos]) : 0.0f;
-      float dsum = 0.0f;
-#pragma unroll
-      for(int nt = 0; nt < 4; nt++) {
-        float dg[2], du[2], wa[2];
-#pragma unroll
-        for(int c = 0; c < 2; c++) {
-          const float gv = ag[mt][nt][half * 2 + c], uv = au[mt][nt][half * 2 + c];
-          const float qv = aq[mt][nt][half * 2 + c];
-          const float ex = expf(-gv);
-          const float s = __fdividef(1.0f, 1.0f + ex);
-          const float silu = __fdividef(gv, 1.0f + ex);        /* hr__swiglu's */
-          const float a = bf16_lo(to_bf16(silu * uv));
-          const float da = w * qv;
-          dsum = __fmaf_rn(qv, a, dsum);
-          du[c] = da * silu;
-          dg[c] = da * uv * s * (1.0f + gv * (1.0f - s));
-          wa[c] = w * a;
-        }
-        if(valid) {
-          const int i = i0 + wn + bwd_acc_col(nt, 0);
-          uint16_t *dh = p.dh + (size_t)pos * 2 * I;
-          *(uint32_t *)(dh + i) = pack_bf16x2(dg[0], dg[1]);
-          *(uint32_t *)(dh + I + i) = pack_bf16x2(du[0], du[1]);
-          *(uint32_t *)(p.wa + (size_t)pos * I + i) = pack_bf16x2(wa[0], wa[1]);
-        }
-      }
-      /* the row's sum over the warp's 32 features: the 4 lanes of a row */
-      dsum += __shfl_xor_sync(0xffffffffu, dsum, 1);
-      dsum += __shfl_xor_sync(0xffffffffu, dsum, 2);
-      if((threadIdx.x & 3) == 0)
-        red[row * 2 + (warp >> 2)] = dsum;
-    }
-  __syncthreads();
-  for(int r = (int)threadIdx.x; r < HR__MOE_BWD_TILE_M; r += HR__MOE_THREADS)
-    if(m0 + r < cnt)
-      p.dwp[(size_t)(off + m0 + r) * q.ni + it] = red[r * 2] + red[r * 2 + 1];
-  __syncthreads();
-}
-#endif
-
-#if HR__MOE_BWD_WGMMA_DGU
-/* The dgu tile's stage on wgmma, 1024-aligned, every tile in the 128-byte
- * swizzle: the x and dy rows (128 x 64 K-major), W1's gate and up rows
- * (64 x 64 K-major) and W2's 64 K rows of the tile's 64 features
- * (MN-major, one block). */
-#define BWD_WGD_ROWS (128 * 128)
-#define BWD_WGD_W (64 * 128)
-#define BWD_WGD_STAGE (2 * BWD_WGD_ROWS + 3 * BWD_WGD_W)
-static_assert(1024 + BWD_STAGES * BWD_WGD_STAGE <= BWD_RING_BYTES, "the dgu ring, aligned");
-
-/* bwd_dgu_tile with g, u (x by W1, both K-major) and q (dy by W2, W2
- * MN-major) on wgmma m64n64k16: warpgroup w takes pairs 64 w..64 w + 63
- * of the tile, all 64 features, so a row's d(w) partial is one warp's
- * (4 lanes'), no shared memory. The same epilogue math. */
-static __device__ void bwd_dgu_tile_wgmma(const hr__moe_bwd_params &p, const moe_route &rt,
-                                          const bwd_plan &q, uint8_t *smem, int unit)
-{
-  const hr__moe_params &f = p.f;
-  const int mt_all = unit / q.ni, it = unit - mt_all * q.ni;
-  const int e = bwd_expert_of(rt, f.E, mt_all);
-  const int m0 = (mt_all - rt.tile_off[e]) * HR__MOE_BWD_TILE_M;
-  const int cnt = rt.cnt[e], off = rt.off[e];
-  const int H = f.H, I = f.I, i0 = it * HR__MOE_BWD_DGU_N;
   const int wg = (int)threadIdx.x >> 7, lane = (int)threadIdx.x & 31;
   const int w4 = ((int)threadIdx.x >> 5) & 3;
-  const uint32_t ring = (smem_addr(smem) + 1023u) & ~1023u;
+  const uint32_t ring = bwd_ring(smem);
   const uint16_t *w1e = f.w1 + (size_t)e * 2 * I * H;
   const uint16_t *w2e = f.w2 + (size_t)e * H * I + i0;
   constexpr int PR = 128 * 8 / HR__MOE_THREADS, PW = 64 * 8 / HR__MOE_THREADS;
@@ -308,41 +171,41 @@ static __device__ void bwd_dgu_tile_wgmma(const hr__moe_bwd_params &p, const moe
     const int tok = m0 + r < cnt ? f.sorted_tok[off + m0 + r] : -1;
     xr[i] = tok >= 0 ? f.x + (size_t)tok * H + ch * 8 : nullptr;
     dr[i] = tok >= 0 ? p.dy + (size_t)tok * H + ch * 8 : nullptr;
-    rdst[i] = (uint32_t)(r * 128 + ((ch ^ (r & 7)) << 4));
+    rdst[i] = bwd_k_sw128(r, ch);
   }
 #pragma unroll
   for(int i = 0; i < PW; i++) {               /* 64 rows x 8 chunks */
     const int c = (int)threadIdx.x + i * HR__MOE_THREADS, r = c >> 3, ch = c & 7;
     gr[i] = w1e + (size_t)(i0 + r) * H + ch * 8;
     ur[i] = w1e + (size_t)(I + i0 + r) * H + ch * 8;
-    wdst[i] = (uint32_t)(r * 128 + ((ch ^ (r & 7)) << 4));
+    wdst[i] = bwd_k_sw128(r, ch);
     qk[i] = r;                                /* W2: K row r, chunk ch */
     qc[i] = ch * 8;
   }
-  bwd_pipeline<BWD_STAGES, BWD_WGD_STAGE, true>(
+  bwd_pipeline<BWD_DGU_STAGES, BWD_DGU_STAGE, BWD_DGU_DEPTH>(
       H / BWD_BK, ring,
       [&](uint32_t st, int s) {
         const int k0 = s * BWD_BK;
 #pragma unroll
         for(int i = 0; i < PR; i++) {
           cp_async16_zfill(st + rdst[i], xr[i] ? (const void *)(xr[i] + k0) : f.x, xr[i] != nullptr);
-          cp_async16_zfill(st + BWD_WGD_ROWS + rdst[i], dr[i] ? (const void *)(dr[i] + k0) : f.x,
+          cp_async16_zfill(st + BWD_DGU_ROWS + rdst[i], dr[i] ? (const void *)(dr[i] + k0) : f.x,
                            dr[i] != nullptr);
         }
 #pragma unroll
         for(int i = 0; i < PW; i++) {
-          cp_async16(st + 2 * BWD_WGD_ROWS + wdst[i], gr[i] + k0);
-          cp_async16(st + 2 * BWD_WGD_ROWS + BWD_WGD_W + wdst[i], ur[i] + k0);
-          cp_async16(st + 2 * BWD_WGD_ROWS + 2 * BWD_WGD_W + wdst[i],
+          cp_async16(st + 2 * BWD_DGU_ROWS + wdst[i], gr[i] + k0);
+          cp_async16(st + 2 * BWD_DGU_ROWS + BWD_DGU_W + wdst[i], ur[i] + k0);
+          cp_async16(st + 2 * BWD_DGU_ROWS + 2 * BWD_DGU_W + wdst[i],
                      w2e + (size_t)(k0 + qk[i]) * I + qc[i]);
         }
       },
       [&](uint32_t st, int) {
         const uint64_t dx = wgmma_desc_sw128(st + wg * 64 * 128);
-        const uint64_t ddy = wgmma_desc_sw128(st + BWD_WGD_ROWS + wg * 64 * 128);
-        const uint64_t dg = wgmma_desc_sw128(st + 2 * BWD_WGD_ROWS);
-        const uint64_t du = wgmma_desc_sw128(st + 2 * BWD_WGD_ROWS + BWD_WGD_W);
-        const uint64_t dq = wgmma_desc_mn_sw128(st + 2 * BWD_WGD_ROWS + 2 * BWD_WGD_W,
+        const uint64_t ddy = wgmma_desc_sw128(st + BWD_DGU_ROWS + wg * 64 * 128);
+        const uint64_t dg = wgmma_desc_sw128(st + 2 * BWD_DGU_ROWS);
+        const uint64_t du = wgmma_desc_sw128(st + 2 * BWD_DGU_ROWS + BWD_DGU_W);
+        const uint64_t dq = wgmma_desc_mn_sw128(st + 2 * BWD_DGU_ROWS + 2 * BWD_DGU_W,
                                                 BWD_BK * 128, 1024);
         wgmma_fence();
 #pragma unroll
@@ -353,11 +216,15 @@ static __device__ void bwd_dgu_tile_wgmma(const hr__moe_bwd_params &p, const moe
                                    wgmma_desc_add(dq, ks * 2048));
         }
         wgmma_commit();
-        wgmma_wait<0>();
+        wgmma_wait<BWD_DGU_DEPTH>();
         wgmma_fence_acc(ag);
         wgmma_fence_acc(au);
         wgmma_fence_acc(aq);
       });
+  /* the pipeline's last wait: the accumulators are final */
+  wgmma_fence_acc(ag);
+  wgmma_fence_acc(au);
+  wgmma_fence_acc(aq);
 
   /* the epilogue: two rows a thread (half), 16 features each */
 #pragma unroll
@@ -398,25 +265,8 @@ static __device__ void bwd_dgu_tile_wgmma(const hr__moe_bwd_params &p, const moe
       p.dwp[(size_t)pos * q.ni + it] = dsum;
   }
 }
-#endif
 
 /* ---- stage 3: the dx rows, dW1, dW2 ------------------------------------ */
-
-/* A 128 x 128 fp32 result tile to out (row pitch ld elements), as fp32
- * or rounded to bf16. Warps 2 x 4, each 64 x 32. */
-template <class Out>
-static __device__ __forceinline__ void bwd_store_tile(const float (&acc)[4][4][4], int wm, int wn,
-                                                      Out out)
-{
-#pragma unroll
-  for(int mt = 0; mt < 4; mt++)
-#pragma unroll
-    for(int nt = 0; nt < 4; nt++)
-#pragma unroll
-      for(int half = 0; half < 2; half++)
-        out(wm + bwd_acc_row(mt, half * 2), wn + bwd_acc_col(nt, 0), acc[mt][nt][half * 2],
-            acc[mt][nt][half * 2 + 1]);
-}
 
 /* Where dW tile t of an expert (its pairs from place `off`) reads and
  * writes: dW1[e][m0 + r][n0 + c] = sum over pairs of dh[m0 + r] x[n0 + c]
@@ -461,145 +311,64 @@ static __device__ __forceinline__ bwd_dw_tile bwd_dw_tile_of(const hr__moe_bwd_p
   return d;
 }
 
-/* A dW tile's staging, past the grads stage's ring (the dgu ring is the
- * larger): 128 rows of fp32 or bf16, padded by 16 bytes. */
-#define BWD_DW_PITCH_F32 (128 * 4 + 16)
-#define BWD_DW_PITCH_BF16 (128 * 2 + 16)
-#define BWD_DW_STAGING (BWD_STAGES * BWD_GRAD_STAGE)
-static_assert(BWD_DW_STAGING + 128 * BWD_DW_PITCH_F32 <= BWD_RING_BYTES, "staging fits the ring");
-
-/* dW tile t of expert e from acc, or zeros. The fragments go to shared
- * memory first, and from there to dW in whole 512-byte rows a warp:
- * stored straight from the fragments, each warp's store covered 8 rows
- * with 16 bytes each, half a sector, and dW is the backward's one large
- * output (21 GiB at DeepSeek-V3 in bf16). */
-static __device__ __forceinline__ void bwd_dw_store(const hr__moe_bwd_params &p, const bwd_plan &q,
-                                                    int e, int t, const float (&acc)[4][4][4],
-                                                    int zero, uint8_t *smem)
+/* dW tile t of expert e as zeros (an expert with no pairs). */
+static __device__ void bwd_dw_zero(const hr__moe_bwd_params &p, const bwd_plan &q, int e, int t)
 {
   const hr__moe_params &f = p.f;
-  const int warp = (int)threadIdx.x >> 5, wm = (warp & 1) * 64, wn = (warp >> 1) * 32;
   const bwd_dw_tile d = bwd_dw_tile_of(p, q, t, 0);
-  const int ldo = d.dw1 ? f.H : f.I, bf = p.dw_bf16;
-  const int esize = bf ? 2 : 4, pitch = bf ? BWD_DW_PITCH_BF16 : BWD_DW_PITCH_F32;
-  const int cpr = 128 * esize / 16;                     /* 16-byte chunks a row */
+  const int ldo = d.dw1 ? f.H : f.I, esize = p.dw_bf16 ? 2 : 4, cpr = 128 * esize / 16;
+  const size_t base = d.dw1 ? (size_t)e * 2 * f.I * f.H : (size_t)e * f.H * f.I;
+  char *out = (char *)(d.dw1 ? p.dw1 : p.dw2) + (base + (size_t)d.m0 * ldo + d.n0) * esize;
+
+  for(int i = (int)threadIdx.x; i < 128 * cpr; i += HR__MOE_THREADS)
+    *(uint4 *)(out + (size_t)(i / cpr) * ldo * esize + (i % cpr) * 16) = make_uint4(0, 0, 0, 0);
+}
+
+/* dW tile t of expert e from the wgmma accumulators (warp w of warpgroup
+ * g holds rows 64 g + 16 (w % 4) .. + 15, all 128 columns), as fp32 or
+ * rounded to bf16. The fragments go to shared memory first, and from
+ * there to dW in whole 512-byte rows a warp: stored straight from the
+ * fragments, each warp's store covered 8 rows with 16 bytes each, half
+ * a sector, and dW is the backward's one large output (21 GiB at
+ * DeepSeek-V3 in bf16). */
+static __device__ void bwd_dw_store(const hr__moe_bwd_params &p, const bwd_plan &q, int e, int t,
+                                    const float (&acc)[16][4], uint8_t *smem)
+{
+  const hr__moe_params &f = p.f;
+  const int wg = (int)threadIdx.x >> 7, lane = (int)threadIdx.x & 31;
+  const int w4 = ((int)threadIdx.x >> 5) & 3;
+  const int bf = p.dw_bf16, pitch = bf ? BWD_DW_PITCH_BF16 : BWD_DW_PITCH_F32;
+  const bwd_dw_tile d = bwd_dw_tile_of(p, q, t, 0);
+  const int ldo = d.dw1 ? f.H : f.I, esize = bf ? 2 : 4, cpr = 128 * esize / 16;
   const size_t base = d.dw1 ? (size_t)e * 2 * f.I * f.H : (size_t)e * f.H * f.I;
   char *out = (char *)(d.dw1 ? p.dw1 : p.dw2) + (base + (size_t)d.m0 * ldo + d.n0) * esize;
   uint8_t *stage = smem + BWD_DW_STAGING;
 
-  if(zero) {
-    for(int i = (int)threadIdx.x; i < 128 * cpr; i += HR__MOE_THREADS)
-      *(uint4 *)(out + (size_t)(i / cpr) * ldo * esize + (i % cpr) * 16) = make_uint4(0, 0, 0, 0);
-    return;
-  }
-  bwd_store_tile(acc, wm, wn, [&](int r, int c, float a, float b) {
-    if(bf)
-      *(uint32_t *)(stage + r * pitch + c * 2) = pack_bf16x2(a, b);
-    else
-      *(float2 *)(stage + r * pitch + c * 4) = make_float2(a, b);
-  });
+#pragma unroll
+  for(int j = 0; j < 16; j++)
+#pragma unroll
+    for(int half = 0; half < 2; half++) {
+      const int r = wg * 64 + w4 * 16 + (lane >> 2) + 8 * half, c = j * 8 + 2 * (lane & 3);
+      if(bf)
+        *(uint32_t *)(stage + r * pitch + c * 2) = pack_bf16x2(acc[j][half * 2], acc[j][half * 2 + 1]);
+      else
+        *(float2 *)(stage + r * pitch + c * 4) = make_float2(acc[j][half * 2], acc[j][half * 2 + 1]);
+    }
   __syncthreads();
-  for(int i = (int)threadIdx.x; i < 128 * cpr; i += HR__MOE_THREADS) {
-    const int r = i / cpr, ch = i % cpr;
-    *(uint4 *)(out + (size_t)r * ldo * esize + ch * 16) = *(const uint4 *)(stage + r * pitch + ch * 16);
-  }
+  for(int i = (int)threadIdx.x; i < 128 * cpr; i += HR__MOE_THREADS)
+    *(uint4 *)(out + (size_t)(i / cpr) * ldo * esize + (i % cpr) * 16) =
+        *(const uint4 *)(stage + (i / cpr) * pitch + (i % cpr) * 16);
   __syncthreads();                     /* the staging is free again */
 }
 
-#if !HR__MOE_BWD_WGMMA_DW
-/* dW group g: tiles [t0, t1) of one expert, BWD_DW_GROUP of them, in one
- * run of the pipeline: their K = the expert's pairs is short (64 at
- * Qwen3-30B-A3B T = 1024, 128 at DeepSeek-V3 T = 4096: a few steps), so a
- * tile on its own would be mostly the ring's fill and drain. Here the
- * next tile's first steps are in flight while a tile ends. The gathered
- * rows are the same in every tile of the group (the expert's pairs), so
- * each step's token rows are read one step ahead, whatever the tile. */
-static __device__ void bwd_dw_group(const hr__moe_bwd_params &p, const moe_route &rt,
-                                    const bwd_plan &q, uint8_t *smem, int g)
-{
-  const hr__moe_params &f = p.f;
-  const int per_e = q.w1_tiles + q.w2_tiles;
-  const int gpe = (per_e + BWD_DW_GROUP - 1) / BWD_DW_GROUP;
-  const int e = g / gpe, t0 = (g - e * gpe) * BWD_DW_GROUP;
-  const int t1 = min(per_e, t0 + BWD_DW_GROUP);
-  const int cnt = rt.cnt[e], off = rt.off[e];
-  const int nk = (cnt + BWD_BK - 1) / BWD_BK;
-  const int32_t *tok = f.sorted_tok + off;
-  const int warp = (int)threadIdx.x >> 5, wm = (warp & 1) * 64, wn = (warp >> 1) * 32;
-  using T = bwd_cols_tile;
-  float acc[4][4][4];
-  int kr[T::PER_THREAD], col[T::PER_THREAD], trow[T::PER_THREAD];
-  uint32_t dst[T::PER_THREAD];
-
-  bwd_acc_zero(acc);
-  if(nk == 0) {                        /* no pairs: dW is 0 */
-    for(int t = t0; t < t1; t++)
-      bwd_dw_store(p, q, e, t, acc, 1, smem);
-    return;
-  }
-#pragma unroll
-  for(int i = 0; i < T::PER_THREAD; i++) {
-    const int c = (int)threadIdx.x + i * HR__MOE_THREADS;
-    kr[i] = c / (128 / 8);
-    col[i] = (c % (128 / 8)) * 8;
-    dst[i] = (uint32_t)((kr[i] * T::PITCH + col[i]) * 2);
-    trow[i] = kr[i] < cnt ? tok[kr[i]] : 0;       /* step 0's token rows */
-  }
-  /* Both sides walk the steps in order, so each keeps its tile and its
-   * step in the tile as counters (no division a step). */
-  int is = 0, ct = t0, cs = 0;
-  bwd_dw_tile d = bwd_dw_tile_of(p, q, t0, off);
-  bwd_pipeline<BWD_STAGES, BWD_GRAD_STAGE>(
-      (t1 - t0) * nk, smem_addr(smem),
-      [&](uint32_t st, int) {
-        const int sn = is + 1 == nk ? 0 : is + 1;
-#pragma unroll
-        for(int i = 0; i < T::PER_THREAD; i++) {
-          const int kk = is * BWD_BK + kr[i];
-          const int valid = kk < cnt;
-          const long long ra = d.a_tok ? trow[i] : kk, rb = d.a_tok ? kk : trow[i];
-          cp_async16_zfill(st + dst[i], valid ? (const void *)(d.a + ra * d.lda + col[i]) : f.x,
-                           valid);
-          cp_async16_zfill(st + T::BYTES + dst[i],
-                           valid ? (const void *)(d.b + rb * d.ldb + col[i]) : f.x, valid);
-          const int kn = sn * BWD_BK + kr[i];
-          trow[i] = kn < cnt ? tok[kn] : 0;       /* the next step's, read now */
-        }
-        is = sn;
-        if(sn == 0 && ++d.t < t1)
-          d = bwd_dw_tile_of(p, q, d.t, off);
-      },
-      [&](uint32_t st, int) {
-        bwd_mma_stage<4, 4, false, false, T::PITCH, T::PITCH>(acc, st, st + T::BYTES, wm, wn);
-        if(++cs == nk) {                           /* the tile's last step */
-          bwd_dw_store(p, q, e, ct, acc, 0, smem);
-          bwd_acc_zero(acc);
-          cs = 0;
-          ct++;
-        }
-      });
-}
-#endif
-
-#if HR__MOE_BWD_WGMMA_DW || HR__MOE_BWD_WGMMA_DX
-/* An MN-major operand tile on wgmma: BWD_BK K rows of 128 columns, as two
- * blocks of 64 columns (BWD_BK rows of 128 bytes each, the 128-byte
- * swizzle): the byte offset of the 16-byte chunk at (k, c). */
-#define BWD_WG_TILE (BWD_BK * 256)
-static __device__ __forceinline__ uint32_t bwd_mn_sw128(int k, int c)
-{
-  return (uint32_t)((c >> 6) * (BWD_BK * 128) + k * 128 + ((((c >> 3) & 7) ^ (k & 7)) << 4));
-}
-static_assert(1024 + BWD_STAGES * 2 * BWD_WG_TILE <= BWD_DW_STAGING, "the ring, aligned");
-#endif
-
-#if HR__MOE_BWD_WGMMA_DX
-/* A dx row tile on wgmma m64n128k16: A the dh rows K-major (the forward's
- * 128-byte-swizzled rows, wgmma_desc_sw128), B W1[e] MN-major (its rows
- * are the K of this GEMM; bwd_mn_sw128, the transpose bit): warpgroup w
- * takes pairs 64 w..64 w + 63 of the tile. */
-static __device__ void bwd_dx_tile_wgmma(const hr__moe_bwd_params &p, const moe_route &rt,
-                                         const bwd_plan &q, uint8_t *smem, int unit)
+/* dx row tile `unit` (M tile unit / nh, columns h0 .. h0 + 127 of H):
+ * dxrow = dh W1[e] over K = 2I, on wgmma m64n128k16. A the dh rows
+ * K-major (wgmma_desc_sw128), B W1[e] MN-major (its rows are the K of
+ * this GEMM; bwd_mn_sw128, the transpose bit): warpgroup w takes pairs
+ * 64 w..64 w + 63 of the tile. */
+template <int DEPTH>
+static __device__ void bwd_dx_tile(const hr__moe_bwd_params &p, const moe_route &rt,
+                                   const bwd_plan &q, uint8_t *smem, int unit)
 {
   const hr__moe_params &f = p.f;
   const int H = f.H, I = f.I;
@@ -610,7 +379,7 @@ static __device__ void bwd_dx_tile_wgmma(const hr__moe_bwd_params &p, const moe_
   const int wg = (int)threadIdx.x >> 7, lane = (int)threadIdx.x & 31;
   const int w4 = ((int)threadIdx.x >> 5) & 3;
   constexpr int PT = BWD_BK * 128 / 8 / HR__MOE_THREADS;   /* chunks a thread, each tile */
-  const uint32_t ring = (smem_addr(smem) + 1023u) & ~1023u;
+  const uint32_t ring = bwd_ring(smem);
   const uint16_t *w1e = f.w1 + (size_t)e * 2 * I * H + h0;
   const uint16_t *arow[PT];
   uint32_t adst[PT], bdst[PT];
@@ -625,34 +394,35 @@ static __device__ void bwd_dx_tile_wgmma(const hr__moe_bwd_params &p, const moe_
     const int c = (int)threadIdx.x + i * HR__MOE_THREADS;
     const int r = c / (BWD_BK / 8), ch = c % (BWD_BK / 8);   /* A: 128 rows x 8 chunks */
     arow[i] = m0 + r < cnt ? p.dh + (size_t)(off + m0 + r) * 2 * I + ch * 8 : nullptr;
-    adst[i] = (uint32_t)(r * 128 + ((ch ^ (r & 7)) << 4));
+    adst[i] = bwd_k_sw128(r, ch);
     bk[i] = c / 16;                                          /* B: 64 K rows x 16 chunks */
     bc[i] = (c % 16) * 8;
     bdst[i] = bwd_mn_sw128(bk[i], bc[i]);
   }
-  bwd_pipeline<BWD_STAGES, 2 * BWD_WG_TILE, true>(
+  bwd_pipeline<BWD_GRAD_STAGES_OF(DEPTH), BWD_GRAD_STAGE, DEPTH>(
       2 * I / BWD_BK, ring,
       [&](uint32_t st, int s) {
 #pragma unroll
         for(int i = 0; i < PT; i++) {
           cp_async16_zfill(st + adst[i], arow[i] ? (const void *)(arow[i] + s * BWD_BK) : f.x,
                            arow[i] != nullptr);
-          cp_async16(st + BWD_WG_TILE + bdst[i],
+          cp_async16(st + BWD_MN_TILE + bdst[i],
                      w1e + (size_t)(s * BWD_BK + bk[i]) * H + bc[i]);
         }
       },
       [&](uint32_t st, int) {
         const uint64_t da = wgmma_desc_sw128(st + wg * 64 * 128);
-        const uint64_t db = wgmma_desc_mn_sw128(st + BWD_WG_TILE, BWD_BK * 128, 1024);
+        const uint64_t db = wgmma_desc_mn_sw128(st + BWD_MN_TILE, BWD_BK * 128, 1024);
         wgmma_fence();
 #pragma unroll
         for(int ks = 0; ks < BWD_BK / 16; ks++)
           wgmma_m64k16_t<128, 0, 1>(acc, wgmma_desc_add(da, ks * 32),
                                    wgmma_desc_add(db, ks * 2048));
         wgmma_commit();
-        wgmma_wait<0>();
+        wgmma_wait<DEPTH>();
         wgmma_fence_acc(acc);
       });
+  wgmma_fence_acc(acc);                /* after the pipeline's last wait */
 #pragma unroll
   for(int j = 0; j < 16; j++)
 #pragma unroll
@@ -663,15 +433,20 @@ static __device__ void bwd_dx_tile_wgmma(const hr__moe_bwd_params &p, const moe_
             pack_bf16x2(acc[j][half * 2], acc[j][half * 2 + 1]);
     }
 }
-#endif
 
-#if HR__MOE_BWD_WGMMA_DW
-
-/* bwd_dw_group with the MMAs on wgmma m64n128k16, both operands MN-major
- * (the transpose bits): warpgroup w takes rows 64 w..64 w + 63 of the
- * 128 x 128 tile, all its columns. The same steps, loads and stores. */
-static __device__ void bwd_dw_group_wgmma(const hr__moe_bwd_params &p, const moe_route &rt,
-                                          const bwd_plan &q, uint8_t *smem, int g)
+/* dW group g: tiles [t0, t1) of one expert, BWD_DW_GROUP of them, in one
+ * run of the pipeline: their K = the expert's pairs is short (64 at
+ * Qwen3-30B-A3B T = 1024, 128 at DeepSeek-V3 T = 4096: a few steps), so a
+ * tile on its own would be mostly the ring's fill and drain. Here the
+ * next tile's first steps are in flight while a tile ends. The gathered
+ * rows are the same in every tile of the group (the expert's pairs), so
+ * each step's token rows are read one step ahead, whatever the tile.
+ * The MMAs are wgmma m64n128k16 with both operands MN-major (the
+ * transpose bits): warpgroup w takes rows 64 w..64 w + 63 of the 128 x
+ * 128 tile, all its columns. */
+template <int DEPTH>
+static __device__ void bwd_dw_group(const hr__moe_bwd_params &p, const moe_route &rt,
+                                    const bwd_plan &q, uint8_t *smem, int g)
 {
   const hr__moe_params &f = p.f;
   const int per_e = q.w1_tiles + q.w2_tiles;
@@ -683,7 +458,7 @@ static __device__ void bwd_dw_group_wgmma(const hr__moe_bwd_params &p, const moe
   const int32_t *tok = f.sorted_tok + off;
   const int wg = (int)threadIdx.x >> 7;
   constexpr int PT = BWD_BK * 128 / 8 / HR__MOE_THREADS;
-  const uint32_t ring = (smem_addr(smem) + 1023u) & ~1023u;
+  const uint32_t ring = bwd_ring(smem);
   float acc[16][4];
   int kr[PT], col[PT], trow[PT];
   uint32_t dst[PT];
@@ -692,10 +467,8 @@ static __device__ void bwd_dw_group_wgmma(const hr__moe_bwd_params &p, const moe
   for(int j = 0; j < 16; j++)
     acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
   if(nk == 0) {
-    float zero[4][4][4];
-    bwd_acc_zero(zero);
     for(int t = t0; t < t1; t++)
-      bwd_dw_store(p, q, e, t, zero, 1, smem);
+      bwd_dw_zero(p, q, e, t);
     return;
   }
 #pragma unroll
@@ -708,7 +481,7 @@ static __device__ void bwd_dw_group_wgmma(const hr__moe_bwd_params &p, const moe
   }
   int is = 0, ct = t0, cs = 0;
   bwd_dw_tile d = bwd_dw_tile_of(p, q, t0, off);
-  bwd_pipeline<BWD_STAGES, 2 * BWD_WG_TILE, true>(
+  bwd_pipeline<BWD_GRAD_STAGES_OF(DEPTH), BWD_GRAD_STAGE, DEPTH>(
       (t1 - t0) * nk, ring,
       [&](uint32_t st, int) {
         const int sn = is + 1 == nk ? 0 : is + 1;
@@ -719,7 +492,7 @@ static __device__ void bwd_dw_group_wgmma(const hr__moe_bwd_params &p, const moe
           const long long ra = d.a_tok ? trow[i] : kk, rb = d.a_tok ? kk : trow[i];
           cp_async16_zfill(st + dst[i], valid ? (const void *)(d.a + ra * d.lda + col[i]) : f.x,
                            valid);
-          cp_async16_zfill(st + BWD_WG_TILE + dst[i],
+          cp_async16_zfill(st + BWD_MN_TILE + dst[i],
                            valid ? (const void *)(d.b + rb * d.ldb + col[i]) : f.x, valid);
           const int kn = sn * BWD_BK + kr[i];
           trow[i] = kn < cnt ? tok[kn] : 0;
@@ -731,43 +504,19 @@ static __device__ void bwd_dw_group_wgmma(const hr__moe_bwd_params &p, const moe
       [&](uint32_t st, int) {
         /* A: this warpgroup's 64 rows are the tile's block wg; B: both */
         const uint64_t da = wgmma_desc_mn_sw128(st + wg * (BWD_BK * 128), BWD_BK * 128, 1024);
-        const uint64_t db = wgmma_desc_mn_sw128(st + BWD_WG_TILE, BWD_BK * 128, 1024);
+        const uint64_t db = wgmma_desc_mn_sw128(st + BWD_MN_TILE, BWD_BK * 128, 1024);
         wgmma_fence();
 #pragma unroll
         for(int ks = 0; ks < BWD_BK / 16; ks++)
           wgmma_m64k16_t<128, 1, 1>(acc, wgmma_desc_add(da, ks * 2048),
                                    wgmma_desc_add(db, ks * 2048));
         wgmma_commit();
-        wgmma_wait<0>();
+        wgmma_wait<DEPTH>();
         wgmma_fence_acc(acc);
-        if(++cs == nk) {
-          /* the tile's end: the fragments (warp w of warpgroup g holds
-           * rows 64 g + 16 (w % 4) .. + 15, all columns) into the staging,
-           * then whole rows out, as bwd_dw_store does for mma.sync's */
-          const int lane = (int)threadIdx.x & 31, w4 = ((int)threadIdx.x >> 5) & 3;
-          const int bf = p.dw_bf16, pitch = bf ? BWD_DW_PITCH_BF16 : BWD_DW_PITCH_F32;
-          uint8_t *stage = smem + BWD_DW_STAGING;
-          const bwd_dw_tile o = bwd_dw_tile_of(p, q, ct, 0);
-          const int ldo = o.dw1 ? f.H : f.I, esize = bf ? 2 : 4, cpr = 128 * esize / 16;
-          const size_t base = o.dw1 ? (size_t)e * 2 * f.I * f.H : (size_t)e * f.H * f.I;
-          char *out = (char *)(o.dw1 ? p.dw1 : p.dw2) + (base + (size_t)o.m0 * ldo + o.n0) * esize;
-#pragma unroll
-          for(int j = 0; j < 16; j++)
-#pragma unroll
-            for(int half = 0; half < 2; half++) {
-              const int r = wg * 64 + w4 * 16 + (lane >> 2) + 8 * half, c = j * 8 + 2 * (lane & 3);
-              if(bf)
-                *(uint32_t *)(stage + r * pitch + c * 2) =
-                    pack_bf16x2(acc[j][half * 2], acc[j][half * 2 + 1]);
-              else
-                *(float2 *)(stage + r * pitch + c * 4) =
-                    make_float2(acc[j][half * 2], acc[j][half * 2 + 1]);
-            }
-          __syncthreads();
-          for(int i = (int)threadIdx.x; i < 128 * cpr; i += HR__MOE_THREADS)
-            *(uint4 *)(out + (size_t)(i / cpr) * ldo * esize + (i % cpr) * 16) =
-                *(const uint4 *)(stage + (i / cpr) * pitch + (i % cpr) * 16);
-          __syncthreads();
+        if(++cs == nk) {                 /* the tile's end */
+          wgmma_wait<0>();
+          wgmma_fence_acc(acc);
+          bwd_dw_store(p, q, e, ct, acc, smem);
 #pragma unroll
           for(int j = 0; j < 16; j++)
             acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
@@ -776,57 +525,17 @@ static __device__ void bwd_dw_group_wgmma(const hr__moe_bwd_params &p, const moe
         }
       });
 }
-#endif
 
 /* grads unit `unit`: [0, n_dx) the dx rows of M tile unit / nh (dh W1,
  * K = 2I); then the dW groups (bwd_dw_group). */
+template <int DEPTH>
 static __device__ void bwd_grads_tile(const hr__moe_bwd_params &p, const moe_route &rt,
                                       const bwd_plan &q, uint8_t *smem, int unit)
 {
-  const hr__moe_params &f = p.f;
-  const int H = f.H, I = f.I;
-  const int warp = (int)threadIdx.x >> 5, wm = (warp & 1) * 64, wn = (warp >> 1) * 32;
-  const uint32_t ring = smem_addr(smem);
-  float acc[4][4][4];
-  bwd_acc_zero(acc);
-
-  if(unit < q.n_dx) {
-#if HR__MOE_BWD_WGMMA_DX
-    bwd_dx_tile_wgmma(p, rt, q, smem, unit);
-    return;
-#endif
-    const int mt_all = unit / q.nh, h0 = (unit - mt_all * q.nh) * 128;
-    const int e = bwd_expert_of(rt, f.E, mt_all);
-    const int m0 = (mt_all - rt.tile_off[e]) * HR__MOE_BWD_TILE_M;
-    const int cnt = rt.cnt[e], off = rt.off[e];
-    bwd_load_kmajor<HR__MOE_BWD_TILE_M> la;
-    bwd_load_krows<128> lb;
-    la.init([&](int r) -> const uint16_t * {
-      return m0 + r < cnt ? p.dh + (size_t)(off + m0 + r) * 2 * I : nullptr;
-    });
-    lb.init(f.w1 + (size_t)e * 2 * I * H + h0, H, nullptr, 2 * I);
-    bwd_pipeline<BWD_STAGES, BWD_GRAD_STAGE>(
-        2 * I / BWD_BK, ring,
-        [&](uint32_t st, int s) {
-          la.issue(st, s, f.x);
-          lb.issue(st + bwd_rows_tile::BYTES, s, f.x);
-        },
-        [&](uint32_t st, int) {
-          bwd_mma_stage<4, 4, true, false, bwd_rows_tile::PITCH, bwd_cols_tile::PITCH>(
-              acc, st, st + bwd_rows_tile::BYTES, wm, wn);
-        });
-    bwd_store_tile(acc, wm, wn, [&](int r, int c, float a, float b) {
-      if(m0 + r < cnt)
-        *(uint32_t *)(p.dxrow + (size_t)(off + m0 + r) * H + h0 + c) = pack_bf16x2(a, b);
-    });
-    return;
-  }
-
-#if HR__MOE_BWD_WGMMA_DW
-  bwd_dw_group_wgmma(p, rt, q, smem, unit - q.n_dx);
-#else
-  bwd_dw_group(p, rt, q, smem, unit - q.n_dx);
-#endif
+  if(unit < q.n_dx)
+    bwd_dx_tile<DEPTH>(p, rt, q, smem, unit);
+  else
+    bwd_dw_group<DEPTH>(p, rt, q, smem, unit - q.n_dx);
 }
 
 /* ---- stage 4: combine -------------------------------------------------- */
@@ -878,7 +587,7 @@ static __device__ void bwd_combine(const hr__moe_bwd_params &p, int lo, int hi)
 /* The routing tables in shared memory, after the ring and the partials. */
 static __device__ __forceinline__ moe_route bwd_tables(uint8_t *smem, int **cursor)
 {
-  int *ints = (int *)(smem + BWD_RING_BYTES + BWD_RED_BYTES);
+  int *ints = (int *)(smem + BWD_RING_BYTES);
   moe_route rt;
   rt.cnt = ints;
   rt.pre = ints + HR__MOE_ROUTE_INTS;
@@ -953,11 +662,7 @@ hr__moe_bwd_kernel(const __grid_constant__ hr__moe_bwd_params p)
   /* 2. dgu */
   bwd_claimed(&f.sync->claim[0], (f.skip & HR__MOE_PHASE_GEMM1) ? 0 : q.n_dgu, &s_unit,
               [&](int u) {
-#if HR__MOE_BWD_WGMMA_DGU
-                bwd_dgu_tile_wgmma(p, rt, q, smem, u);
-#else
                 bwd_dgu_tile(p, rt, q, smem, u);
-#endif
               });
   if(!grid_barrier(f, HR__MOE_BWD_BARRIER_DGU, &s_ok))
     return;
@@ -968,7 +673,7 @@ hr__moe_bwd_kernel(const __grid_constant__ hr__moe_bwd_params p)
   bwd_claimed(&f.sync->claim[1], q.n_grads, &s_unit, [&](int u) {
     /* the benchmark hook may leave the dx rows or the dW groups out */
     if(!(f.skip & (u < q.n_dx ? HR__MOE_PHASE_GEMM2 : HR__MOE_PHASE_DW)))
-      bwd_grads_tile(p, rt, q, smem, u);
+      bwd_grads_tile<BWD_GRAD_DEPTH_BAR>(p, rt, q, smem, u);
   });
   if(!grid_barrier(f, HR__MOE_BWD_BARRIER_GRADS, &s_ok))
     return;
@@ -1112,27 +817,19 @@ hr__moe_bwd_agnostic_kernel(const __grid_constant__ hr__moe_bwd_params p)
       if(!bwd_wait(f, &agn->scatter_done, (unsigned)np, HR__MOE_BWD_WAIT_ROUTE, &seen_route,
                    &s_ok))
         return;
-#if HR__MOE_BWD_WGMMA_DGU
-      bwd_dgu_tile_wgmma(p, rt, q, smem, u - at_dgu);
-#else
       bwd_dgu_tile(p, rt, q, smem, u - at_dgu);
-#endif
       bwd_done(&agn->g1_total);
     } else if(u < at_dw) {                        /* a dx row tile */
       if(!bwd_wait(f, &agn->g1_total, (unsigned)q.n_dgu, HR__MOE_BWD_WAIT_DGU, &seen_dgu, &s_ok))
         return;
-      bwd_grads_tile(p, rt, q, smem, u - at_dx);
+      bwd_grads_tile<BWD_GRAD_DEPTH_AGN>(p, rt, q, smem, u - at_dx);
       bwd_done(&agn->combine_done);
     } else if(u < at_comb) {                      /* a dW group */
       if(!bwd_wait(f, &agn->scatter_done, (unsigned)np, HR__MOE_BWD_WAIT_ROUTE, &seen_route,
                    &s_ok) ||
          !bwd_wait(f, &agn->g1_total, (unsigned)q.n_dgu, HR__MOE_BWD_WAIT_DGU, &seen_dgu, &s_ok))
         return;
-#if HR__MOE_BWD_WGMMA_DW
-      bwd_dw_group_wgmma(p, rt, q, smem, u - at_dw);
-#else
-      bwd_dw_group(p, rt, q, smem, u - at_dw);
-#endif
+      bwd_dw_group<BWD_GRAD_DEPTH_AGN>(p, rt, q, smem, u - at_dw);
     } else {                                      /* a combine */
       if(!bwd_wait(f, &agn->scatter_done, (unsigned)np, HR__MOE_BWD_WAIT_ROUTE, &seen_route,
                    &s_ok) ||

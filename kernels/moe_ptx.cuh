@@ -51,15 +51,6 @@ static __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], uint32_t addr)
                : "r"(addr) : "memory");
 }
 
-/* The same four matrices transposed: each thread gets the pair of the
- * column it would get of the row (the operand stored M- or N-major). */
-static __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], uint32_t addr)
-{
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr) : "memory");
-}
-
 /* cp_async16, or 16 zero bytes where !valid (src is then not read, but
  * must still be a global address). */
 static __device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void *src, int valid)
