@@ -21,3 +21,12 @@ ifeq ($(HAVE_NVCC),1)
 UNIT_TESTS += tests/unit/test_moe_builds.sh
 UNIT_TESTS += tests/unit/test_testbin_rpath.sh
 endif
+
+# The expert-parallel forward's host logic that needs no GPU
+# (kernels/moe_ep_plan.c): argument checks, the layout and its sizes,
+# the bootstrap's exchange through an in-process allgather of threads.
+UNIT_TESTS += $(TESTBIN)/test_moe_ep_plan
+
+$(TESTBIN)/test_moe_ep_plan: $(OBJDIR)/tests/unit/test_moe_ep_plan.o $(MOE_EP_PLAN_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_CMOCKA)
