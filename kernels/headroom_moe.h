@@ -75,6 +75,7 @@
 #ifndef HEADROOM_MOE_H
 #define HEADROOM_MOE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "headroom.h"
@@ -277,6 +278,201 @@ int hr_moe_backward(hr_moe *m, const hr_lease *lease,
  * or HR_MODE_COOPERATIVE (the barrier kernel) or HR_MODE_AGNOSTIC. */
 int hr_moe_backward_grid(hr_moe *m, int grid, hr_mode mode,
                          const hr_moe_grad_args *args, void *stream);
+
+/* ---- expert parallel (EP) ------------------------------------------- */
+
+/*
+ * The same forward with the experts split over R ranks (1 <= R <=
+ * HR_MOE_EP_MAX_RANKS, E % R == 0): rank r owns the E/R consecutive
+ * experts r E/R .. (r+1) E/R - 1, holds only their W1 and W2, and brings
+ * its own T tokens (x, ids with GLOBAL expert ids, weights, y). One
+ * persistent launch per rank does it all:
+ *
+ *   1. dispatch: each token's x row goes ONCE to every rank that any of
+ *      its k slots needs (id / (E/R); ids outside [0, E) contribute
+ *      nothing, as in hr_moe_forward), into that rank's receive buffer, in
+ *      the region kept for this source rank (so no cross-rank atomics),
+ *      with the token's index and its k LOCAL ids (-1 for slots of other
+ *      ranks); then a release flag (launch epoch, row count) in the peer;
+ *   2. wait for every rank's dispatch;
+ *   3. the received rows with their local ids are a single-GPU MoE problem
+ *      over E/R experts: hr_moe_forward's route, GEMM1 + SwiGLU and GEMM2
+ *      (the same tiles) make each pair's unweighted bf16 output row;
+ *   4. each row goes back to the source rank's per-(t, j) buffer; then a
+ *      release flag in the source;
+ *   5. wait for every rank's returns, then hr_moe_forward's combine:
+ *      y[t] = sum over j in slot order of w[t,j] row[t,j], fp32, rounded
+ *      once. So y is BITWISE hr_moe_forward's y over the same global
+ *      weights and inputs, whatever R and the grids.
+ * Flags use system-scope release/acquire, so the same code is correct
+ * across GPUs over NVLink and between virtual ranks on one GPU.
+ *
+ * Every rank maps every rank's receive block. hr_moe_ep_create allocates
+ * this rank's and exchanges what peers need through the caller's
+ * bootstrap (an allgather, e.g. over MPI, a TCP store or, for ranks in
+ * one process, a barrier between threads): cudaIpcMemHandle_t between
+ * processes (opened with cudaIpcOpenMemHandle), the raw device pointer
+ * within one process (detected from the pid and host each rank sends, or
+ * forced by `exchange`). Creation is collective: every rank must call it
+ * with the same shape and nranks; every rank calls allgather twice (the
+ * blocks, then whether every rank mapped them), so a rank that failed to
+ * allocate or map makes every rank's create fail with the same code. A
+ * rank whose arguments are invalid returns HR_EINVAL at once, without
+ * calling allgather (its peers' allgather is then the bootstrap's to
+ * end).
+ *
+ * Memory per rank (hr_moe_ep_memory), sized for the worst case, every
+ * token of every rank sent to one rank with all k slots there (rows
+ * R max_tokens, pairs R max_tokens k):
+ *   peer-visible block: rows (2H + 4k + 4) + max_tokens k 2H bytes
+ *     (received x rows, their local ids and tokens; the returned rows)
+ *   local workspace:    pairs (2I + 2H + 8) + max_tokens k 4 bytes
+ *     (h, the pairs' output rows, the route's tables)
+ * Qwen3-30B-A3B (E 128, H 2048, I 768, k 8), R 8, max_tokens 4096:
+ *   0.27 GB peer-visible + 1.48 GB local (max_tokens 8192: 0.54 + 2.96).
+ * DeepSeek-V3 (E 256, H 7168, I 2048, k 8), R 8, max_tokens 4096:
+ *   0.94 GB peer-visible + 4.83 GB local (max_tokens 8192: 1.88 + 9.67).
+ * (max_tokens is each rank's own T bound; the pairs' rows dominate, and
+ * a smaller max_tokens is the way to less.)
+ *
+ * Failure ends cleanly on every rank. Every wait for a peer is bounded by
+ * the launch's timeout (args.timeout_ms, as the grid barriers), and reads
+ * a fail word per rank in this rank's own memory. A rank that times out
+ * (at a grid barrier or a wait for peers) or is aborted writes its word
+ * (the epoch, why, where, which peer it waited for) into every rank's
+ * memory, so every rank's launch ends within about one timeout with
+ * HR_EBARRIER_TIMEOUT or HR_EABORTED and hr_moe_ep_last_failure naming
+ * the rank that failed, the wait and the reason. No trap: the CUDA
+ * context stays usable, and after hr_moe_ep_sync the next launch works.
+ *
+ * Launches: every rank must make the same sequence of forward calls:
+ * each call, even one refused for its arguments, is one epoch (the
+ * peers of a refused call time out waiting for it, and the next call is
+ * in step again). All ranks' launches of an epoch must be resident at
+ * once (the grid barriers, and the waits for each other): on one GPU,
+ * R virtual ranks of grid G need R G <= SMs, each on its own stream.
+ * The grid is each rank's own (ranks may differ). No CUDA graph capture
+ * (HR_EUNSUPPORTED); no agnostic mode yet (HR_EUNSUPPORTED).
+ *
+ *     hr_moe_ep_bootstrap b = { my_allgather, my_ctx, HR_MOE_EP_EXCHANGE_AUTO };
+ *     hr_moe_ep_create(&ep, dev, &global_shape, rank, nranks, &b);
+ *     hr_moe_args a = { .tokens = T, .experts = E, ..., .w1 = my_w1, ... };
+ *     err = hr_moe_ep_forward(ep, lease, &a, stream);
+ *     err = hr_moe_ep_sync(ep);
+ *     ... every rank synced (an allgather), then hr_moe_ep_destroy(ep);
+ */
+#define HR_MOE_EP_MAX_RANKS 8
+
+typedef struct hr_moe_ep hr_moe_ep;
+
+/* hr_moe_ep_bootstrap.exchange */
+enum {
+  HR_MOE_EP_EXCHANGE_AUTO = 0,     /* raw pointers for ranks in this process
+                                      (same pid and host), IPC otherwise */
+  HR_MOE_EP_EXCHANGE_POINTERS = 1, /* every rank is in this process
+                                      (virtual ranks); refused otherwise */
+  HR_MOE_EP_EXCHANGE_IPC = 2       /* every peer is another process;
+                                      refused otherwise */
+};
+
+typedef struct hr_moe_ep_bootstrap {
+  /* Collective: rank i's bytes_per_rank bytes of `send` end up at
+   * recv + i * bytes_per_rank on every rank. 0 on success; a negative
+   * HR_E* code is passed through, anything else is HR_ECONNECT. */
+  int (*allgather)(void *ctx, const void *send, void *recv, size_t bytes_per_rank);
+  void *ctx;
+  int exchange;                    /* HR_MOE_EP_EXCHANGE_* */
+} hr_moe_ep_bootstrap;
+
+/* Where a rank failed or noticed a failure: hr_moe_ep_failure.wait and
+ * .noticed_wait (0..2 are hr_moe's barriers, with the same meaning). */
+enum {
+  HR_MOE_EP_WAIT_ROUTE = 0,     /* grid barrier: the received rows routed */
+  HR_MOE_EP_WAIT_GEMM1 = 1,     /* grid barrier: GEMM1 done */
+  HR_MOE_EP_WAIT_GEMM2 = 2,     /* grid barrier: GEMM2 done */
+  HR_MOE_EP_WAIT_SENT = 3,      /* grid barrier: this rank's rows all sent */
+  HR_MOE_EP_WAIT_RETURNED = 4,  /* grid barrier: the results all sent back */
+  HR_MOE_EP_WAIT_TMA = 15,      /* a TMA load of a GEMM tile never landed */
+  HR_MOE_EP_WAIT_DISPATCH = 40, /* for every rank's rows */
+  HR_MOE_EP_WAIT_RETURN = 41,   /* for every rank's results */
+  HR_MOE_EP_WAIT_START = 42     /* at the start: a peer had already failed
+                                   this epoch (a rank launched late) */
+};
+
+typedef struct hr_moe_ep_failure {
+  int code;          /* HR_EBARRIER_TIMEOUT, HR_EABORTED */
+  int failed_rank;   /* the rank whose own timeout or abort ended the
+                        launch: this one or a peer */
+  int wait;          /* where failed_rank failed (HR_MOE_EP_WAIT_*) */
+  int waited_for;    /* at a wait for peers: the first rank failed_rank
+                        had not heard from; -1 otherwise */
+  int noticed_wait;  /* where this rank stopped (HR_MOE_EP_WAIT_*) */
+  uint32_t epoch;    /* the launch's epoch (1 for the first forward) */
+  hr_moe_failure local; /* this rank's error word: detail.barrier is
+                           noticed_wait; at a grid barrier arrived and
+                           expected count CTAs, at a wait for peers ranks;
+                           grid, timeout_ms, sm, cta */
+} hr_moe_ep_failure;
+
+/* Bytes a rank allocates for `global_shape` over `nranks`: the block its
+ * peers map and its local workspace (either may be NULL). HR_EINVAL for
+ * a shape hr_moe_create refuses, nranks outside 1..HR_MOE_EP_MAX_RANKS,
+ * E % nranks != 0, or more than 2^30 pairs (nranks max_tokens topk).
+ * Plain arithmetic: no GPU needed. */
+int hr_moe_ep_memory(const hr_moe_shape *global_shape, int nranks,
+                     uint64_t *peer_bytes, uint64_t *local_bytes);
+
+/* Create rank `rank` of `nranks` on CUDA device `device` (-1: the current
+ * one), collectively (above). global_shape.experts is E, all experts;
+ * max_tokens bounds each rank's own T. HR_EINVAL (checked first, nothing
+ * touched): out NULL, a bad shape (hr_moe_ep_memory), rank outside
+ * 0..nranks-1, boot NULL or without allgather, a bad exchange. HR_ENOGPU,
+ * HR_EUNSUPPORTED (not sm_90), HR_ENOMEM, HR_ECUDA (IPC), HR_EINVAL also
+ * when the ranks disagree (shape, nranks, two ranks with one number, or
+ * the exchange asked for does not fit where the ranks are), or the
+ * allgather's code; the same code on every rank past the first
+ * allgather. */
+int hr_moe_ep_create(hr_moe_ep **out, int device, const hr_moe_shape *global_shape,
+                     int rank, int nranks, const hr_moe_ep_bootstrap *boot);
+
+/* Wait for the last launch, close the peers' blocks and free everything.
+ * Peers map this rank's block: destroy only once every rank's last launch
+ * has ended (each synced, then an allgather). NULL is ok. */
+void hr_moe_ep_destroy(hr_moe_ep *ep);
+
+/* One EP forward with the grid, mode and cluster size of this rank's own
+ * lease (as hr_moe_forward; the agnostic mode: HR_EUNSUPPORTED). args:
+ * this rank's tokens (0..max_tokens: a rank may have none, and then x,
+ * ids, w and y may be NULL), experts, hidden, inter and topk the GLOBAL
+ * shape, topk_ids GLOBAL ids, w1 [E/R, 2I, H] and w2 [E/R, H, I] this
+ * rank's experts only. HR_EINVAL for bad arguments (nothing launched;
+ * the epoch is still spent: above). */
+int hr_moe_ep_forward(hr_moe_ep *ep, const hr_lease *lease, const hr_moe_args *args,
+                      void *stream);
+
+/* The same without a lease: `grid` CTAs (1..SMs), mode HR_MODE_HEADROOM,
+ * HR_MODE_COOPERATIVE or HR_MODE_PARTITION, no clusters. */
+int hr_moe_ep_forward_grid(hr_moe_ep *ep, int grid, hr_mode mode, const hr_moe_args *args,
+                           void *stream);
+
+/* Wait for the last launch: HR_OK; HR_EBARRIER_TIMEOUT or HR_EABORTED
+ * as soon as the error word says so (this rank's failure or a peer's:
+ * hr_moe_ep_last_failure says which); HR_ECUDA. A timeout at one of this
+ * rank's own grid barriers under a lease is reported to the daemon, as
+ * hr_moe_sync does. HR_OK when nothing was launched. */
+int hr_moe_ep_sync(hr_moe_ep *ep);
+
+/* The same, bounded on the host: HR_ETIMEDOUT after timeout_ms (0: look
+ * once) with the launch still in flight (hr_moe_sync_timeout). */
+int hr_moe_ep_sync_timeout(hr_moe_ep *ep, int timeout_ms);
+
+/* What the last failed launch recorded; HR_ENOTFOUND when none failed. */
+int hr_moe_ep_last_failure(const hr_moe_ep *ep, hr_moe_ep_failure *out);
+
+/* Ask this rank's launch in flight to stop: it leaves at its next wait,
+ * tells every peer, and every rank's launch of that epoch ends with
+ * HR_EABORTED naming this rank. Safe from another thread. */
+int hr_moe_ep_abort(hr_moe_ep *ep);
 
 #ifdef __cplusplus
 }

@@ -9,6 +9,10 @@
 # loads the driver only at the first call).
 
 MOE_REF_OBJ := $(OBJDIR)/kernels/moe_ref.o
+# The expert-parallel forward's host logic that needs no GPU (checks,
+# layout, the bootstrap's records): plain C, in the library with nvcc and
+# in the unit tests on every machine.
+MOE_EP_PLAN_OBJ := $(OBJDIR)/kernels/moe_ep_plan.o
 
 HAVE_NVCC := $(shell test -x "$(NVCC)" && echo 1)
 
@@ -20,8 +24,9 @@ ifeq ($(HAVE_NVCC),1)
 # that force a path or a fault), which the shared library does not
 # export; so what they time and test is what the shared library ships.
 MOE_CU_SRCS := kernels/moe_kernel.cu kernels/moe_agnostic.cu kernels/moe_backward.cu \
+               kernels/moe_ep.cu kernels/moe_ep_api.cu \
                kernels/moe_api.cu
-MOE_CU_OBJS := $(patsubst %.cu,$(OBJDIR)/%.cu.o,$(MOE_CU_SRCS))
+MOE_CU_OBJS := $(patsubst %.cu,$(OBJDIR)/%.cu.o,$(MOE_CU_SRCS)) $(MOE_EP_PLAN_OBJ)
 MOE_LIB_SO := $(LIBDIR)/libheadroom_moe.so
 MOE_LIB_A := $(LIBDIR)/libheadroom_moe.a
 CUDA_LIBDIR := $(CUDA_HOME)/lib64

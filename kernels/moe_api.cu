@@ -20,6 +20,7 @@
 #include "headroom_moe.h"
 #include "moe_backward.h"
 #include "moe_bench.h"
+#include "moe_ep_kernel.h"
 #include "moe_kernel.h"
 
 /* Busy-poll the launch this long before sleeping between polls: a forward
@@ -209,6 +210,50 @@ static int tmap_weights(hr_moe *m, const void *w1, const void *w2)
     if(err)
       return err;
     m->tm_w2_src = w2;
+  }
+  return HR_OK;
+}
+
+/* The expert-parallel launch path's maps (moe_ep_kernel.h): the same
+ * encoding as a context's, on a stand-in context that holds only what
+ * tmap_workspace and tmap_weights read. */
+extern "C" int hr__moe_encode_maps(const hr_moe_shape *s, void *ypair, void *h, const void *w1,
+                                   const void *w2, CUtensorMap *tm_xs, CUtensorMap *tm_h,
+                                   CUtensorMap *tm_w1, CUtensorMap *tm_w2)
+{
+  static tmap_encode_fn encode;   /* the driver's, the same for every call */
+  hr_moe m;
+  int err;
+
+  if(!encode) {
+    enum cudaDriverEntryPointQueryResult q;
+    void *fn = NULL;
+    if(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                        cudaEnableDefault, &q) != cudaSuccess ||
+       q != cudaDriverEntryPointSuccess || !fn) {
+      cudaGetLastError();
+      return HR_EUNSUPPORTED;
+    }
+    encode = (tmap_encode_fn)fn;
+  }
+  memset(&m, 0, sizeof(m));
+  m.encode = encode;
+  m.shape = *s;
+  m.ypair = (uint16_t *)ypair;
+  m.h = (uint16_t *)h;
+  if(tm_xs && tm_h) {
+    err = tmap_workspace(&m);
+    if(err)
+      return err;
+    *tm_xs = m.tm_xs;
+    *tm_h = m.tm_h;
+  }
+  if(tm_w1 && tm_w2) {
+    err = tmap_weights(&m, w1, w2);
+    if(err)
+      return err;
+    *tm_w1 = m.tm_w1;
+    *tm_w2 = m.tm_w2;
   }
   return HR_OK;
 }

@@ -26,7 +26,7 @@
  * later; the loads read the entry past the next __syncthreads. -1 in the
  * ring ends the run. Claims change only which CTA computes a unit, never
  * its sums: y stays bitwise the same. The counter goes back to 0 past the
- * grid barrier that ends the stage (moe_claims_reset, moe_kernel.cu).
+ * grid barrier that ends the stage (moe_claims_reset, moe_stages.cuh).
  */
 #ifndef HR_MOE_GEMM_CLAIM_CUH
 #define HR_MOE_GEMM_CLAIM_CUH

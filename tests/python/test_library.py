@@ -161,7 +161,12 @@ class TestPrototypes(unittest.TestCase):
         moe = {n: v for n, v in h.functions.items() if n.startswith("hr_moe_")}
         h.functions = moe
         self.assertIn("hr_moe_forward", moe)
-        self.check_against(h, _lib._MOE_PROTOTYPES, STRUCTS)
+        # The expert-parallel API (hr_moe_ep_*) has no Python binding yet
+        # (its ep_group comes later): left out of the comparison by name,
+        # and only it.
+        ep = {n for n in moe if n.startswith("hr_moe_ep_")}
+        self.assertIn("hr_moe_ep_create", ep)
+        self.check_against(h, _lib._MOE_PROTOTYPES, STRUCTS, skip=ep)
 
     def test_the_check_can_fail(self):
         # The same comparison on a header that changed one type.

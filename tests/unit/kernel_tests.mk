@@ -21,3 +21,25 @@ ifeq ($(HAVE_NVCC),1)
 UNIT_TESTS += tests/unit/test_moe_builds.sh
 UNIT_TESTS += tests/unit/test_testbin_rpath.sh
 endif
+
+# The expert-parallel forward's host logic that needs no GPU
+# (kernels/moe_ep_plan.c): argument checks, the layout and its sizes,
+# the bootstrap's exchange through an in-process allgather of threads.
+UNIT_TESTS += $(TESTBIN)/test_moe_ep_plan
+
+$(TESTBIN)/test_moe_ep_plan: $(OBJDIR)/tests/unit/test_moe_ep_plan.o $(MOE_EP_PLAN_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_CMOCKA)
+
+# hr_moe_ep_* through the library itself (where nvcc built it): arguments
+# checked before the bootstrap is called, NULL refused, and a create on a
+# machine without a GPU failing alike on every rank.
+ifeq ($(HAVE_NVCC),1)
+UNIT_TESTS += $(TESTBIN)/test_moe_ep_api
+
+$(TESTBIN)/test_moe_ep_api: $(OBJDIR)/tests/unit/test_moe_ep_api.o $(MOE_LIB_SO) \
+                            $(LIBDIR)/libheadroom.so
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) -L$(LIBDIR) -lheadroom_moe -lheadroom \
+	  $(TESTBIN_RPATH) $(LDLIBS_CMOCKA)
+endif

@@ -24,22 +24,23 @@ if ! (cd "$dir" && ar x "$a"); then
   exit 1
 fi
 members=$(ar t "$a" | sort | tr '\n' ' ')
-if [ "$members" = "moe_agnostic.cu.o moe_api.cu.o moe_backward.cu.o moe_kernel.cu.o " ]; then
-  echo "ok: libheadroom_moe.a holds the four kernel objects"
+if [ "$members" = "moe_agnostic.cu.o moe_api.cu.o moe_backward.cu.o moe_ep.cu.o moe_ep_api.cu.o moe_ep_plan.o moe_kernel.cu.o " ]; then
+  echo "ok: libheadroom_moe.a holds the seven kernel objects"
 else
   echo "FAIL: libheadroom_moe.a holds: $members"
   fail=1
 fi
-for k in moe_kernel moe_agnostic moe_backward moe_api; do
-  prod="$obj/kernels/$k.cu.o"
+for k in moe_kernel.cu moe_agnostic.cu moe_backward.cu moe_api.cu moe_ep.cu moe_ep_api.cu \
+         moe_ep_plan; do
+  prod="$obj/kernels/$k.o"
   if [ ! -f "$prod" ]; then
     echo "FAIL: $prod is missing (was make run?)"
     exit 1
   fi
-  if cmp -s "$dir/$k.cu.o" "$prod"; then
-    echo "ok: libheadroom_moe.a's $k.cu.o is the shared library's $prod"
+  if cmp -s "$dir/$k.o" "$prod"; then
+    echo "ok: libheadroom_moe.a's $k.o is the shared library's $prod"
   else
-    echo "FAIL: libheadroom_moe.a's $k.cu.o is not $prod, which the shared library is linked from"
+    echo "FAIL: libheadroom_moe.a's $k.o is not $prod, which the shared library is linked from"
     fail=1
   fi
 done
