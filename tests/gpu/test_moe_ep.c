@@ -182,14 +182,20 @@ static hr_moe_args rank_args(const gt_moe *g, const ep_group *G, const int *cnt,
 
 /* Launch the ranks in `mask` (their args from cnt), then wait for them:
  * rc[r], and the ms from the first launch to the last wait's end. */
+/* Every rank in `mask` launches an epoch, then syncs; the ms it took.
+ * block_ms > 0: the last rank's stream first gets a kernel that holds it
+ * that long (queued past the device-wide sync here, which would wait for
+ * it). */
 static double run_ranks(const gt_moe *g, ep_group *G, const int *cnt, unsigned mask, int grid,
-                        int timeout_ms, int *rc)
+                        int timeout_ms, int block_ms, int *rc)
 {
   double t0;
   int r;
   GT_CUDA(cudaMemset(G->y, 0xff, (size_t)g->T * g->s.H * 2));     /* NaN */
   GT_CUDA(cudaDeviceSynchronize());
   t0 = gt_now_ms();
+  if(block_ms > 0)
+    GT_EXPECT(gt_spin_launch(block_ms, G->st[G->R - 1]) == 0, "the blocking kernel");
   for(r = 0; r < G->R; r++) {
     hr_moe_args a = rank_args(g, G, cnt, r, timeout_ms);
     rc[r] = (mask >> r) & 1u ? hr_moe_ep_forward_grid(G->ep[r], grid, HR_MODE_HEADROOM, &a,
@@ -227,7 +233,7 @@ static void expect_bitwise(gt_moe *g, ep_group *G, const int *cnt, int grid, con
   const size_t n = (size_t)g->T * g->s.H;
   int rc[HR_MOE_EP_MAX_RANKS], r, ok = 1;
   size_t i, diff = 0, first = 0, bad = 0;
-  double ms = run_ranks(g, G, cnt, (1u << G->R) - 1u, grid, TIMEOUT_MS, rc);
+  double ms = run_ranks(g, G, cnt, (1u << G->R) - 1u, grid, TIMEOUT_MS, 0, rc);
 
   for(r = 0; r < G->R; r++) {
     GT_EXPECT(rc[r] == HR_OK, "%s R=%d grid=%d T=%d %s: rank %d: %s", g->s.name, G->R, grid,
@@ -458,7 +464,7 @@ static void failures(int sms)
   expect_bitwise(&g, &G, cnt, grid, "after a rank that never launched");
 
   /* 2. The last rank launched late, past the others' timeout. */
-  ms = run_ranks(&g, &G, cnt, first3, grid, FAIL_TIMEOUT_MS, rc);
+  ms = run_ranks(&g, &G, cnt, first3, grid, FAIL_TIMEOUT_MS, 0, rc);
   printf("one rank late: the others ended after %.0f ms\n", ms);
   GT_EXPECT(ms < 4 * FAIL_TIMEOUT_MS + 1000, "one rank late: %.0f ms", ms);
   expect_failure(&G, rc, first3, HR_EBARRIER_TIMEOUT, first3, HR_MOE_EP_WAIT_DISPATCH, R - 1,
@@ -472,9 +478,10 @@ static void failures(int sms)
   expect_bitwise(&g, &G, cnt, grid, "after a late rank");
 
   /* 3. The last rank's stream blocked behind a kernel for 1.5 s. */
-  GT_EXPECT(gt_spin_launch(1500, G.st[R - 1]) == 0, "the blocking kernel");
-  ms = run_ranks(&g, &G, cnt, all, grid, FAIL_TIMEOUT_MS, rc);
+  ms = run_ranks(&g, &G, cnt, all, grid, FAIL_TIMEOUT_MS, 1500, rc);
   printf("one rank's stream blocked: every rank ended after %.0f ms\n", ms);
+  GT_EXPECT(ms >= 1500 && ms < 1500 + 4 * FAIL_TIMEOUT_MS + 1000,
+            "one rank's stream blocked: %.0f ms (the block is 1500)", ms);
   expect_failure(&G, rc, first3, HR_EBARRIER_TIMEOUT, first3, HR_MOE_EP_WAIT_DISPATCH, R - 1,
                  HR_MOE_EP_WAIT_DISPATCH, "one rank's stream blocked (the others)");
   expect_failure(&G, rc, 1u << (R - 1), HR_EBARRIER_TIMEOUT, first3, HR_MOE_EP_WAIT_DISPATCH,
