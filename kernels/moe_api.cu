@@ -21,6 +21,7 @@
 #include "moe_backward.h"
 #include "moe_bench.h"
 #include "moe_ep_kernel.h"
+#include "moe_host.h"
 #include "moe_kernel.h"
 
 /* Busy-poll the launch this long before sleeping between polls: a forward
@@ -91,7 +92,7 @@ struct hr_moe {
 
 /* ---- helpers ----------------------------------------------------------- */
 
-static int err_from_cuda(cudaError_t e)
+int hr__moe_err_from_cuda(cudaError_t e)
 {
   switch(e) {
   case cudaSuccess:
@@ -113,8 +114,7 @@ static int err_from_cuda(cudaError_t e)
   }
 }
 
-/* Make the context's device current; *prev gets the caller's. */
-static int device_enter(int device, int *prev)
+int hr__moe_device_enter(int device, int *prev)
 {
   if(cudaGetDevice(prev) != cudaSuccess)
     *prev = -1;
@@ -123,7 +123,7 @@ static int device_enter(int device, int *prev)
   return HR_OK;
 }
 
-static void device_leave(int device, int prev)
+void hr__moe_device_leave(int device, int prev)
 {
   if(prev >= 0 && prev != device)
     cudaSetDevice(prev);
@@ -295,15 +295,15 @@ int hr_moe_create(hr_moe **out, int device, const hr_moe_shape *shape)
   m->sms = prop.multiProcessorCount;
   m->shape = *shape;
 
-  err = device_enter(device, &prev);
+  err = hr__moe_device_enter(device, &prev);
   if(err)
     goto out;
   entered = 1;
-  err = err_from_cuda(hr__moe_prepare());
+  err = hr__moe_err_from_cuda(hr__moe_prepare());
   if(!err)
-    err = err_from_cuda(hr__moe_agnostic_prepare());
+    err = hr__moe_err_from_cuda(hr__moe_agnostic_prepare());
   if(!err)
-    err = err_from_cuda(hr__moe_bwd_prepare());
+    err = hr__moe_err_from_cuda(hr__moe_bwd_prepare());
   if(err)
     goto out;
 
@@ -316,7 +316,7 @@ int hr_moe_create(hr_moe **out, int device, const hr_moe_shape *shape)
                    2 * align_up(tiles * 4);
   m->ws_bytes = m->reset_bytes + 2 * align_up(pairs * 4) + align_up(pairs * shape->inter * 2) +
                 align_up(pairs * shape->hidden * 2);
-  err = err_from_cuda(cudaMalloc(&m->ws, m->ws_bytes));
+  err = hr__moe_err_from_cuda(cudaMalloc(&m->ws, m->ws_bytes));
   if(err)
     goto out;
   off = 0;
@@ -335,7 +335,7 @@ int hr_moe_create(hr_moe **out, int device, const hr_moe_shape *shape)
   m->h = (uint16_t *)((char *)m->ws + off);
   off += align_up(pairs * shape->inter * 2);
   m->ypair = (uint16_t *)((char *)m->ws + off);
-  err = err_from_cuda(cudaMemset(m->ws, 0, m->reset_bytes));
+  err = hr__moe_err_from_cuda(cudaMemset(m->ws, 0, m->reset_bytes));
   if(err)
     goto out;
   {
@@ -354,16 +354,16 @@ int hr_moe_create(hr_moe **out, int device, const hr_moe_shape *shape)
   if(err)
     goto out;
 
-  err = err_from_cuda(cudaHostAlloc((void **)&m->host, sizeof(*m->host),
+  err = hr__moe_err_from_cuda(cudaHostAlloc((void **)&m->host, sizeof(*m->host),
                                     cudaHostAllocMapped));
   if(err)
     goto out;
   memset((void *)m->host, 0, sizeof(*m->host));
-  err = err_from_cuda(cudaHostGetDevicePointer((void **)&m->host_dev,
+  err = hr__moe_err_from_cuda(cudaHostGetDevicePointer((void **)&m->host_dev,
                                                (void *)m->host, 0));
   if(err)
     goto out;
-  err = err_from_cuda(cudaEventCreateWithFlags(&m->done,
+  err = hr__moe_err_from_cuda(cudaEventCreateWithFlags(&m->done,
                                                cudaEventDisableTiming));
   if(err)
     goto out;
@@ -384,7 +384,7 @@ out:
     m = NULL;
   }
   if(entered)
-    device_leave(device, prev);
+    hr__moe_device_leave(device, prev);
   *out = m;
   return err;
 }
@@ -394,7 +394,7 @@ void hr_moe_destroy(hr_moe *m)
   int prev;
   if(!m)
     return;
-  if(device_enter(m->device, &prev) == HR_OK) {
+  if(hr__moe_device_enter(m->device, &prev) == HR_OK) {
     cudaEventSynchronize(m->done);     /* the last launch may use the words */
     cudaEventDestroy(m->done);
     cudaFreeHost((void *)m->host);
@@ -402,7 +402,7 @@ void hr_moe_destroy(hr_moe *m)
     if(m->bws)
       cudaFree(m->bws);
     cudaGetLastError();
-    device_leave(m->device, prev);
+    hr__moe_device_leave(m->device, prev);
   }
   free(m);
 }
@@ -503,7 +503,7 @@ static int launch(hr_moe *m, const hr_lease *lease, int grid, int mode,
   if(mode != HR_MODE_COOPERATIVE && grid > m->sms)
     return HR_EINVAL;
 
-  err = device_enter(m->device, &prev);
+  err = hr__moe_device_enter(m->device, &prev);
   if(err)
     return err;
   if(g) {
@@ -529,7 +529,7 @@ static int launch(hr_moe *m, const hr_lease *lease, int grid, int mode,
   /* One launch at a time per context: the next is ordered after the last
    * (on its stream already; on another stream through the event). */
   if((m->in_flight || m->needs_reset) && stream != m->stream) {
-    err = err_from_cuda(cudaStreamWaitEvent(stream, m->done,
+    err = hr__moe_err_from_cuda(cudaStreamWaitEvent(stream, m->done,
                                             capturing ? cudaEventWaitExternal : 0));
     if(err)
       goto out;
@@ -537,7 +537,7 @@ static int launch(hr_moe *m, const hr_lease *lease, int grid, int mode,
   /* After a failure the barrier words are in an unknown state; clear them
    * once the failed launch has drained (stream order). */
   if(m->needs_reset) {
-    err = err_from_cuda(cudaMemsetAsync(m->ws, 0, m->reset_bytes, stream));
+    err = hr__moe_err_from_cuda(cudaMemsetAsync(m->ws, 0, m->reset_bytes, stream));
     if(err)
       goto out;
     m->needs_reset = 0;
@@ -610,7 +610,7 @@ static int launch(hr_moe *m, const hr_lease *lease, int grid, int mode,
     ce = hr__moe_launch(&p, grid, mode == HR_MODE_COOPERATIVE, cluster, stream);
   if(ce != cudaSuccess) {
     cudaGetLastError();              /* not sticky: keep it from the app */
-    err = err_from_cuda(ce);
+    err = hr__moe_err_from_cuda(ce);
     if(err == HR_ENOGPU || err == HR_ENOMEM)
       err = HR_ECUDA;
     if(lease) {
@@ -636,13 +636,13 @@ static int launch(hr_moe *m, const hr_lease *lease, int grid, int mode,
   m->agnostic = agnostic;
   m->grid = grid;
   m->timeout_ms = timeout_ms;
-  err = err_from_cuda(capturing ? cudaEventRecordWithFlags(m->done, stream, cudaEventRecordExternal)
+  err = hr__moe_err_from_cuda(capturing ? cudaEventRecordWithFlags(m->done, stream, cudaEventRecordExternal)
                                : cudaEventRecord(m->done, stream));
   if(err == HR_ENOGPU || err == HR_ENOMEM)
     err = HR_ECUDA;
 
 out:
-  device_leave(m->device, prev);
+  hr__moe_device_leave(m->device, prev);
   return err;
 }
 
@@ -707,7 +707,7 @@ static int bwd_alloc(hr_moe *m)
   if(m->bws)
     return HR_OK;
   bytes = align_up(pairs * 4) + align_up(pairs * 2 * I * 2) + align_up(pairs * (I / 64) * 4);
-  err = err_from_cuda(cudaMalloc(&p, bytes));
+  err = hr__moe_err_from_cuda(cudaMalloc(&p, bytes));
   if(err) {
     cudaGetLastError();
     return err == HR_ENOMEM ? HR_ENOMEM : HR_ECUDA;
@@ -727,11 +727,11 @@ int hr_moe_backward_prepare(hr_moe *m)
   int prev, err;
   if(!m)
     return HR_EINVAL;
-  err = device_enter(m->device, &prev);
+  err = hr__moe_device_enter(m->device, &prev);
   if(err)
     return err;
   err = bwd_alloc(m);
-  device_leave(m->device, prev);
+  hr__moe_device_leave(m->device, prev);
   return err;
 }
 
@@ -812,38 +812,28 @@ static int failure_take(hr_moe *m)
  * no bound) has passed. On HR_ETIMEDOUT the launch stays in flight and the
  * error word unread, so a later wait (or an abort and a wait) still gets
  * its code and reports its incident, once. */
-static int sync_wait(hr_moe *m, long long timeout_ns)
+int hr__moe_wait_launch(cudaEvent_t done, const volatile uint32_t *seq_word, uint32_t seq,
+                        long long timeout_ns)
 {
-  long long start, waited;
-  int prev, err = HR_OK;
+  const long long start = hr__clock_ns();
+  long long waited;
 
-  if(!m->in_flight)
-    return HR_OK;
-  err = device_enter(m->device, &prev);
-  if(err)
-    return err;
-  start = hr__clock_ns();
   for(;;) {
-    cudaError_t q = cudaEventQuery(m->done);
+    cudaError_t q = cudaEventQuery(done);
     /* Read the word after the query: once the launch is complete, what
      * the word says now is final. */
-    if(m->host->seq == m->seq) {
-      err = failure_take(m);
-      break;
-    }
+    if(*seq_word == seq)
+      return 1;
     if(q == cudaSuccess)
-      break;
+      return 0;
     if(q != cudaErrorNotReady) {
       cudaGetLastError();
-      err = HR_ECUDA;
-      break;
+      return HR_ECUDA;
     }
     /* Checked after a poll, so a bound of 0 still looks once. */
     waited = hr__clock_ns() - start;
-    if(timeout_ns >= 0 && waited >= timeout_ns) {
-      err = HR_ETIMEDOUT;
-      goto out;
-    }
+    if(timeout_ns >= 0 && waited >= timeout_ns)
+      return HR_ETIMEDOUT;
     if(waited < SYNC_SPIN_NS) {
       sched_yield();
     } else {
@@ -852,9 +842,24 @@ static int sync_wait(hr_moe *m, long long timeout_ns)
         ;
     }
   }
-  m->in_flight = 0;
-out:
-  device_leave(m->device, prev);
+}
+
+static int sync_wait(hr_moe *m, long long timeout_ns)
+{
+  int prev, err;
+
+  if(!m->in_flight)
+    return HR_OK;
+  err = hr__moe_device_enter(m->device, &prev);
+  if(err)
+    return err;
+  err = hr__moe_wait_launch(m->done, &m->host->seq, m->seq, timeout_ns);
+  if(err != HR_ETIMEDOUT) {            /* still in flight past the bound */
+    if(err == 1)
+      err = failure_take(m);
+    m->in_flight = 0;
+  }
+  hr__moe_device_leave(m->device, prev);
   return err;
 }
 
@@ -883,10 +888,10 @@ int hr_moe_outputs_ready(const hr_moe *m)
     return 0;                          /* nothing launched, or it failed */
   if(m->host->done_seq == m->seq)
     return 1;
-  if(device_enter(m->device, &prev) != HR_OK)
+  if(hr__moe_device_enter(m->device, &prev) != HR_OK)
     return HR_ECUDA;
   q = cudaEventQuery(m->done);
-  device_leave(m->device, prev);
+  hr__moe_device_leave(m->device, prev);
   if(q == cudaSuccess)
     return m->host->seq == m->seq ? 0 : 1;
   if(q == cudaErrorNotReady)

@@ -28,6 +28,7 @@
  * every rank's launch ends with an error word, never a trap.
  */
 #include "moe_ep_kernel.h"
+#include "moe_host.h"
 
 #include "moe_barrier.cuh"
 #include "moe_combine.cuh"
@@ -720,27 +721,10 @@ extern "C" cudaError_t hr__moe_ep_prepare(void)
 extern "C" cudaError_t hr__moe_ep_launch(const hr__moe_ep_params *e, int grid, int coop,
                                          int cluster, cudaStream_t stream)
 {
-  cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute attr[2] = {};
-  unsigned n = 0;
+  cudaLaunchConfig_t cfg;
+  cudaLaunchAttribute attr[2];
 
-  cfg.gridDim = dim3((unsigned)grid, 1, 1);
-  cfg.blockDim = dim3(HR__MOE_THREADS, 1, 1);
-  cfg.dynamicSmemBytes = HR__MOE_SMEM_BYTES;
-  cfg.stream = stream;
-  if(cluster > 1) {
-    attr[n].id = cudaLaunchAttributeClusterDimension;
-    attr[n].val.clusterDim.x = (unsigned)cluster;
-    attr[n].val.clusterDim.y = 1;
-    attr[n].val.clusterDim.z = 1;
-    n++;
-  }
-  if(coop) {
-    attr[n].id = cudaLaunchAttributeCooperative;
-    attr[n].val.cooperative = 1;
-    n++;
-  }
-  cfg.attrs = attr;
-  cfg.numAttrs = n;
+  hr__moe_launch_config(&cfg, attr, grid, HR__MOE_THREADS, HR__MOE_SMEM_BYTES, coop, cluster,
+                        stream);
   return cudaLaunchKernelEx(&cfg, hr__moe_ep_kernel, *e);
 }

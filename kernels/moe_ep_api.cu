@@ -8,12 +8,9 @@
  * Host code only, plain C in a .cu file as moe_api.cu. The parts that
  * need no GPU (checks, layout, records) are moe_ep_plan.c's.
  */
-#include <errno.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cuda_runtime.h>
 
@@ -22,11 +19,10 @@
 #include "hr_clock.h"
 #include "moe_ep.h"
 #include "moe_ep_kernel.h"
+#include "moe_host.h"
 #include "moe_kernel.h"
 
 /* hr_moe_sync's polling (moe_api.cu) */
-#define SYNC_SPIN_NS 2000000LL
-#define SYNC_SLEEP_NS 50000L
 
 struct hr_moe_ep {
   int device, sms, rank, nranks;
@@ -60,43 +56,6 @@ struct hr_moe_ep {
 };
 
 /* ---- helpers (moe_api.cu's) -------------------------------------------- */
-
-static int err_from_cuda(cudaError_t e)
-{
-  switch(e) {
-  case cudaSuccess:
-    return HR_OK;
-  case cudaErrorCooperativeLaunchTooLarge:
-    return HR_ECOOP_TOO_LARGE;
-  case cudaErrorMemoryAllocation:
-    return HR_ENOMEM;
-  case cudaErrorNoDevice:
-  case cudaErrorInsufficientDriver:
-  case cudaErrorInitializationError:
-  case cudaErrorStubLibrary:
-  case cudaErrorDevicesUnavailable:
-  case cudaErrorSystemDriverMismatch:
-  case cudaErrorCompatNotSupportedOnDevice:
-    return HR_ENOGPU;
-  default:
-    return HR_ECUDA;
-  }
-}
-
-static int device_enter(int device, int *prev)
-{
-  if(cudaGetDevice(prev) != cudaSuccess)
-    *prev = -1;
-  if(*prev != device && cudaSetDevice(device) != cudaSuccess)
-    return HR_ECUDA;
-  return HR_OK;
-}
-
-static void device_leave(int device, int prev)
-{
-  if(prev >= 0 && prev != device)
-    cudaSetDevice(prev);
-}
 
 /* Device or managed memory of the context's device (a host pointer would
  * fault the kernel). */
@@ -140,28 +99,28 @@ static int setup_local(hr_moe_ep *ep, int device, cudaIpcMemHandle_t *ipc, int *
   ep->device = device;
   ep->sms = prop.multiProcessorCount;
 
-  err = device_enter(device, &prev);
+  err = hr__moe_device_enter(device, &prev);
   if(err)
     return err;
-  err = err_from_cuda(hr__moe_ep_prepare());
+  err = hr__moe_err_from_cuda(hr__moe_ep_prepare());
   if(!err)
-    err = err_from_cuda(cudaMalloc((void **)&ep->block, ep->lay.peer_bytes));
+    err = hr__moe_err_from_cuda(cudaMalloc((void **)&ep->block, ep->lay.peer_bytes));
   if(!err)
-    err = err_from_cuda(cudaMalloc((void **)&ep->ws, ep->lay.local_bytes));
+    err = hr__moe_err_from_cuda(cudaMalloc((void **)&ep->ws, ep->lay.local_bytes));
   /* Every flag word 0: no epoch (they start at 1) reads as arrived. */
   if(!err)
-    err = err_from_cuda(cudaMemset(ep->block, 0, ep->lay.peer_bytes));
+    err = hr__moe_err_from_cuda(cudaMemset(ep->block, 0, ep->lay.peer_bytes));
   if(!err)
-    err = err_from_cuda(cudaMemset(ep->ws, 0, ep->lay.reset_bytes));
+    err = hr__moe_err_from_cuda(cudaMemset(ep->ws, 0, ep->lay.reset_bytes));
   if(!err)
-    err = err_from_cuda(cudaHostAlloc((void **)&ep->host, sizeof(*ep->host),
+    err = hr__moe_err_from_cuda(cudaHostAlloc((void **)&ep->host, sizeof(*ep->host),
                                       cudaHostAllocMapped));
   if(!err) {
     memset((void *)ep->host, 0, sizeof(*ep->host));
-    err = err_from_cuda(cudaHostGetDevicePointer((void **)&ep->host_dev, (void *)ep->host, 0));
+    err = hr__moe_err_from_cuda(cudaHostGetDevicePointer((void **)&ep->host_dev, (void *)ep->host, 0));
   }
   if(!err)
-    err = err_from_cuda(cudaEventCreateWithFlags(&ep->done, cudaEventDisableTiming));
+    err = hr__moe_err_from_cuda(cudaEventCreateWithFlags(&ep->done, cudaEventDisableTiming));
   if(!err)
     err = hr__moe_encode_maps(&ep->local, ep->ws + ep->lay.ypair, ep->ws + ep->lay.h, NULL,
                               NULL, &ep->tm_xs, &ep->tm_h, NULL, NULL);
@@ -172,7 +131,7 @@ static int setup_local(hr_moe_ep *ep, int device, cudaIpcMemHandle_t *ipc, int *
   if(err == HR_ENOGPU)
     err = HR_ECUDA;                    /* a device was found above */
   cudaGetLastError();
-  device_leave(device, prev);
+  hr__moe_device_leave(device, prev);
   return err;
 }
 
@@ -181,7 +140,7 @@ static int map_peers(hr_moe_ep *ep, const hr__moe_ep_rec *recs)
 {
   int i, prev, err;
 
-  err = device_enter(ep->device, &prev);
+  err = hr__moe_device_enter(ep->device, &prev);
   if(err)
     return err;
   for(i = 0; i < ep->nranks && !err; i++) {
@@ -221,7 +180,7 @@ static int map_peers(hr_moe_ep *ep, const hr__moe_ep_rec *recs)
     }
   }
   cudaGetLastError();
-  device_leave(ep->device, prev);
+  hr__moe_device_leave(ep->device, prev);
   return err;
 }
 
@@ -230,7 +189,7 @@ static void ep_free(hr_moe_ep *ep)
   int i, prev;
   if(!ep)
     return;
-  if(device_enter(ep->device, &prev) == HR_OK) {
+  if(hr__moe_device_enter(ep->device, &prev) == HR_OK) {
     if(ep->done) {
       cudaEventSynchronize(ep->done);  /* the last launch uses everything */
       cudaEventDestroy(ep->done);
@@ -245,7 +204,7 @@ static void ep_free(hr_moe_ep *ep)
     if(ep->block)
       cudaFree(ep->block);
     cudaGetLastError();
-    device_leave(ep->device, prev);
+    hr__moe_device_leave(ep->device, prev);
   }
   free(ep);
 }
@@ -363,7 +322,7 @@ static int launch(hr_moe_ep *ep, const hr_lease *lease, int grid, int mode, int 
   if(cap != cudaStreamCaptureStatusNone)
     return HR_EUNSUPPORTED;            /* an epoch a launch: no replays */
 
-  err = device_enter(ep->device, &prev);
+  err = hr__moe_device_enter(ep->device, &prev);
   if(err)
     return err;
   /* The last launch failed and nobody waited: take the record now, so
@@ -373,12 +332,12 @@ static int launch(hr_moe_ep *ep, const hr_lease *lease, int grid, int mode, int 
     ep->in_flight = 0;
   }
   if((ep->in_flight || ep->needs_reset) && stream != ep->stream) {
-    err = err_from_cuda(cudaStreamWaitEvent(stream, ep->done, 0));
+    err = hr__moe_err_from_cuda(cudaStreamWaitEvent(stream, ep->done, 0));
     if(err)
       goto out;
   }
   if(ep->needs_reset) {
-    err = err_from_cuda(cudaMemsetAsync(ep->ws, 0, ep->lay.reset_bytes, stream));
+    err = hr__moe_err_from_cuda(cudaMemsetAsync(ep->ws, 0, ep->lay.reset_bytes, stream));
     if(err)
       goto out;
     ep->needs_reset = 0;
@@ -444,7 +403,7 @@ static int launch(hr_moe_ep *ep, const hr_lease *lease, int grid, int mode, int 
     ce = hr__moe_ep_launch(&e, grid, mode == HR_MODE_COOPERATIVE, cluster, stream);
   if(ce != cudaSuccess) {
     cudaGetLastError();
-    err = err_from_cuda(ce);
+    err = hr__moe_err_from_cuda(ce);
     if(err == HR_ENOGPU || err == HR_ENOMEM)
       err = HR_ECUDA;
     if(lease) {
@@ -466,11 +425,11 @@ static int launch(hr_moe_ep *ep, const hr_lease *lease, int grid, int mode, int 
   ep->lease = lease;
   ep->grid = grid;
   ep->timeout_ms = timeout_ms;
-  err = err_from_cuda(cudaEventRecord(ep->done, stream));
+  err = hr__moe_err_from_cuda(cudaEventRecord(ep->done, stream));
   if(err == HR_ENOGPU || err == HR_ENOMEM)
     err = HR_ECUDA;
 out:
-  device_leave(ep->device, prev);
+  hr__moe_device_leave(ep->device, prev);
   return err;
 }
 
@@ -552,48 +511,24 @@ static int failure_take(hr_moe_ep *ep)
   return f->code;
 }
 
-/* moe_api.cu's sync_wait: until the launch ends or fails, or timeout_ns
- * (< 0: no bound) has passed. */
+/* Until the launch ends or fails, or timeout_ns (< 0: no bound) has
+ * passed. */
 static int sync_wait(hr_moe_ep *ep, long long timeout_ns)
 {
-  long long start, waited;
-  int prev, err = HR_OK;
+  int prev, err;
 
   if(!ep->in_flight)
     return HR_OK;
-  err = device_enter(ep->device, &prev);
+  err = hr__moe_device_enter(ep->device, &prev);
   if(err)
     return err;
-  start = hr__clock_ns();
-  for(;;) {
-    cudaError_t q = cudaEventQuery(ep->done);
-    if(ep->host->w.seq == ep->seq) {   /* read after the query: final once done */
+  err = hr__moe_wait_launch(ep->done, &ep->host->w.seq, ep->seq, timeout_ns);
+  if(err != HR_ETIMEDOUT) {            /* still in flight past the bound */
+    if(err == 1)
       err = failure_take(ep);
-      break;
-    }
-    if(q == cudaSuccess)
-      break;
-    if(q != cudaErrorNotReady) {
-      cudaGetLastError();
-      err = HR_ECUDA;
-      break;
-    }
-    waited = hr__clock_ns() - start;
-    if(timeout_ns >= 0 && waited >= timeout_ns) {
-      err = HR_ETIMEDOUT;
-      goto out;
-    }
-    if(waited < SYNC_SPIN_NS) {
-      sched_yield();
-    } else {
-      struct timespec ts = { 0, SYNC_SLEEP_NS };
-      while(nanosleep(&ts, &ts) == -1 && errno == EINTR)
-        ;
-    }
+    ep->in_flight = 0;
   }
-  ep->in_flight = 0;
-out:
-  device_leave(ep->device, prev);
+  hr__moe_device_leave(ep->device, prev);
   return err;
 }
 

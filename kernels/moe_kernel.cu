@@ -15,6 +15,7 @@
  * hanging (moe_barrier.cuh). kernels/moe_ref.c is the same forward on the
  * CPU.
  */
+#include "moe_host.h"
 #include "moe_kernel.h"
 
 #include "moe_barrier.cuh"
@@ -167,27 +168,10 @@ extern "C" cudaError_t hr__moe_launch(const hr__moe_params *p, int grid,
                                       int coop, int cluster,
                                       cudaStream_t stream)
 {
-  cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute attr[2] = {};
-  unsigned n = 0;
+  cudaLaunchConfig_t cfg;
+  cudaLaunchAttribute attr[2];
 
-  cfg.gridDim = dim3((unsigned)grid, 1, 1);
-  cfg.blockDim = dim3(HR__MOE_THREADS, 1, 1);
-  cfg.dynamicSmemBytes = HR__MOE_SMEM_BYTES;
-  cfg.stream = stream;
-  if(cluster > 1) {
-    attr[n].id = cudaLaunchAttributeClusterDimension;
-    attr[n].val.clusterDim.x = (unsigned)cluster;
-    attr[n].val.clusterDim.y = 1;
-    attr[n].val.clusterDim.z = 1;
-    n++;
-  }
-  if(coop) {
-    attr[n].id = cudaLaunchAttributeCooperative;
-    attr[n].val.cooperative = 1;
-    n++;
-  }
-  cfg.attrs = attr;
-  cfg.numAttrs = n;
+  hr__moe_launch_config(&cfg, attr, grid, HR__MOE_THREADS, HR__MOE_SMEM_BYTES, coop, cluster,
+                        stream);
   return cudaLaunchKernelEx(&cfg, hr__moe_kernel, *p);
 }
