@@ -214,6 +214,20 @@ static int tmap_weights(hr_moe *m, const void *w1, const void *w2)
   return HR_OK;
 }
 
+/* The driver's cuTensorMapEncodeTiled, or NULL (a driver without TMA). */
+static tmap_encode_fn tmap_encoder(void)
+{
+  enum cudaDriverEntryPointQueryResult q;
+  void *fn = NULL;
+  if(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                      &q) != cudaSuccess ||
+     q != cudaDriverEntryPointSuccess || !fn) {
+    cudaGetLastError();
+    return NULL;
+  }
+  return (tmap_encode_fn)fn;
+}
+
 /* The expert-parallel launch path's maps (moe_ep_kernel.h): the same
  * encoding as a context's, on a stand-in context that holds only what
  * tmap_workspace and tmap_weights read. */
@@ -225,17 +239,8 @@ extern "C" int hr__moe_encode_maps(const hr_moe_shape *s, void *ypair, void *h, 
   hr_moe m;
   int err;
 
-  if(!encode) {
-    enum cudaDriverEntryPointQueryResult q;
-    void *fn = NULL;
-    if(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
-                                        cudaEnableDefault, &q) != cudaSuccess ||
-       q != cudaDriverEntryPointSuccess || !fn) {
-      cudaGetLastError();
-      return HR_EUNSUPPORTED;
-    }
-    encode = (tmap_encode_fn)fn;
-  }
+  if(!encode && !(encode = tmap_encoder()))
+    return HR_EUNSUPPORTED;
   memset(&m, 0, sizeof(m));
   m.encode = encode;
   m.shape = *s;
@@ -338,17 +343,10 @@ int hr_moe_create(hr_moe **out, int device, const hr_moe_shape *shape)
   err = hr__moe_err_from_cuda(cudaMemset(m->ws, 0, m->reset_bytes));
   if(err)
     goto out;
-  {
-    enum cudaDriverEntryPointQueryResult q;
-    void *fn = NULL;
-    if(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
-                                        cudaEnableDefault, &q) != cudaSuccess ||
-       q != cudaDriverEntryPointSuccess || !fn) {
-      cudaGetLastError();
-      err = HR_EUNSUPPORTED;           /* a driver without TMA */
-      goto out;
-    }
-    m->encode = (tmap_encode_fn)fn;
+  m->encode = tmap_encoder();
+  if(!m->encode) {
+    err = HR_EUNSUPPORTED;             /* a driver without TMA */
+    goto out;
   }
   err = tmap_workspace(m);
   if(err)

@@ -159,4 +159,28 @@ static __host__ __device__ __forceinline__ int moe_combine_by_token(int tokens, 
   return k <= HR__MOE_COMBINE_WARP_MAX_K && by_token < by_chunk;
 }
 
+/* The combine of tokens [0, T) over the whole grid: each thread makes 8
+ * outputs (one 16-byte chunk) of one token, chunks dealt over the grid;
+ * or, where that takes fewer round trips (moe_combine_by_token), each
+ * warp a token's. */
+static __device__ void moe_combine_grid(const moe_comb &a, int T)
+{
+  const int chunks = a.H / 8;
+  const long long total = (long long)T * chunks;
+  const int warps = (int)gridDim.x * (HR__MOE_THREADS / 32);
+  long long i;
+  if(moe_combine_by_token(T, a.H, a.k, warps)) {
+    int t;                                     /* a token a warp */
+    for(t = (int)blockIdx.x * (HR__MOE_THREADS / 32) + (int)(threadIdx.x >> 5); t < T;
+        t += warps)
+      moe_combine_token(a, t, threadIdx.x & 31);
+    return;
+  }
+  for(i = (long long)blockIdx.x * HR__MOE_THREADS + threadIdx.x; i < total;
+      i += (long long)gridDim.x * HR__MOE_THREADS) {
+    const int t = (int)(i / chunks), c = (int)(i - (long long)t * chunks);
+    moe_combine_chunk(a, t, c);
+  }
+}
+
 #endif /* HR_MOE_COMBINE_CUH */

@@ -548,28 +548,13 @@ static __device__ void ep_return(const hr__moe_ep_params &e, const int *cs)
 static __device__ void ep_combine(const hr__moe_ep_params &e)
 {
   moe_comb a;
-  const int T = e.T, chunks = e.p.H / 8;
-  const long long total = (long long)T * chunks;
-  const int warps = (int)gridDim.x * (HR__MOE_THREADS / 32);
-  long long i;
   a.pos_of = e.src_pos;
   a.wts = e.wts;
   a.ypair = ep_ret(e, e.rank);
   a.y = e.y;
   a.k = e.p.k;
   a.H = e.p.H;
-  if(moe_combine_by_token(T, e.p.H, e.p.k, warps)) {
-    int t;
-    for(t = (int)blockIdx.x * (HR__MOE_THREADS / 32) + (int)(threadIdx.x >> 5); t < T;
-        t += warps)
-      moe_combine_token(a, t, threadIdx.x & 31);
-    return;
-  }
-  for(i = (long long)blockIdx.x * HR__MOE_THREADS + threadIdx.x; i < total;
-      i += (long long)gridDim.x * HR__MOE_THREADS) {
-    const int t = (int)(i / chunks), c = (int)(i - (long long)t * chunks);
-    moe_combine_chunk(a, t, c);
-  }
+  moe_combine_grid(a, e.T);
 }
 
 /* ---- the kernel --------------------------------------------------------- */

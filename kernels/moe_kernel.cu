@@ -32,30 +32,6 @@
 /* The dynamic shared memory (moe_gemm.cuh) beside this kernel's static. */
 static_assert(HR__MOE_SMEM_BYTES + 128 <= 227 * 1024, "fits an SM, with the static part");
 
-/* Stage 4: each thread makes 8 outputs (one 16-byte chunk) of one token
- * (moe_combine.cuh), chunks dealt over the whole grid; or, where that
- * takes fewer round trips (moe_combine_by_token), each warp a token's. */
-static __device__ void moe_combine(const hr__moe_params &p)
-{
-  const moe_comb a = moe_comb_of(p);
-  const int chunks = p.H / 8;
-  const long long total = (long long)p.T * chunks;
-  long long i;
-  const int warps = (int)gridDim.x * (HR__MOE_THREADS / 32);
-  if(moe_combine_by_token(p.T, p.H, p.k, warps)) {
-    int t;                                     /* a token a warp */
-    for(t = (int)blockIdx.x * (HR__MOE_THREADS / 32) + (int)(threadIdx.x >> 5); t < p.T;
-        t += warps)
-      moe_combine_token(a, t, threadIdx.x & 31);
-    return;
-  }
-  for(i = (long long)blockIdx.x * HR__MOE_THREADS + threadIdx.x; i < total;
-      i += (long long)gridDim.x * HR__MOE_THREADS) {
-    const int t = (int)(i / chunks), c = (int)(i - (long long)t * chunks);
-    moe_combine_chunk(a, t, c);
-  }
-}
-
 __global__ void __launch_bounds__(HR__MOE_THREADS, 1)
 hr__moe_kernel(const __grid_constant__ hr__moe_params p)
 {
@@ -145,7 +121,7 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
 
   /* 4. combine */
   for(i = moe_phase_runs(p, HR__MOE_PHASE_COMBINE); i > 0; i--)
-    moe_combine(p);
+    moe_combine_grid(moe_comb_of(p), p.T);   /* stage 4 */
   if(p.trace) {               /* the CTA's last stores, then the time */
     __syncthreads();
     moe_trace(p, HR__MOE_MARK_END);
