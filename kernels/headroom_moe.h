@@ -354,7 +354,7 @@ int hr_moe_backward_grid(hr_moe *m, int grid, hr_mode mode,
  * The grid is each rank's own (ranks may differ). No CUDA graph capture
  * (HR_EUNSUPPORTED); no agnostic mode yet (HR_EUNSUPPORTED).
  *
- *     hr_moe_ep_bootstrap b = { my_allgather, my_ctx, HR_MOE_EP_EXCHANGE_AUTO };
+ *     hr_moe_ep_bootstrap b = { my_allgather, my_ctx, HR_MOE_EP_EXCHANGE_AUTO, 0 };
  *     hr_moe_ep_create(&ep, dev, &global_shape, rank, nranks, &b);
  *     hr_moe_args a = { .tokens = T, .experts = E, ..., .w1 = my_w1, ... };
  *     err = hr_moe_ep_forward(ep, lease, &a, stream);
@@ -382,6 +382,9 @@ typedef struct hr_moe_ep_bootstrap {
   int (*allgather)(void *ctx, const void *send, void *recv, size_t bytes_per_rank);
   void *ctx;
   int exchange;                    /* HR_MOE_EP_EXCHANGE_* */
+  int backward;                    /* 1: room for hr_moe_ep_backward too
+                                      (hr_moe_ep_memory_backward); 0: the
+                                      forward only */
 } hr_moe_ep_bootstrap;
 
 /* Where a rank failed or noticed a failure: hr_moe_ep_failure.wait and
@@ -393,6 +396,8 @@ enum {
   HR_MOE_EP_WAIT_SENT = 3,      /* grid barrier: this rank's rows all sent */
   HR_MOE_EP_WAIT_RETURNED = 4,  /* grid barrier: the results all sent back */
   HR_MOE_EP_WAIT_TMA = 15,      /* a TMA load of a GEMM tile never landed */
+  /* 20..22: the backward's grid barriers (hr_moe_backward's: the received
+   * rows routed, the dgu tiles done, the dx rows and dW done) */
   HR_MOE_EP_WAIT_DISPATCH = 40, /* for every rank's rows */
   HR_MOE_EP_WAIT_RETURN = 41,   /* for every rank's results */
   HR_MOE_EP_WAIT_START = 42     /* at the start: a peer had already failed
@@ -422,11 +427,20 @@ typedef struct hr_moe_ep_failure {
 int hr_moe_ep_memory(const hr_moe_shape *global_shape, int nranks,
                      uint64_t *peer_bytes, uint64_t *local_bytes);
 
+/* The same for a context made with boot.backward = 1 (the training
+ * form): the peer-visible block holds the received rows' dy and weights
+ * and the returned d(w) too, rows (2H + 4k) + max_tokens k 4 bytes more;
+ * the local workspace the backward's dh, d(w) partials and place table,
+ * pairs (4I + 4 + I/16) bytes more. */
+int hr_moe_ep_memory_backward(const hr_moe_shape *global_shape, int nranks,
+                              uint64_t *peer_bytes, uint64_t *local_bytes);
+
 /* Create rank `rank` of `nranks` on CUDA device `device` (-1: the current
  * one), collectively (above). global_shape.experts is E, all experts;
  * max_tokens bounds each rank's own T. HR_EINVAL (checked first, nothing
  * touched): out NULL, a bad shape (hr_moe_ep_memory), rank outside
- * 0..nranks-1, boot NULL or without allgather, a bad exchange. HR_ENOGPU,
+ * 0..nranks-1, boot NULL or without allgather, a bad exchange or
+ * backward. HR_ENOGPU,
  * HR_EUNSUPPORTED (not sm_90), HR_ENOMEM, HR_ECUDA (IPC), HR_EINVAL also
  * when the ranks disagree (shape, nranks, two ranks with one number, or
  * the exchange asked for does not fit where the ranks are), or the
@@ -454,6 +468,33 @@ int hr_moe_ep_forward(hr_moe_ep *ep, const hr_lease *lease, const hr_moe_args *a
  * HR_MODE_COOPERATIVE or HR_MODE_PARTITION, no clusters. */
 int hr_moe_ep_forward_grid(hr_moe_ep *ep, int grid, hr_mode mode, const hr_moe_args *args,
                            void *stream);
+
+/*
+ * The backward of hr_moe_ep_forward (a context made with boot.backward
+ * = 1; HR_EINVAL otherwise): hr_moe_backward's math split the same way.
+ * args.fwd as for hr_moe_ep_forward (this rank's tokens, GLOBAL ids,
+ * this rank's experts' w1 and w2; fwd.y not read); dy, dx and
+ * dtopk_weights this rank's tokens; dw1 [E/R, 2I, H] and dw2 [E/R, H, I]
+ * this rank's experts. One launch per rank: x and dy rows dispatched
+ * like the forward's x (with the local slots' weights), the local
+ * experts' backward (hr_moe_backward's route, dgu, dx rows and dW tiles)
+ * over the received rows, each pair's dx row and d(w) returned to its
+ * source, and hr_moe_backward's combine there. So dx, dW1, dW2 and
+ * d(w) are BITWISE hr_moe_backward's over the same global weights and
+ * inputs (rank r's tokens after rank r-1's), whatever R and the grids.
+ * Failures, epochs and residency as the forward's (every call is one
+ * epoch; the grid barriers are hr_moe_backward's 20..22 in
+ * hr_moe_ep_failure.wait; no agnostic mode, no graph capture: both
+ * HR_EUNSUPPORTED). HR_EINVAL for bad arguments (nothing launched; the
+ * epoch is still spent).
+ */
+int hr_moe_ep_backward(hr_moe_ep *ep, const hr_lease *lease, const hr_moe_grad_args *args,
+                       void *stream);
+
+/* The same without a lease: `grid` CTAs (1..SMs), mode HR_MODE_HEADROOM,
+ * HR_MODE_COOPERATIVE or HR_MODE_PARTITION. */
+int hr_moe_ep_backward_grid(hr_moe_ep *ep, int grid, hr_mode mode,
+                            const hr_moe_grad_args *args, void *stream);
 
 /* Wait for the last launch: HR_OK; HR_EBARRIER_TIMEOUT or HR_EABORTED
  * as soon as the error word says so (this rank's failure or a peer's:

@@ -51,13 +51,18 @@ typedef struct hr__moe_ep_flags {
  * source src's, max_tokens of them); pairs = rows * topk. */
 typedef struct hr__moe_ep_layout {
   int nranks, local_experts;
+  int backward;         /* 1: room for hr_moe_ep_backward too */
   int64_t cap;          /* rows per source region: max_tokens */
   int64_t rows, pairs;
-  /* the peer-visible block */
-  uint64_t flags, recv_ids, recv_tok, recv_x, ret, peer_bytes;
+  /* the peer-visible block; the backward's recv_w, recv_dy and ret_dw
+   * are 0 (and take nothing) without the backward */
+  uint64_t flags, recv_ids, recv_tok, recv_x, ret, recv_w, recv_dy, ret_dw, peer_bytes;
   /* the local workspace; reset_bytes from its start are what a failed
-   * launch leaves dirty (the grid barrier's words) */
-  uint64_t sync, sorted_tok, pos_of, src_pos, h, ypair, local_bytes, reset_bytes;
+   * launch leaves dirty (the grid barrier's words). The backward's
+   * sorted_pair, dh and dwp are 0 without it (its w a and dx rows use
+   * the forward's h and ypair) */
+  uint64_t sync, sorted_tok, pos_of, src_pos, h, ypair, sorted_pair, dh, dwp;
+  uint64_t local_bytes, reset_bytes;
 } hr__moe_ep_layout;
 
 /* The shape rules of hr_moe_create, and EP's: 1 <= nranks <=
@@ -70,8 +75,9 @@ int hr__moe_ep_shape_ok(const hr_moe_shape *s, int nranks);
 int hr__moe_ep_args_check(const hr_moe_shape *s, int rank, int nranks,
                           const hr_moe_ep_bootstrap *boot);
 
-/* The layout for a shape hr__moe_ep_shape_ok accepts: HR_OK, HR_EINVAL. */
-int hr__moe_ep_layout_of(const hr_moe_shape *s, int nranks, hr__moe_ep_layout *l);
+/* The layout for a shape hr__moe_ep_shape_ok accepts, with room for the
+ * backward when `backward`: HR_OK, HR_EINVAL. */
+int hr__moe_ep_layout_of(const hr_moe_shape *s, int nranks, int backward, hr__moe_ep_layout *l);
 
 /* ---- the bootstrap's exchange ------------------------------------------ */
 

@@ -1,5 +1,5 @@
 /*
- * moe_ep_api.cu: the expert-parallel forward's launch path
+ * moe_ep_api.cu: the expert-parallel forward's and backward's launch path
  * (headroom_moe.h, "expert parallel"): the context and its collective
  * creation (the blocks exchanged through the caller's allgather), the
  * argument checks, the launch with the epoch, and the wait that turns
@@ -44,9 +44,10 @@ struct hr_moe_ep {
 
   cudaEvent_t done;
   cudaStream_t stream;         /* of the last launch */
-  uint32_t calls;              /* epochs spent: forward calls */
+  uint32_t calls;              /* epochs spent: forward and backward calls */
   uint32_t seq;                /* epoch of the last launch */
   int in_flight, needs_reset;
+  int backward;                /* the last launch was a backward */
 
   const hr_lease *lease;
   int grid, timeout_ms;
@@ -103,6 +104,8 @@ static int setup_local(hr_moe_ep *ep, int device, cudaIpcMemHandle_t *ipc, int *
   if(err)
     return err;
   err = hr__moe_err_from_cuda(hr__moe_ep_prepare());
+  if(!err && ep->lay.backward)
+    err = hr__moe_err_from_cuda(hr__moe_ep_bwd_prepare());
   if(!err)
     err = hr__moe_err_from_cuda(cudaMalloc((void **)&ep->block, ep->lay.peer_bytes));
   if(!err)
@@ -238,7 +241,7 @@ int hr_moe_ep_create(hr_moe_ep **out, int device, const hr_moe_shape *global_sha
     for(i = 0; i < HR_MOE_EP_MAX_RANKS; i++)
       ep->kinds[i] = -1;
     ep->failure.local.reported = 1;
-    hr__moe_ep_layout_of(global_shape, nranks, &ep->lay);
+    hr__moe_ep_layout_of(global_shape, nranks, boot->backward, &ep->lay);
   }
   memset(&ipc, 0, sizeof(ipc));
   if(!status)
@@ -279,7 +282,7 @@ void hr_moe_ep_destroy(hr_moe_ep *ep)
 static int failure_take(hr_moe_ep *ep);
 
 /* The args of a rank's forward (headroom_moe.h, hr_moe_ep_forward). */
-static int args_ok(const hr_moe_ep *ep, const hr_moe_args *a)
+static int args_ok(const hr_moe_ep *ep, const hr_moe_args *a, int backward)
 {
   const hr_moe_shape *s = &ep->shape;
   if(!a || a->tokens < 0 || a->tokens > s->max_tokens || a->experts != s->experts ||
@@ -288,19 +291,85 @@ static int args_ok(const hr_moe_ep *ep, const hr_moe_args *a)
   if(!pointer_ok(ep, a->w1, 16) || !pointer_ok(ep, a->w2, 16))
     return 0;
   return a->tokens == 0 ||
-         (pointer_ok(ep, a->x, 16) && pointer_ok(ep, a->y, 16) &&
+         (pointer_ok(ep, a->x, 16) && (backward || pointer_ok(ep, a->y, 16)) &&
           pointer_ok(ep, a->topk_ids, 4) && pointer_ok(ep, a->topk_weights, 4));
 }
 
+/* The backward's (hr_moe_ep_backward): its forward args, dy, dx and d(w)
+ * for this rank's tokens (NULL where it has none), dW1 and dW2 always. */
+static int grad_args_ok(const hr_moe_ep *ep, const hr_moe_grad_args *g)
+{
+  if(!g || !args_ok(ep, &g->fwd, 1) || !ep->lay.backward)
+    return 0;
+  if(g->dw_dtype != HR_MOE_DW_FP32 && g->dw_dtype != HR_MOE_DW_BF16)
+    return 0;
+  if(!pointer_ok(ep, g->dw1, 16) || !pointer_ok(ep, g->dw2, 16))
+    return 0;
+  return g->fwd.tokens == 0 || (pointer_ok(ep, g->dy, 16) && pointer_ok(ep, g->dx, 16) &&
+                                pointer_ok(ep, g->dtopk_weights, 4));
+}
+
+/* The local problem (moe_ep_kernel.h): the received rows over this
+ * rank's experts, in its workspace, for epoch `epoch`. */
+static void local_params(const hr_moe_ep *ep, const hr_moe_args *a, uint32_t epoch,
+                         int timeout_ms, hr__moe_params *p)
+{
+  p->x = (const uint16_t *)(ep->block + ep->lay.recv_x);
+  p->ids = (const int32_t *)(ep->block + ep->lay.recv_ids);
+  p->w1 = (const uint16_t *)a->w1;
+  p->w2 = (const uint16_t *)a->w2;
+  p->T = (int)ep->lay.rows;
+  p->E = ep->local.experts;
+  p->H = a->hidden;
+  p->I = a->inter;
+  p->k = a->topk;
+  p->sorted_tok = (int32_t *)(ep->ws + ep->lay.sorted_tok);
+  p->pos_of = (int32_t *)(ep->ws + ep->lay.pos_of);
+  p->h = (uint16_t *)(ep->ws + ep->lay.h);
+  p->ypair = (uint16_t *)(ep->ws + ep->lay.ypair);
+  p->sync = (hr__moe_sync *)(ep->ws + ep->lay.sync);
+  p->host = &ep->host_dev->w;
+  p->seq = epoch;
+  p->timeout_ns = (unsigned long long)timeout_ms * 1000000ULL;
+}
+
+/* This rank's tokens and the group. */
+static void group_params(const hr_moe_ep *ep, const hr_moe_args *a, hr__moe_ep_group *g)
+{
+  int i;
+  g->x = (const uint16_t *)a->x;
+  g->ids = a->topk_ids;
+  g->wts = a->topk_weights;
+  g->y = (uint16_t *)a->y;
+  g->T = a->tokens;
+  g->rank = ep->rank;
+  g->nranks = ep->nranks;
+  g->cap = ep->shape.max_tokens;
+  g->src_pos = (int32_t *)(ep->ws + ep->lay.src_pos);
+  g->esync = (hr__moe_ep_sync *)(ep->ws + ep->lay.sync + sizeof(hr__moe_sync));
+  g->ehost = ep->host_dev;
+  for(i = 0; i < ep->nranks; i++)
+    g->peer[i] = ep->peer[i];
+  g->off_recv_ids = ep->lay.recv_ids;
+  g->off_recv_tok = ep->lay.recv_tok;
+  g->off_recv_x = ep->lay.recv_x;
+  g->off_ret = ep->lay.ret;
+  g->off_recv_w = ep->lay.recv_w;
+  g->off_recv_dy = ep->lay.recv_dy;
+  g->off_ret_dw = ep->lay.ret_dw;
+}
+
+/* One epoch: the forward of args a, or (g not NULL) the backward of g. */
 static int launch(hr_moe_ep *ep, const hr_lease *lease, int grid, int mode, int cluster,
-                  const hr_moe_args *a, cudaStream_t stream)
+                  const hr_moe_args *a, const hr_moe_grad_args *g, cudaStream_t stream)
 {
   hr__moe_ep_params e;
-  hr__moe_params *p = &e.p;
+  hr__moe_ep_bwd_params eb;
+  const char *what = g ? "backward" : "forward";
   cudaStreamCaptureStatus cap;
   cudaError_t ce;
   uint32_t epoch;
-  int prev, err, timeout_ms, i;
+  int prev, err, timeout_ms;
 
   if(!ep)
     return HR_EINVAL;
@@ -311,7 +380,10 @@ static int launch(hr_moe_ep *ep, const hr_lease *lease, int grid, int mode, int 
     return HR_EUNSUPPORTED;
   if(mode == HR_MODE_PARTITION)
     mode = HR_MODE_HEADROOM;
-  if(!args_ok(ep, a) || (mode != HR_MODE_HEADROOM && mode != HR_MODE_COOPERATIVE) ||
+  if(g)
+    a = &g->fwd;
+  if(!(g ? grad_args_ok(ep, g) : args_ok(ep, a, 0)) ||
+     (mode != HR_MODE_HEADROOM && mode != HR_MODE_COOPERATIVE) ||
      (cluster != 1 && cluster != 2) || grid < 1 || grid % cluster != 0 ||
      (mode != HR_MODE_COOPERATIVE && grid > ep->sms))
     return HR_EINVAL;
@@ -342,7 +414,7 @@ static int launch(hr_moe_ep *ep, const hr_lease *lease, int grid, int mode, int 
       goto out;
     ep->needs_reset = 0;
   }
-  if(a->w1 != ep->tm_w1_src || a->w2 != ep->tm_w2_src) {
+  if(!g && (a->w1 != ep->tm_w1_src || a->w2 != ep->tm_w2_src)) {
     ep->tm_w1_src = ep->tm_w2_src = NULL;
     err = hr__moe_encode_maps(&ep->local, NULL, NULL, a->w1, a->w2, NULL, NULL, &ep->tm_w1,
                               &ep->tm_w2);
@@ -353,54 +425,41 @@ static int launch(hr_moe_ep *ep, const hr_lease *lease, int grid, int mode, int 
   }
 
   timeout_ms = a->timeout_ms ? a->timeout_ms : HR_MOE_DEFAULT_TIMEOUT_MS;
-  memset(&e, 0, sizeof(e));
-  /* the received problem (moe_ep_kernel.h) */
-  p->tm_w1 = ep->tm_w1;
-  p->tm_w2 = ep->tm_w2;
-  p->tm_xs = ep->tm_xs;
-  p->tm_h = ep->tm_h;
-  p->x = (const uint16_t *)(ep->block + ep->lay.recv_x);
-  p->ids = (const int32_t *)(ep->block + ep->lay.recv_ids);
-  p->w1 = (const uint16_t *)a->w1;
-  p->w2 = (const uint16_t *)a->w2;
-  p->T = (int)ep->lay.rows;
-  p->E = ep->local.experts;
-  p->H = a->hidden;
-  p->I = a->inter;
-  p->k = a->topk;
-  p->sorted_tok = (int32_t *)(ep->ws + ep->lay.sorted_tok);
-  p->pos_of = (int32_t *)(ep->ws + ep->lay.pos_of);
-  p->h = (uint16_t *)(ep->ws + ep->lay.h);
-  p->ypair = (uint16_t *)(ep->ws + ep->lay.ypair);
-  p->sync = (hr__moe_sync *)(ep->ws + ep->lay.sync);
-  p->host = &ep->host_dev->w;
-  p->seq = epoch;
-  p->timeout_ns = (unsigned long long)timeout_ms * 1000000ULL;
-  if(p->H >= HR__MOE_CLAIM_MIN_H)
-    p->flags |= HR__MOE_FLAG_CLAIM;
-  /* this rank's tokens and the group */
-  e.x = (const uint16_t *)a->x;
-  e.ids = a->topk_ids;
-  e.wts = a->topk_weights;
-  e.y = (uint16_t *)a->y;
-  e.T = a->tokens;
-  e.rank = ep->rank;
-  e.nranks = ep->nranks;
-  e.cap = ep->shape.max_tokens;
-  e.src_pos = (int32_t *)(ep->ws + ep->lay.src_pos);
-  e.esync = (hr__moe_ep_sync *)(ep->ws + ep->lay.sync + sizeof(hr__moe_sync));
-  e.ehost = ep->host_dev;
-  for(i = 0; i < ep->nranks; i++)
-    e.peer[i] = ep->peer[i];
-  e.off_recv_ids = ep->lay.recv_ids;
-  e.off_recv_tok = ep->lay.recv_tok;
-  e.off_recv_x = ep->lay.recv_x;
-  e.off_ret = ep->lay.ret;
-
-  if(mode == HR_MODE_COOPERATIVE && grid > ep->sms)
+  if(mode == HR_MODE_COOPERATIVE && grid > ep->sms) {
     ce = cudaErrorCooperativeLaunchTooLarge;
-  else
+  } else if(!g) {
+    hr__moe_params *p = &e.p;
+    memset(&e, 0, sizeof(e));
+    local_params(ep, a, epoch, timeout_ms, p);
+    p->tm_w1 = ep->tm_w1;
+    p->tm_w2 = ep->tm_w2;
+    p->tm_xs = ep->tm_xs;
+    p->tm_h = ep->tm_h;
+    if(p->H >= HR__MOE_CLAIM_MIN_H)
+      p->flags |= HR__MOE_FLAG_CLAIM;
+    group_params(ep, a, &e.g);
     ce = hr__moe_ep_launch(&e, grid, mode == HR_MODE_COOPERATIVE, cluster, stream);
+  } else {
+    hr__moe_bwd_params *b = &eb.b;
+    memset(&eb, 0, sizeof(eb));
+    local_params(ep, a, epoch, timeout_ms, &b->f);
+    /* the received rows' weights and dy; w a in h, the dx rows in ypair */
+    b->f.wts = (const float *)(ep->block + ep->lay.recv_w);
+    b->dy = (const uint16_t *)(ep->block + ep->lay.recv_dy);
+    b->dw1 = g->dw1;
+    b->dw2 = g->dw2;
+    b->dw_bf16 = g->dw_dtype == HR_MOE_DW_BF16;
+    b->sorted_pair = (int32_t *)(ep->ws + ep->lay.sorted_pair);
+    b->dh = (uint16_t *)(ep->ws + ep->lay.dh);
+    b->wa = b->f.h;
+    b->dxrow = b->f.ypair;
+    b->dwp = (float *)(ep->ws + ep->lay.dwp);
+    group_params(ep, a, &eb.g);
+    eb.g.dy = (const uint16_t *)g->dy;
+    eb.g.dx = (uint16_t *)g->dx;
+    eb.g.dtw = g->dtopk_weights;
+    ce = hr__moe_ep_bwd_launch(&eb, grid, mode == HR_MODE_COOPERATIVE, stream);
+  }
   if(ce != cudaSuccess) {
     cudaGetLastError();
     err = hr__moe_err_from_cuda(ce);
@@ -413,8 +472,8 @@ static int launch(hr_moe_ep *ep, const hr_lease *lease, int grid, int mode, int 
       d.grid = grid;
       d.timeout_ms = timeout_ms;
       d.cuda_error = (int)ce;
-      snprintf(msg, sizeof(msg), "mega-MoE EP forward (rank %d of %d) launch of %d CTAs failed: %s",
-               ep->rank, ep->nranks, grid, cudaGetErrorString(ce));
+      snprintf(msg, sizeof(msg), "mega-MoE EP %s (rank %d of %d) launch of %d CTAs failed: %s",
+               what, ep->rank, ep->nranks, grid, cudaGetErrorString(ce));
       hr_report(hr_lease_client(lease), lease, HR_INCIDENT_LAUNCH_FAILURE, &d, msg);
     }
     goto out;
@@ -422,6 +481,7 @@ static int launch(hr_moe_ep *ep, const hr_lease *lease, int grid, int mode, int 
   ep->seq = epoch;
   ep->stream = stream;
   ep->in_flight = 1;
+  ep->backward = g != NULL;
   ep->lease = lease;
   ep->grid = grid;
   ep->timeout_ms = timeout_ms;
@@ -433,14 +493,10 @@ out:
   return err;
 }
 
-int hr_moe_ep_forward_grid(hr_moe_ep *ep, int grid, hr_mode mode, const hr_moe_args *args,
-                           void *stream)
-{
-  return launch(ep, NULL, grid, (int)mode, 1, args, (cudaStream_t)stream);
-}
-
-int hr_moe_ep_forward(hr_moe_ep *ep, const hr_lease *lease, const hr_moe_args *args,
-                      void *stream)
+/* A call with a lease: its launch config; a call refused before the
+ * launch still spends its epoch. */
+static int launch_leased(hr_moe_ep *ep, const hr_lease *lease, const hr_moe_args *a,
+                         const hr_moe_grad_args *g, cudaStream_t stream)
 {
   hr_mode mode;
   int grid, cluster, err;
@@ -456,7 +512,41 @@ int hr_moe_ep_forward(hr_moe_ep *ep, const hr_lease *lease, const hr_moe_args *a
     ep->calls++;
     return err;
   }
-  return launch(ep, lease, grid, (int)mode, cluster > 1 ? 2 : 1, args, (cudaStream_t)stream);
+  /* the backward's tiles share nothing across CTAs: no clusters */
+  return launch(ep, lease, grid, (int)mode, !g && cluster > 1 ? 2 : 1, a, g, stream);
+}
+
+int hr_moe_ep_forward_grid(hr_moe_ep *ep, int grid, hr_mode mode, const hr_moe_args *args,
+                           void *stream)
+{
+  return launch(ep, NULL, grid, (int)mode, 1, args, NULL, (cudaStream_t)stream);
+}
+
+int hr_moe_ep_forward(hr_moe_ep *ep, const hr_lease *lease, const hr_moe_args *args,
+                      void *stream)
+{
+  return launch_leased(ep, lease, args, NULL, (cudaStream_t)stream);
+}
+
+int hr_moe_ep_backward_grid(hr_moe_ep *ep, int grid, hr_mode mode, const hr_moe_grad_args *args,
+                            void *stream)
+{
+  if(ep && !args) {
+    ep->calls++;
+    return HR_EINVAL;
+  }
+  return launch(ep, NULL, grid, (int)mode, 1, args ? &args->fwd : NULL, args,
+                (cudaStream_t)stream);
+}
+
+int hr_moe_ep_backward(hr_moe_ep *ep, const hr_lease *lease, const hr_moe_grad_args *args,
+                       void *stream)
+{
+  if(ep && !args) {
+    ep->calls++;
+    return HR_EINVAL;
+  }
+  return launch_leased(ep, lease, args ? &args->fwd : NULL, args, (cudaStream_t)stream);
 }
 
 /* ---- waiting ----------------------------------------------------------- */
@@ -501,9 +591,9 @@ static int failure_take(hr_moe_ep *ep)
   if(ep->lease && code == HR__MOE_FAIL_TIMEOUT && wait >= 0 && wait < HR_MOE_EP_WAIT_DISPATCH) {
     char msg[200];
     snprintf(msg, sizeof(msg),
-             "mega-MoE EP forward (rank %d of %d) barrier %d timed out after %d ms: %d of %d "
+             "mega-MoE EP %s (rank %d of %d) barrier %d timed out after %d ms: %d of %d "
              "CTAs arrived (noticed on SM %d, grid %d)",
-             ep->rank, ep->nranks, wait, ep->timeout_ms, f->local.detail.arrived,
+             ep->backward ? "backward" : "forward", ep->rank, ep->nranks, wait, ep->timeout_ms, f->local.detail.arrived,
              f->local.detail.expected, f->local.detail.sm, ep->grid);
     f->local.reported = hr_report(hr_lease_client(ep->lease), ep->lease,
                                   HR_INCIDENT_BARRIER_TIMEOUT, &f->local.detail, msg);

@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 
+#include "moe_backward.h"
 #include "moe_ep.h"
 #include "moe_kernel.h"
 
@@ -35,21 +36,17 @@ typedef struct hr__moe_ep_sync {
   unsigned pad[31];
 } hr__moe_ep_sync;
 
-/* One EP launch, by value (a __grid_constant__: the tensor maps of the
- * local problem are read from the parameter space). */
-typedef struct hr__moe_ep_params {
-  /* The local problem, as hr_moe_forward's kernel sees one: x the
-   * received rows [rows][H], ids their local ids [rows][k], T = rows (the
-   * capacity: only moe_gather_on reads it, to size x), E = E/R, w1 and
-   * w2 this rank's experts, sorted_tok, pos_of, h, ypair over the
-   * received pairs; sync, host (-> &host_words.w) and seq = the epoch.
-   * wts and y unused. */
-  hr__moe_params p;
+/* What an EP launch knows of its group, beside the local problem: this
+ * rank's own tokens, its place, and every rank's peer-visible block. */
+typedef struct hr__moe_ep_group {
   /* this rank's own tokens */
   const uint16_t *x;
   const int32_t *ids;     /* GLOBAL expert ids */
   const float *wts;
-  uint16_t *y;
+  uint16_t *y;            /* the forward's output */
+  const uint16_t *dy;     /* the backward's: NULL in a forward */
+  uint16_t *dx;
+  float *dtw;
   int T;
   int rank, nranks;
   int cap;                /* rows per source region (max_tokens) */
@@ -57,10 +54,33 @@ typedef struct hr__moe_ep_params {
   hr__moe_ep_sync *esync;
   hr__moe_ep_host_words *ehost;
   /* every rank's peer-visible block as this process maps it, and the
-   * offsets in it (moe_ep.h's layout) */
+   * offsets in it (moe_ep.h's layout; the last three 0 in a block made
+   * without the backward) */
   char *peer[HR_MOE_EP_MAX_RANKS];
   unsigned long long off_recv_ids, off_recv_tok, off_recv_x, off_ret;
+  unsigned long long off_recv_w, off_recv_dy, off_ret_dw;
+} hr__moe_ep_group;
+
+/* One EP forward, by value (a __grid_constant__: the tensor maps of the
+ * local problem are read from the parameter space). p is the local
+ * problem, as hr_moe_forward's kernel sees one: x the received rows
+ * [rows][H], ids their local ids [rows][k], T = rows (the capacity: only
+ * moe_gather_on reads it, to size x), E = E/R, w1 and w2 this rank's
+ * experts, sorted_tok, pos_of, h, ypair over the received pairs; sync,
+ * host (-> &host_words.w) and seq = the epoch. wts and y unused. */
+typedef struct hr__moe_ep_params {
+  hr__moe_params p;
+  hr__moe_ep_group g;
 } hr__moe_ep_params;
+
+/* One EP backward: b the local problem as hr_moe_backward's kernel sees
+ * one (b.f as p above, with wts the received rows' weights [rows][k];
+ * b.dy the received dy rows; b.dx and b.dtw unused: the combine writes
+ * g.dx and g.dtw), g the group with dy, dx and dtw set. */
+typedef struct hr__moe_ep_bwd_params {
+  hr__moe_bwd_params b;
+  hr__moe_ep_group g;
+} hr__moe_ep_bwd_params;
 
 #ifdef __cplusplus
 extern "C" {
@@ -73,6 +93,12 @@ cudaError_t hr__moe_ep_prepare(void);
  * `cluster` > 1: clusters of that many). */
 cudaError_t hr__moe_ep_launch(const hr__moe_ep_params *e, int grid, int coop, int cluster,
                               cudaStream_t stream);
+
+/* The backward's (moe_ep_backward.cu): once per device, and a launch
+ * (no clusters: the backward's tiles share nothing across CTAs). */
+cudaError_t hr__moe_ep_bwd_prepare(void);
+cudaError_t hr__moe_ep_bwd_launch(const hr__moe_ep_bwd_params *e, int grid, int coop,
+                                  cudaStream_t stream);
 
 /* moe_api.cu: the tensor maps of a forward over shape s (s->experts
  * experts, s->max_tokens * s->topk pairs) on the workspace ypair and h

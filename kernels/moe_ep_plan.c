@@ -40,23 +40,26 @@ int hr__moe_ep_args_check(const hr_moe_shape *s, int rank, int nranks,
     return HR_EINVAL;
   if(!boot || !boot->allgather)
     return HR_EINVAL;
+  if(boot->backward != 0 && boot->backward != 1)
+    return HR_EINVAL;
   if(boot->exchange != HR_MOE_EP_EXCHANGE_AUTO &&
      boot->exchange != HR_MOE_EP_EXCHANGE_POINTERS && boot->exchange != HR_MOE_EP_EXCHANGE_IPC)
     return HR_EINVAL;
   return HR_OK;
 }
 
-int hr__moe_ep_layout_of(const hr_moe_shape *s, int nranks, hr__moe_ep_layout *l)
+int hr__moe_ep_layout_of(const hr_moe_shape *s, int nranks, int backward, hr__moe_ep_layout *l)
 {
   uint64_t off, H, I, k;
 
-  if(!l || !hr__moe_ep_shape_ok(s, nranks))
+  if(!l || !hr__moe_ep_shape_ok(s, nranks) || (backward != 0 && backward != 1))
     return HR_EINVAL;
   memset(l, 0, sizeof(*l));
   H = (uint64_t)s->hidden;
   I = (uint64_t)s->inter;
   k = (uint64_t)s->topk;
   l->nranks = nranks;
+  l->backward = backward;
   l->local_experts = s->experts / nranks;
   l->cap = s->max_tokens;
   l->rows = (int64_t)nranks * s->max_tokens;
@@ -78,6 +81,17 @@ int hr__moe_ep_layout_of(const hr_moe_shape *s, int nranks, hr__moe_ep_layout *l
   off += align_up((uint64_t)l->rows * H * 2);
   l->ret = off;
   off += align_up((uint64_t)l->cap * k * H * 2);
+  /* The backward's: the received rows' weights [rows][k] and dy rows
+   * [rows][H]; this rank's own pairs' d(w), returned [max_tokens * k].
+   * (Its dx rows come back in ret.) */
+  if(backward) {
+    l->recv_w = off;
+    off += align_up((uint64_t)l->pairs * 4);
+    l->recv_dy = off;
+    off += align_up((uint64_t)l->rows * H * 2);
+    l->ret_dw = off;
+    off += align_up((uint64_t)l->cap * k * 4);
+  }
   l->peer_bytes = off;
 
   /* The local workspace: the grid barrier's words (cleared after a
@@ -97,15 +111,26 @@ int hr__moe_ep_layout_of(const hr_moe_shape *s, int nranks, hr__moe_ep_layout *l
   off += align_up((uint64_t)l->pairs * I * 2);
   l->ypair = off;
   off += align_up((uint64_t)l->pairs * H * 2);
+  /* The backward's: the place -> pair table, dh = (dg, du) [pairs][2I]
+   * and the d(w) partials [pairs][I / 64]; w a goes in h, the dx rows
+   * in ypair. */
+  if(backward) {
+    l->sorted_pair = off;
+    off += align_up((uint64_t)l->pairs * 4);
+    l->dh = off;
+    off += align_up((uint64_t)l->pairs * 2 * I * 2);
+    l->dwp = off;
+    off += align_up((uint64_t)l->pairs * (I / 64) * 4);
+  }
   l->local_bytes = off;
   return HR_OK;
 }
 
-int hr_moe_ep_memory(const hr_moe_shape *global_shape, int nranks, uint64_t *peer_bytes,
-                     uint64_t *local_bytes)
+static int memory_of(const hr_moe_shape *global_shape, int nranks, int backward,
+                     uint64_t *peer_bytes, uint64_t *local_bytes)
 {
   hr__moe_ep_layout l;
-  int err = hr__moe_ep_layout_of(global_shape, nranks, &l);
+  int err = hr__moe_ep_layout_of(global_shape, nranks, backward, &l);
   if(err)
     return err;
   if(peer_bytes)
@@ -113,6 +138,18 @@ int hr_moe_ep_memory(const hr_moe_shape *global_shape, int nranks, uint64_t *pee
   if(local_bytes)
     *local_bytes = l.local_bytes;
   return HR_OK;
+}
+
+int hr_moe_ep_memory(const hr_moe_shape *global_shape, int nranks, uint64_t *peer_bytes,
+                     uint64_t *local_bytes)
+{
+  return memory_of(global_shape, nranks, 0, peer_bytes, local_bytes);
+}
+
+int hr_moe_ep_memory_backward(const hr_moe_shape *global_shape, int nranks,
+                              uint64_t *peer_bytes, uint64_t *local_bytes)
+{
+  return memory_of(global_shape, nranks, 1, peer_bytes, local_bytes);
 }
 
 /* ---- the bootstrap ----------------------------------------------------- */

@@ -3,8 +3,7 @@
 # naming the driver, device or GPU model that is missing (gpu_probe.h),
 # and exits 77). Without nvcc they are built as stubs that skip the same
 # way and say so.
-GPU_TEST_NAMES := test_moe_correct test_moe_timeout test_moe_ep \
-                  test_moe_launch test_moe_lease
+GPU_TEST_NAMES := test_moe_correct test_moe_timeout test_moe_launch test_moe_lease
 GPU_TESTS += $(addprefix $(TESTBIN)/,$(GPU_TEST_NAMES))
 
 # The recipes of every GPU test program, here and in the fragments that

@@ -2,7 +2,7 @@
  * test_moe_ep_api.c: hr_moe_ep_* through libheadroom_moe itself (built
  * where nvcc is), on any machine: the arguments are checked before
  * anything else (HR_EINVAL, the bootstrap's allgather never called), every
- * other entry point refuses NULL, and a valid create on a machine without
+ * other entry point (the backward's too) refuses NULL, and a valid create on a machine without
  * a GPU fails the same way on every rank (HR_ENOGPU, after the exchange:
  * the collective ends on every rank). On a machine with a GPU the create
  * of two virtual ranks succeeds instead, and is destroyed.
@@ -33,7 +33,7 @@ static int ag_count(void *ctx, const void *send, void *recv, size_t n)
 
 static void test_create_args(void **state)
 {
-  const hr_moe_ep_bootstrap b = { ag_count, NULL, HR_MOE_EP_EXCHANGE_AUTO };
+  const hr_moe_ep_bootstrap b = { ag_count, NULL, HR_MOE_EP_EXCHANGE_AUTO, 0 };
   hr_moe_ep_bootstrap nog = b;
   hr_moe_shape s = SMALL;
   hr_moe_ep *ep = (hr_moe_ep *)&ep;
@@ -53,6 +53,9 @@ static void test_create_args(void **state)
   nog = b;
   nog.exchange = 7;
   assert_int_equal(hr_moe_ep_create(&ep, 0, &s, 0, 2, &nog), HR_EINVAL);
+  nog = b;
+  nog.backward = 2;
+  assert_int_equal(hr_moe_ep_create(&ep, 0, &s, 0, 2, &nog), HR_EINVAL);
   s.topk = 0;
   assert_int_equal(hr_moe_ep_create(&ep, 0, &s, 0, 2, &b), HR_EINVAL);
   assert_int_equal(hr_moe_ep_create(&ep, 0, NULL, 0, 2, &b), HR_EINVAL);
@@ -63,8 +66,12 @@ static void test_null(void **state)
 {
   hr_moe_ep_failure f;
   hr_moe_args a;
+  hr_moe_grad_args g;
   (void)state;
   memset(&a, 0, sizeof(a));
+  memset(&g, 0, sizeof(g));
+  assert_int_equal(hr_moe_ep_backward(NULL, NULL, &g, NULL), HR_EINVAL);
+  assert_int_equal(hr_moe_ep_backward_grid(NULL, 1, HR_MODE_HEADROOM, &g, NULL), HR_EINVAL);
   assert_int_equal(hr_moe_ep_forward(NULL, NULL, &a, NULL), HR_EINVAL);
   assert_int_equal(hr_moe_ep_forward_grid(NULL, 1, HR_MODE_HEADROOM, &a, NULL), HR_EINVAL);
   assert_int_equal(hr_moe_ep_sync(NULL), HR_EINVAL);
@@ -101,7 +108,7 @@ static int ag_pair(void *ctx, const void *send, void *recv, size_t n)
 static void *pair_main(void *arg)
 {
   pair_rank *r = (pair_rank *)arg;
-  const hr_moe_ep_bootstrap b = { ag_pair, r, HR_MOE_EP_EXCHANGE_POINTERS };
+  const hr_moe_ep_bootstrap b = { ag_pair, r, HR_MOE_EP_EXCHANGE_POINTERS, 0 };
   r->rc = hr_moe_ep_create(&r->ep, 0, &SMALL, r->rank, 2, &b);
   return NULL;
 }

@@ -2,8 +2,9 @@
  * test_moe_ep_plan.c: the expert-parallel forward's host logic that needs
  * no GPU (kernels/moe_ep_plan.c), on any machine: hr_moe_ep_create's
  * argument checks (bad rank, nranks 0 or > 8, E % R != 0, a NULL or
- * empty bootstrap, a bad exchange), the two allocations' layout and
- * hr_moe_ep_memory (every region 256-byte aligned, none overlapping,
+ * empty bootstrap, a bad exchange or backward flag), the two
+ * allocations' layout with and without the backward's regions and
+ * hr_moe_ep_memory / hr_moe_ep_memory_backward (every region 256-byte aligned, none overlapping,
  * the sizes headroom_moe.h states, the DeepSeek-V3 and Qwen3 figures
  * it quotes), and the bootstrap's exchange through an in-process
  * allgather of threads: every rank finds the others' blocks by pointer,
@@ -41,7 +42,7 @@ static int ag_never(void *ctx, const void *send, void *recv, size_t n)
 
 static void test_args_check(void **state)
 {
-  const hr_moe_ep_bootstrap ok = { ag_never, NULL, HR_MOE_EP_EXCHANGE_AUTO };
+  const hr_moe_ep_bootstrap ok = { ag_never, NULL, HR_MOE_EP_EXCHANGE_AUTO, 0 };
   hr_moe_ep_bootstrap b = ok;
   hr_moe_shape s = QWEN3;
   (void)state;
@@ -76,6 +77,13 @@ static void test_args_check(void **state)
   assert_int_equal(hr__moe_ep_args_check(&QWEN3, 0, 8, &b), HR_EINVAL);
   b.exchange = -1;
   assert_int_equal(hr__moe_ep_args_check(&QWEN3, 0, 8, &b), HR_EINVAL);
+  b = ok;
+  b.backward = 1;
+  assert_int_equal(hr__moe_ep_args_check(&QWEN3, 0, 8, &b), HR_OK);
+  b.backward = 2;
+  assert_int_equal(hr__moe_ep_args_check(&QWEN3, 0, 8, &b), HR_EINVAL);
+  b.backward = -1;
+  assert_int_equal(hr__moe_ep_args_check(&QWEN3, 0, 8, &b), HR_EINVAL);
 }
 
 /* [off, off + n) regions: aligned, inside, disjoint. */
@@ -91,52 +99,79 @@ static void expect_regions(const uint64_t *off, const uint64_t *len, int n, uint
   }
 }
 
-static void check_layout(const hr_moe_shape *s, int R)
+static void check_layout(const hr_moe_shape *s, int R, int backward)
 {
   hr__moe_ep_layout l;
-  uint64_t peer = 0, local = 0;
+  uint64_t peer = 0, local = 0, peer_min, local_min;
   const uint64_t H = (uint64_t)s->hidden, I = (uint64_t)s->inter, k = (uint64_t)s->topk;
   const uint64_t cap = (uint64_t)s->max_tokens, rows = R * cap, pairs = rows * k;
 
-  assert_int_equal(hr__moe_ep_layout_of(s, R, &l), HR_OK);
+  assert_int_equal(hr__moe_ep_layout_of(s, R, backward, &l), HR_OK);
+  assert_int_equal(l.backward, backward);
   assert_int_equal(l.local_experts, s->experts / R);
   assert_int_equal(l.rows, (int64_t)rows);
   assert_int_equal(l.pairs, (int64_t)pairs);
   assert_int_equal(l.flags, 0);                /* the kernel finds them at 0 */
-  {
+  if(backward) {
+    const uint64_t off[] = { l.flags, l.recv_ids, l.recv_tok, l.recv_x, l.ret, l.recv_w,
+                             l.recv_dy, l.ret_dw };
+    const uint64_t len[] = { sizeof(hr__moe_ep_flags), pairs * 4, rows * 4, rows * H * 2,
+                             cap * k * H * 2, pairs * 4, rows * H * 2, cap * k * 4 };
+    expect_regions(off, len, 8, l.peer_bytes);
+  } else {
     const uint64_t off[] = { l.flags, l.recv_ids, l.recv_tok, l.recv_x, l.ret };
     const uint64_t len[] = { sizeof(hr__moe_ep_flags), pairs * 4, rows * 4, rows * H * 2,
                              cap * k * H * 2 };
     expect_regions(off, len, 5, l.peer_bytes);
+    assert_int_equal(l.recv_w + l.recv_dy + l.ret_dw, 0);
   }
-  {
+  if(backward) {
+    const uint64_t off[] = { l.sync, l.sorted_tok, l.pos_of, l.src_pos, l.h, l.ypair,
+                             l.sorted_pair, l.dh, l.dwp };
+    const uint64_t len[] = { l.reset_bytes, pairs * 4, pairs * 4, cap * k * 4, pairs * I * 2,
+                             pairs * H * 2, pairs * 4, pairs * 2 * I * 2, pairs * (I / 64) * 4 };
+    expect_regions(off, len, 9, l.local_bytes);
+  } else {
     const uint64_t off[] = { l.sync, l.sorted_tok, l.pos_of, l.src_pos, l.h, l.ypair };
     const uint64_t len[] = { l.reset_bytes, pairs * 4, pairs * 4, cap * k * 4, pairs * I * 2,
                              pairs * H * 2 };
     expect_regions(off, len, 6, l.local_bytes);
+    assert_int_equal(l.sorted_pair + l.dh + l.dwp, 0);
   }
   assert_true(l.reset_bytes >= 1024);
   /* headroom_moe.h's formulas, within the alignment and the flags */
-  assert_int_equal(hr_moe_ep_memory(s, R, &peer, &local), HR_OK);
+  if(backward)
+    assert_int_equal(hr_moe_ep_memory_backward(s, R, &peer, &local), HR_OK);
+  else
+    assert_int_equal(hr_moe_ep_memory(s, R, &peer, &local), HR_OK);
   assert_int_equal(peer, l.peer_bytes);
   assert_int_equal(local, l.local_bytes);
-  assert_true(peer >= rows * (2 * H + 4 * k + 4) + cap * k * 2 * H);
-  assert_true(peer <= rows * (2 * H + 4 * k + 4) + cap * k * 2 * H + 8192);
-  assert_true(local >= pairs * (2 * I + 2 * H + 8) + cap * k * 4);
-  assert_true(local <= pairs * (2 * I + 2 * H + 8) + cap * k * 4 + 8192);
+  peer_min = rows * (2 * H + 4 * k + 4) + cap * k * 2 * H;
+  local_min = pairs * (2 * I + 2 * H + 8) + cap * k * 4;
+  if(backward) {
+    peer_min += rows * (2 * H + 4 * k) + cap * k * 4;
+    local_min += pairs * (4 * I + 4 + I / 16);
+  }
+  assert_true(peer >= peer_min);
+  assert_true(peer <= peer_min + 8192);
+  assert_true(local >= local_min);
+  assert_true(local <= local_min + 8192);
 }
 
 static void test_layout(void **state)
 {
   static const hr_moe_shape *shapes[] = { &SMALL, &QWEN3, &DSV3 };
   static const int ranks[] = { 1, 2, 4, 8 };
+  hr__moe_ep_layout l;
   uint64_t peer, local;
   size_t i, j;
+  int b;
   (void)state;
 
   for(i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
     for(j = 0; j < sizeof(ranks) / sizeof(ranks[0]); j++)
-      check_layout(shapes[i], ranks[j]);
+      for(b = 0; b < 2; b++)
+        check_layout(shapes[i], ranks[j], b);
   /* the figures headroom_moe.h quotes, to 0.01 GB */
   assert_int_equal(hr_moe_ep_memory(&QWEN3, 8, &peer, &local), HR_OK);
   assert_true(peer > 0.265e9 && peer < 0.275e9);
@@ -150,6 +185,8 @@ static void test_layout(void **state)
   assert_int_equal(hr_moe_ep_memory(&DSV3, 9, &peer, &local), HR_EINVAL);
   assert_int_equal(hr_moe_ep_memory(&DSV3, 3, &peer, &local), HR_EINVAL);
   assert_int_equal(hr_moe_ep_memory(NULL, 2, &peer, &local), HR_EINVAL);
+  assert_int_equal(hr_moe_ep_memory_backward(&DSV3, 3, &peer, &local), HR_EINVAL);
+  assert_int_equal(hr__moe_ep_layout_of(&DSV3, 8, 2, &l), HR_EINVAL);
 }
 
 static void test_fail_word(void **state)
@@ -211,7 +248,7 @@ typedef struct ex_rank {
 static void *ex_main(void *arg)
 {
   ex_rank *x = (ex_rank *)arg;
-  const hr_moe_ep_bootstrap b = { ag_threads, &x->ag, x->exchange };
+  const hr_moe_ep_bootstrap b = { ag_threads, &x->ag, x->exchange, 0 };
   hr__moe_ep_rec mine, all[HR_MOE_EP_MAX_RANKS];
   uint64_t peer_bytes = 0;
   int i, n = x->ag.g->nranks;

@@ -1,0 +1,615 @@
+/*
+ * moe_bwd_tiles.cuh: the mega-MoE backward's tiles (moe_backward.h lists
+ * the stages), shared by the single-GPU backward (moe_backward.cu) and the
+ * expert-parallel one (moe_ep_backward.cu), whose local experts' backward
+ * is the same problem over the rows it received: the shared-memory
+ * layout, the plan of tiles from the routing tables, the dgu tiles, the
+ * dx row tiles and the dW groups, and the claim loop that deals them.
+ */
+#ifndef HR_MOE_BWD_TILES_CUH
+#define HR_MOE_BWD_TILES_CUH
+
+#include "moe_backward.h"
+#include "moe_barrier.cuh"
+#include "moe_bwd_gemm.cuh"
+#include "moe_ptx.cuh"
+#include "moe_route.cuh"
+
+/* ---- shared memory ----------------------------------------------------- */
+
+/* Every operand tile sits in the 128-byte swizzle wgmma reads, so a ring
+ * starts on a 1024-byte boundary: the dynamic allocation has 1024 bytes
+ * of slack for it (bwd_ring).
+ *
+ * The dgu tile's stage: the x and dy rows (128 x 64, K-major), W1's gate
+ * and up rows (64 x 64, K-major) and W2's 64 K rows of the tile's 64
+ * features (MN-major, one block). */
+/* How many steps' wgmma may still run when a step's are issued (DEPTH;
+ * the loads then run STAGES - 1 - DEPTH steps ahead; docs/decisions.md,
+ * "wgmma in flight in the backward"). The dgu tiles: 0, 3 stages (their
+ * 56 KiB stages leave no room for a fourth). The grads tiles: 1 with 4
+ * stages in the barrier kernel; 0 with 3 in the agnostic kernel, where
+ * DEPTH 1 spills (its task loop keeps more registers live). */
+#define BWD_DGU_DEPTH 0
+#define BWD_DGU_STAGES 3
+#define BWD_GRAD_DEPTH_BAR 1
+#define BWD_GRAD_DEPTH_AGN 0
+#define BWD_GRAD_STAGES_OF(depth) ((depth) ? 4 : 3)
+#define BWD_GRAD_STAGES BWD_GRAD_STAGES_OF(1)
+#define BWD_DGU_ROWS (HR__MOE_BWD_TILE_M * BWD_BK * 2)
+#define BWD_DGU_W (HR__MOE_BWD_DGU_N * BWD_BK * 2)
+#define BWD_DGU_STAGE (2 * BWD_DGU_ROWS + 3 * BWD_DGU_W)
+/* The grads tiles' stage: A and B, each 128 x 64 (BWD_MN_TILE). */
+#define BWD_GRAD_STAGE (2 * BWD_MN_TILE)
+/* A finished dW tile's staging, past the grads ring: 128 rows of fp32 or
+ * bf16, padded by 16 bytes. */
+#define BWD_DW_PITCH_F32 (128 * 4 + 16)
+#define BWD_DW_PITCH_BF16 (128 * 2 + 16)
+#define BWD_DW_STAGING (1024 + BWD_GRAD_STAGES * BWD_GRAD_STAGE)
+#define BWD_DW_END (BWD_DW_STAGING + 128 * BWD_DW_PITCH_F32)
+#define BWD_DGU_END (1024 + BWD_DGU_STAGES * BWD_DGU_STAGE)
+#define BWD_RING_BYTES (BWD_DGU_END > BWD_DW_END ? BWD_DGU_END : BWD_DW_END)
+/* dW tiles a unit of the grads stage runs in one pipeline (bwd_dw_group):
+ * 8 against 1, docs/decisions.md "dW tiles in groups". */
+#define BWD_DW_GROUP 8
+/* then five routing tables (E + 1 ints each, padded): cnt, pre, off,
+ * tile_off and the agnostic route's cursor */
+#define BWD_SMEM_BYTES (BWD_RING_BYTES + 5 * HR__MOE_ROUTE_INTS * 4)
+static_assert(BWD_SMEM_BYTES + 256 <= 227 * 1024, "fits an SM");
+
+/* The ring's start: the first 1024-byte boundary in smem. */
+static __device__ __forceinline__ uint32_t bwd_ring(const uint8_t *smem)
+{
+  return (smem_addr(smem) + 1023u) & ~1023u;
+}
+
+/* ---- the plan: tiles and tasks, from the routing tables ---------------- */
+
+struct bwd_plan {
+  int n_mt;      /* M tiles of 128 pairs, over all experts */
+  int ni;        /* I / 64: dgu tiles (and d(w) partials) per M tile */
+  int nh;        /* H / 128 */
+  int n_dgu;     /* n_mt * ni */
+  int n_dx;      /* n_mt * nh */
+  int w1_tiles;  /* per expert: (2I / 128) * nh */
+  int w2_tiles;  /* per expert: nh * (I / 128) */
+  int n_dwg;     /* dW groups: E ceil((w1_tiles + w2_tiles) / BWD_DW_GROUP) */
+  int n_grads;   /* n_dx + n_dwg */
+};
+
+static __device__ __forceinline__ bwd_plan bwd_plan_of(const hr__moe_params &f, const moe_route &rt)
+{
+  bwd_plan q;
+  q.n_mt = rt.tile_off[f.E];
+  q.ni = f.I / HR__MOE_BWD_DGU_N;
+  q.nh = f.H / 128;
+  q.n_dgu = q.n_mt * q.ni;
+  q.n_dx = q.n_mt * q.nh;
+  q.w1_tiles = (2 * f.I / 128) * q.nh;
+  q.w2_tiles = q.nh * (f.I / 128);
+  q.n_dwg = f.E * ((q.w1_tiles + q.w2_tiles + BWD_DW_GROUP - 1) / BWD_DW_GROUP);
+  q.n_grads = q.n_dx + q.n_dwg;
+  return q;
+}
+
+/* The expert of global M tile mt: the last e with tile_off[e] <= mt
+ * (an expert with no tiles shares its tile_off with the next). */
+static __device__ __forceinline__ int bwd_expert_of(const moe_route &rt, int E, int mt)
+{
+  int lo = 0, hi = E - 1;
+  while(lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if(rt.tile_off[mid] <= mt)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+/* ---- stage 2: dgu ------------------------------------------------------ */
+
+/* dgu tile `unit` (M tile unit / ni, features it * 64 of I): g and u
+ * (the x rows by W1's gate and up rows, both K-major) and q (the dy rows
+ * by W2, MN-major) on wgmma m64n64k16 over K = H; then the SwiGLU's
+ * backward: dh = (dg, du) and w a for the pair's rows, and the row's
+ * d(w) partial <q, a> over these 64 features. Warpgroup w takes pairs
+ * 64 w..64 w + 63 of the tile, all 64 features, so a row's partial is
+ * one warp's (4 lanes'), summed in a fixed order. */
+static __device__ void bwd_dgu_tile(const hr__moe_bwd_params &p, const moe_route &rt,
+                                    const bwd_plan &q, uint8_t *smem, int unit)
+{
+  const hr__moe_params &f = p.f;
+  const int mt_all = unit / q.ni, it = unit - mt_all * q.ni;
+  const int e = bwd_expert_of(rt, f.E, mt_all);
+  const int m0 = (mt_all - rt.tile_off[e]) * HR__MOE_BWD_TILE_M;
+  const int cnt = rt.cnt[e], off = rt.off[e];
+  const int H = f.H, I = f.I, i0 = it * HR__MOE_BWD_DGU_N;
+  const int wg = (int)threadIdx.x >> 7, lane = (int)threadIdx.x & 31;
+  const int w4 = ((int)threadIdx.x >> 5) & 3;
+  const uint32_t ring = bwd_ring(smem);
+  const uint16_t *w1e = f.w1 + (size_t)e * 2 * I * H;
+  const uint16_t *w2e = f.w2 + (size_t)e * H * I + i0;
+  constexpr int PR = 128 * 8 / HR__MOE_THREADS, PW = 64 * 8 / HR__MOE_THREADS;
+  const uint16_t *xr[PR], *dr[PR], *gr[PW], *ur[PW];
+  uint32_t rdst[PR], wdst[PW];
+  int qk[PW], qc[PW];
+  float ag[8][4], au[8][4], aq[8][4];
+
+#pragma unroll
+  for(int j = 0; j < 8; j++)
+#pragma unroll
+    for(int c = 0; c < 4; c++)
+      ag[j][c] = au[j][c] = aq[j][c] = 0.0f;
+#pragma unroll
+  for(int i = 0; i < PR; i++) {               /* 128 rows x 8 chunks */
+    const int c = (int)threadIdx.x + i * HR__MOE_THREADS, r = c >> 3, ch = c & 7;
+    const int tok = m0 + r < cnt ? f.sorted_tok[off + m0 + r] : -1;
+    xr[i] = tok >= 0 ? f.x + (size_t)tok * H + ch * 8 : nullptr;
+    dr[i] = tok >= 0 ? p.dy + (size_t)tok * H + ch * 8 : nullptr;
+    rdst[i] = bwd_k_sw128(r, ch);
+  }
+#pragma unroll
+  for(int i = 0; i < PW; i++) {               /* 64 rows x 8 chunks */
+    const int c = (int)threadIdx.x + i * HR__MOE_THREADS, r = c >> 3, ch = c & 7;
+    gr[i] = w1e + (size_t)(i0 + r) * H + ch * 8;
+    ur[i] = w1e + (size_t)(I + i0 + r) * H + ch * 8;
+    wdst[i] = bwd_k_sw128(r, ch);
+    qk[i] = r;                                /* W2: K row r, chunk ch */
+    qc[i] = ch * 8;
+  }
+  bwd_pipeline<BWD_DGU_STAGES, BWD_DGU_STAGE, BWD_DGU_DEPTH>(
+      H / BWD_BK, ring,
+      [&](uint32_t st, int s) {
+        const int k0 = s * BWD_BK;
+#pragma unroll
+        for(int i = 0; i < PR; i++) {
+          cp_async16_zfill(st + rdst[i], xr[i] ? (const void *)(xr[i] + k0) : f.x, xr[i] != nullptr);
+          cp_async16_zfill(st + BWD_DGU_ROWS + rdst[i], dr[i] ? (const void *)(dr[i] + k0) : f.x,
+                           dr[i] != nullptr);
+        }
+#pragma unroll
+        for(int i = 0; i < PW; i++) {
+          cp_async16(st + 2 * BWD_DGU_ROWS + wdst[i], gr[i] + k0);
+          cp_async16(st + 2 * BWD_DGU_ROWS + BWD_DGU_W + wdst[i], ur[i] + k0);
+          cp_async16(st + 2 * BWD_DGU_ROWS + 2 * BWD_DGU_W + wdst[i],
+                     w2e + (size_t)(k0 + qk[i]) * I + qc[i]);
+        }
+      },
+      [&](uint32_t st, int) {
+        const uint64_t dx = wgmma_desc_sw128(st + wg * 64 * 128);
+        const uint64_t ddy = wgmma_desc_sw128(st + BWD_DGU_ROWS + wg * 64 * 128);
+        const uint64_t dg = wgmma_desc_sw128(st + 2 * BWD_DGU_ROWS);
+        const uint64_t du = wgmma_desc_sw128(st + 2 * BWD_DGU_ROWS + BWD_DGU_W);
+        const uint64_t dq = wgmma_desc_mn_sw128(st + 2 * BWD_DGU_ROWS + 2 * BWD_DGU_W,
+                                                BWD_BK * 128, 1024);
+        wgmma_fence();
+#pragma unroll
+        for(int ks = 0; ks < BWD_BK / 16; ks++) {
+          wgmma_m64k16_t<64, 0, 0>(ag, wgmma_desc_add(dx, ks * 32), wgmma_desc_add(dg, ks * 32));
+          wgmma_m64k16_t<64, 0, 0>(au, wgmma_desc_add(dx, ks * 32), wgmma_desc_add(du, ks * 32));
+          wgmma_m64k16_t<64, 0, 1>(aq, wgmma_desc_add(ddy, ks * 32),
+                                   wgmma_desc_add(dq, ks * 2048));
+        }
+        wgmma_commit();
+        wgmma_wait<BWD_DGU_DEPTH>();
+        wgmma_fence_acc(ag);
+        wgmma_fence_acc(au);
+        wgmma_fence_acc(aq);
+      });
+  /* the pipeline's last wait: the accumulators are final */
+  wgmma_fence_acc(ag);
+  wgmma_fence_acc(au);
+  wgmma_fence_acc(aq);
+
+  /* the epilogue: two rows a thread (half), 16 features each */
+#pragma unroll
+  for(int half = 0; half < 2; half++) {
+    const int row = wg * 64 + w4 * 16 + (lane >> 2) + 8 * half;
+    const int valid = m0 + row < cnt;
+    const int pos = off + m0 + row;
+    /* .cg, not __ldg: in the EP backward the weights were written by
+     * peers during this launch */
+    const float w = valid ? __ldcg(f.wts + p.sorted_pair[pos]) : 0.0f;
+    float dsum = 0.0f;
+#pragma unroll
+    for(int j = 0; j < 8; j++) {
+      float dg[2], du[2], wa[2];
+#pragma unroll
+      for(int c = 0; c < 2; c++) {
+        const float gv = ag[j][half * 2 + c], uv = au[j][half * 2 + c];
+        const float qv = aq[j][half * 2 + c];
+        const float ex = expf(-gv);
+        const float sg = __fdividef(1.0f, 1.0f + ex);
+        const float silu = __fdividef(gv, 1.0f + ex);
+        const float a = bf16_lo(to_bf16(silu * uv));
+        const float da = w * qv;
+        dsum = __fmaf_rn(qv, a, dsum);
+        du[c] = da * silu;
+        dg[c] = da * uv * sg * (1.0f + gv * (1.0f - sg));
+        wa[c] = w * a;
+      }
+      if(valid) {
+        const int i = i0 + j * 8 + 2 * (lane & 3);
+        uint16_t *dh = p.dh + (size_t)pos * 2 * I;
+        *(uint32_t *)(dh + i) = pack_bf16x2(dg[0], dg[1]);
+        *(uint32_t *)(dh + I + i) = pack_bf16x2(du[0], du[1]);
+        *(uint32_t *)(p.wa + (size_t)pos * I + i) = pack_bf16x2(wa[0], wa[1]);
+      }
+    }
+    dsum += __shfl_xor_sync(0xffffffffu, dsum, 1);
+    dsum += __shfl_xor_sync(0xffffffffu, dsum, 2);
+    if(valid && (lane & 3) == 0)
+      p.dwp[(size_t)pos * q.ni + it] = dsum;
+  }
+}
+
+/* ---- stage 3: the dx rows, dW1, dW2 ------------------------------------ */
+
+/* Where dW tile t of an expert (its pairs from place `off`) reads and
+ * writes: dW1[e][m0 + r][n0 + c] = sum over pairs of dh[m0 + r] x[n0 + c]
+ * (M = 2I, N = H) for t < w1_tiles, then dW2[e][m0 + r][n0 + c] = sum of
+ * dy[m0 + r] (w a)[n0 + c] (M = H, N = I). Both operands MN-major, one of
+ * them gathered (the pair's token row). */
+struct bwd_dw_tile {
+  const uint16_t *a, *b;
+  int lda, ldb;
+  int a_tok;              /* 1: A's rows are token rows (else B's) */
+  int dw1;
+  int m0, n0;
+  int t;                  /* the tile */
+};
+
+static __device__ __forceinline__ bwd_dw_tile bwd_dw_tile_of(const hr__moe_bwd_params &p,
+                                                             const bwd_plan &q, int t, int off)
+{
+  const hr__moe_params &f = p.f;
+  bwd_dw_tile d;
+  d.t = t;
+  if(t < q.w1_tiles) {
+    d.m0 = (t / q.nh) * 128;
+    d.n0 = (t % q.nh) * 128;
+    d.a = p.dh + (size_t)off * 2 * f.I + d.m0;
+    d.lda = 2 * f.I;
+    d.b = f.x + d.n0;
+    d.ldb = f.H;
+    d.a_tok = 0;
+    d.dw1 = 1;
+  } else {
+    const int t2 = t - q.w1_tiles, ni = f.I / 128;
+    d.m0 = (t2 / ni) * 128;
+    d.n0 = (t2 % ni) * 128;
+    d.a = p.dy + d.m0;
+    d.lda = f.H;
+    d.b = p.wa + (size_t)off * f.I + d.n0;
+    d.ldb = f.I;
+    d.a_tok = 1;
+    d.dw1 = 0;
+  }
+  return d;
+}
+
+/* dW tile t of expert e as zeros (an expert with no pairs). */
+static __device__ void bwd_dw_zero(const hr__moe_bwd_params &p, const bwd_plan &q, int e, int t)
+{
+  const hr__moe_params &f = p.f;
+  const bwd_dw_tile d = bwd_dw_tile_of(p, q, t, 0);
+  const int ldo = d.dw1 ? f.H : f.I, esize = p.dw_bf16 ? 2 : 4, cpr = 128 * esize / 16;
+  const size_t base = d.dw1 ? (size_t)e * 2 * f.I * f.H : (size_t)e * f.H * f.I;
+  char *out = (char *)(d.dw1 ? p.dw1 : p.dw2) + (base + (size_t)d.m0 * ldo + d.n0) * esize;
+
+  for(int i = (int)threadIdx.x; i < 128 * cpr; i += HR__MOE_THREADS)
+    *(uint4 *)(out + (size_t)(i / cpr) * ldo * esize + (i % cpr) * 16) = make_uint4(0, 0, 0, 0);
+}
+
+/* dW tile t of expert e from the wgmma accumulators (warp w of warpgroup
+ * g holds rows 64 g + 16 (w % 4) .. + 15, all 128 columns), as fp32 or
+ * rounded to bf16. The fragments go to shared memory first, and from
+ * there to dW in whole 512-byte rows a warp: stored straight from the
+ * fragments, each warp's store covered 8 rows with 16 bytes each, half
+ * a sector, and dW is the backward's one large output (21 GiB at
+ * DeepSeek-V3 in bf16). */
+static __device__ void bwd_dw_store(const hr__moe_bwd_params &p, const bwd_plan &q, int e, int t,
+                                    const float (&acc)[16][4], uint8_t *smem)
+{
+  const hr__moe_params &f = p.f;
+  const int wg = (int)threadIdx.x >> 7, lane = (int)threadIdx.x & 31;
+  const int w4 = ((int)threadIdx.x >> 5) & 3;
+  const int bf = p.dw_bf16, pitch = bf ? BWD_DW_PITCH_BF16 : BWD_DW_PITCH_F32;
+  const bwd_dw_tile d = bwd_dw_tile_of(p, q, t, 0);
+  const int ldo = d.dw1 ? f.H : f.I, esize = bf ? 2 : 4, cpr = 128 * esize / 16;
+  const size_t base = d.dw1 ? (size_t)e * 2 * f.I * f.H : (size_t)e * f.H * f.I;
+  char *out = (char *)(d.dw1 ? p.dw1 : p.dw2) + (base + (size_t)d.m0 * ldo + d.n0) * esize;
+  uint8_t *stage = smem + BWD_DW_STAGING;
+
+#pragma unroll
+  for(int j = 0; j < 16; j++)
+#pragma unroll
+    for(int half = 0; half < 2; half++) {
+      const int r = wg * 64 + w4 * 16 + (lane >> 2) + 8 * half, c = j * 8 + 2 * (lane & 3);
+      if(bf)
+        *(uint32_t *)(stage + r * pitch + c * 2) = pack_bf16x2(acc[j][half * 2], acc[j][half * 2 + 1]);
+      else
+        *(float2 *)(stage + r * pitch + c * 4) = make_float2(acc[j][half * 2], acc[j][half * 2 + 1]);
+    }
+  __syncthreads();
+  for(int i = (int)threadIdx.x; i < 128 * cpr; i += HR__MOE_THREADS)
+    *(uint4 *)(out + (size_t)(i / cpr) * ldo * esize + (i % cpr) * 16) =
+        *(const uint4 *)(stage + (i / cpr) * pitch + (i % cpr) * 16);
+  __syncthreads();                     /* the staging is free again */
+}
+
+/* dx row tile `unit` (M tile unit / nh, columns h0 .. h0 + 127 of H):
+ * dxrow = dh W1[e] over K = 2I, on wgmma m64n128k16. A the dh rows
+ * K-major (wgmma_desc_sw128), B W1[e] MN-major (its rows are the K of
+ * this GEMM; bwd_mn_sw128, the transpose bit): warpgroup w takes pairs
+ * 64 w..64 w + 63 of the tile. */
+template <int DEPTH>
+static __device__ void bwd_dx_tile(const hr__moe_bwd_params &p, const moe_route &rt,
+                                   const bwd_plan &q, uint8_t *smem, int unit)
+{
+  const hr__moe_params &f = p.f;
+  const int H = f.H, I = f.I;
+  const int mt_all = unit / q.nh, h0 = (unit - mt_all * q.nh) * 128;
+  const int e = bwd_expert_of(rt, f.E, mt_all);
+  const int m0 = (mt_all - rt.tile_off[e]) * HR__MOE_BWD_TILE_M;
+  const int cnt = rt.cnt[e], off = rt.off[e];
+  const int wg = (int)threadIdx.x >> 7, lane = (int)threadIdx.x & 31;
+  const int w4 = ((int)threadIdx.x >> 5) & 3;
+  constexpr int PT = BWD_BK * 128 / 8 / HR__MOE_THREADS;   /* chunks a thread, each tile */
+  const uint32_t ring = bwd_ring(smem);
+  const uint16_t *w1e = f.w1 + (size_t)e * 2 * I * H + h0;
+  const uint16_t *arow[PT];
+  uint32_t adst[PT], bdst[PT];
+  int bk[PT], bc[PT];
+  float acc[16][4];
+
+#pragma unroll
+  for(int j = 0; j < 16; j++)
+    acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+#pragma unroll
+  for(int i = 0; i < PT; i++) {
+    const int c = (int)threadIdx.x + i * HR__MOE_THREADS;
+    const int r = c / (BWD_BK / 8), ch = c % (BWD_BK / 8);   /* A: 128 rows x 8 chunks */
+    arow[i] = m0 + r < cnt ? p.dh + (size_t)(off + m0 + r) * 2 * I + ch * 8 : nullptr;
+    adst[i] = bwd_k_sw128(r, ch);
+    bk[i] = c / 16;                                          /* B: 64 K rows x 16 chunks */
+    bc[i] = (c % 16) * 8;
+    bdst[i] = bwd_mn_sw128(bk[i], bc[i]);
+  }
+  bwd_pipeline<BWD_GRAD_STAGES_OF(DEPTH), BWD_GRAD_STAGE, DEPTH>(
+      2 * I / BWD_BK, ring,
+      [&](uint32_t st, int s) {
+#pragma unroll
+        for(int i = 0; i < PT; i++) {
+          cp_async16_zfill(st + adst[i], arow[i] ? (const void *)(arow[i] + s * BWD_BK) : f.x,
+                           arow[i] != nullptr);
+          cp_async16(st + BWD_MN_TILE + bdst[i],
+                     w1e + (size_t)(s * BWD_BK + bk[i]) * H + bc[i]);
+        }
+      },
+      [&](uint32_t st, int) {
+        const uint64_t da = wgmma_desc_sw128(st + wg * 64 * 128);
+        const uint64_t db = wgmma_desc_mn_sw128(st + BWD_MN_TILE, BWD_BK * 128, 1024);
+        wgmma_fence();
+#pragma unroll
+        for(int ks = 0; ks < BWD_BK / 16; ks++)
+          wgmma_m64k16_t<128, 0, 1>(acc, wgmma_desc_add(da, ks * 32),
+                                   wgmma_desc_add(db, ks * 2048));
+        wgmma_commit();
+        wgmma_wait<DEPTH>();
+        wgmma_fence_acc(acc);
+      });
+  wgmma_fence_acc(acc);                /* after the pipeline's last wait */
+#pragma unroll
+  for(int j = 0; j < 16; j++)
+#pragma unroll
+    for(int half = 0; half < 2; half++) {
+      const int r = wg * 64 + w4 * 16 + (lane >> 2) + 8 * half, c = j * 8 + 2 * (lane & 3);
+      if(m0 + r < cnt)
+        *(uint32_t *)(p.dxrow + (size_t)(off + m0 + r) * H + h0 + c) =
+            pack_bf16x2(acc[j][half * 2], acc[j][half * 2 + 1]);
+    }
+}
+
+/* dW group g: tiles [t0, t1) of one expert, BWD_DW_GROUP of them, in one
+ * run of the pipeline: their K = the expert's pairs is short (64 at
+ * Qwen3-30B-A3B T = 1024, 128 at DeepSeek-V3 T = 4096: a few steps), so a
+ * tile on its own would be mostly the ring's fill and drain. Here the
+ * next tile's first steps are in flight while a tile ends. The gathered
+ * rows are the same in every tile of the group (the expert's pairs), so
+ * each step's token rows are read one step ahead, whatever the tile.
+ * The MMAs are wgmma m64n128k16 with both operands MN-major (the
+ * transpose bits): warpgroup w takes rows 64 w..64 w + 63 of the 128 x
+ * 128 tile, all its columns. */
+template <int DEPTH>
+static __device__ void bwd_dw_group(const hr__moe_bwd_params &p, const moe_route &rt,
+                                    const bwd_plan &q, uint8_t *smem, int g)
+{
+  const hr__moe_params &f = p.f;
+  const int per_e = q.w1_tiles + q.w2_tiles;
+  const int gpe = (per_e + BWD_DW_GROUP - 1) / BWD_DW_GROUP;
+  const int e = g / gpe, t0 = (g - e * gpe) * BWD_DW_GROUP;
+  const int t1 = min(per_e, t0 + BWD_DW_GROUP);
+  const int cnt = rt.cnt[e], off = rt.off[e];
+  const int nk = (cnt + BWD_BK - 1) / BWD_BK;
+  const int32_t *tok = f.sorted_tok + off;
+  const int wg = (int)threadIdx.x >> 7;
+  constexpr int PT = BWD_BK * 128 / 8 / HR__MOE_THREADS;
+  const uint32_t ring = bwd_ring(smem);
+  float acc[16][4];
+  int kr[PT], col[PT], trow[PT];
+  uint32_t dst[PT];
+
+#pragma unroll
+  for(int j = 0; j < 16; j++)
+    acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+  if(nk == 0) {
+    for(int t = t0; t < t1; t++)
+      bwd_dw_zero(p, q, e, t);
+    return;
+  }
+#pragma unroll
+  for(int i = 0; i < PT; i++) {
+    const int c = (int)threadIdx.x + i * HR__MOE_THREADS;
+    kr[i] = c / (128 / 8);
+    col[i] = (c % (128 / 8)) * 8;
+    dst[i] = bwd_mn_sw128(kr[i], col[i]);
+    trow[i] = kr[i] < cnt ? tok[kr[i]] : 0;
+  }
+  int is = 0, ct = t0, cs = 0;
+  bwd_dw_tile d = bwd_dw_tile_of(p, q, t0, off);
+  bwd_pipeline<BWD_GRAD_STAGES_OF(DEPTH), BWD_GRAD_STAGE, DEPTH>(
+      (t1 - t0) * nk, ring,
+      [&](uint32_t st, int) {
+        const int sn = is + 1 == nk ? 0 : is + 1;
+#pragma unroll
+        for(int i = 0; i < PT; i++) {
+          const int kk = is * BWD_BK + kr[i];
+          const int valid = kk < cnt;
+          const long long ra = d.a_tok ? trow[i] : kk, rb = d.a_tok ? kk : trow[i];
+          cp_async16_zfill(st + dst[i], valid ? (const void *)(d.a + ra * d.lda + col[i]) : f.x,
+                           valid);
+          cp_async16_zfill(st + BWD_MN_TILE + dst[i],
+                           valid ? (const void *)(d.b + rb * d.ldb + col[i]) : f.x, valid);
+          const int kn = sn * BWD_BK + kr[i];
+          trow[i] = kn < cnt ? tok[kn] : 0;
+        }
+        is = sn;
+        if(sn == 0 && ++d.t < t1)
+          d = bwd_dw_tile_of(p, q, d.t, off);
+      },
+      [&](uint32_t st, int) {
+        /* A: this warpgroup's 64 rows are the tile's block wg; B: both */
+        const uint64_t da = wgmma_desc_mn_sw128(st + wg * (BWD_BK * 128), BWD_BK * 128, 1024);
+        const uint64_t db = wgmma_desc_mn_sw128(st + BWD_MN_TILE, BWD_BK * 128, 1024);
+        wgmma_fence();
+#pragma unroll
+        for(int ks = 0; ks < BWD_BK / 16; ks++)
+          wgmma_m64k16_t<128, 1, 1>(acc, wgmma_desc_add(da, ks * 2048),
+                                   wgmma_desc_add(db, ks * 2048));
+        wgmma_commit();
+        wgmma_wait<DEPTH>();
+        wgmma_fence_acc(acc);
+        if(++cs == nk) {                 /* the tile's end */
+          wgmma_wait<0>();
+          wgmma_fence_acc(acc);
+          bwd_dw_store(p, q, e, ct, acc, smem);
+#pragma unroll
+          for(int j = 0; j < 16; j++)
+            acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+          cs = 0;
+          ct++;
+        }
+      });
+}
+
+/* grads unit `unit`: [0, n_dx) the dx rows of M tile unit / nh (dh W1,
+ * K = 2I); then the dW groups (bwd_dw_group). */
+template <int DEPTH>
+static __device__ void bwd_grads_tile(const hr__moe_bwd_params &p, const moe_route &rt,
+                                      const bwd_plan &q, uint8_t *smem, int unit)
+{
+  if(unit < q.n_dx)
+    bwd_dx_tile<DEPTH>(p, rt, q, smem, unit);
+  else
+    bwd_dw_group<DEPTH>(p, rt, q, smem, unit - q.n_dx);
+}
+
+/* ---- stage 4: combine -------------------------------------------------- */
+
+/* What the combine reads and writes: pos_of[t k + j] the row of pair
+ * (t, j) in rows [.][H] and its ni d(w) partials in dwp (-1: an id
+ * outside [0, E)); dx [T][H] and dtw [T][k]. */
+struct bwd_comb {
+  const int32_t *pos_of;
+  const uint16_t *rows;
+  const float *dwp;
+  int ni;
+  uint16_t *dx;
+  float *dtw;
+  int k, H;
+};
+
+/* Tokens [lo, hi): dx[t] = bf16(sum over valid slots j, in order, of the
+ * dx row of (t, j)); d(w[t,j]) = the sum of its partials in order, or 0
+ * for an id outside [0, E). */
+static __device__ void bwd_combine_rows(const bwd_comb &a, int lo, int hi)
+{
+  const int chunks = a.H / 8, k = a.k, ni = a.ni;
+  const long long n = (long long)(hi - lo) * chunks;
+  for(long long i = threadIdx.x; i < n; i += HR__MOE_THREADS) {
+    const int t = lo + (int)(i / chunks), c = (int)(i % chunks) * 8;
+    float acc[8] = { 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f };
+    for(int j = 0; j < k; j++) {
+      const int pos = a.pos_of[t * k + j];
+      if(pos < 0)
+        continue;
+      const uint4 v = *(const uint4 *)(a.rows + (size_t)pos * a.H + c);
+      acc[0] += bf16_lo(v.x);
+      acc[1] += bf16_hi(v.x);
+      acc[2] += bf16_lo(v.y);
+      acc[3] += bf16_hi(v.y);
+      acc[4] += bf16_lo(v.z);
+      acc[5] += bf16_hi(v.z);
+      acc[6] += bf16_lo(v.w);
+      acc[7] += bf16_hi(v.w);
+    }
+    uint4 o;
+    o.x = pack_bf16x2(acc[0], acc[1]);
+    o.y = pack_bf16x2(acc[2], acc[3]);
+    o.z = pack_bf16x2(acc[4], acc[5]);
+    o.w = pack_bf16x2(acc[6], acc[7]);
+    *(uint4 *)(a.dx + (size_t)t * a.H + c) = o;
+  }
+  for(int pi = lo * k + (int)threadIdx.x; pi < hi * k; pi += HR__MOE_THREADS) {
+    const int pos = a.pos_of[pi];
+    float s = 0.0f;
+    if(pos >= 0)
+      for(int it = 0; it < ni; it++)
+        s += a.dwp[(size_t)pos * ni + it];
+    a.dtw[pi] = s;
+  }
+}
+
+/* ---- the kernels' pieces ---------------------------------------------- */
+
+/* The routing tables in shared memory, after the ring and the partials. */
+static __device__ __forceinline__ moe_route bwd_tables(uint8_t *smem, int **cursor)
+{
+  int *ints = (int *)(smem + BWD_RING_BYTES);
+  moe_route rt;
+  rt.cnt = ints;
+  rt.pre = ints + HR__MOE_ROUTE_INTS;
+  rt.off = ints + 2 * HR__MOE_ROUTE_INTS;
+  rt.tile_off = ints + 3 * HR__MOE_ROUTE_INTS;
+  *cursor = ints + 4 * HR__MOE_ROUTE_INTS;
+  return rt;
+}
+
+/* One CTA's claimed units of a stage from counter *claim: the next unit
+ * is claimed while this one runs. */
+template <class Run>
+static __device__ __forceinline__ void bwd_claimed(unsigned *claim, int units, unsigned *s_unit,
+                                                   Run run)
+{
+  if(threadIdx.x == 0)
+    *s_unit = atomicAdd(claim, 1u);
+  __syncthreads();
+  for(;;) {
+    const unsigned u = *s_unit;
+    __syncthreads();
+    if(u >= (unsigned)units)
+      break;
+    unsigned next = 0;
+    if(threadIdx.x == 0)
+      next = atomicAdd(claim, 1u);     /* its result is needed only below */
+    run((int)u);
+    if(threadIdx.x == 0)
+      *s_unit = next;
+    __syncthreads();
+  }
+}
+
+
+#endif /* HR_MOE_BWD_TILES_CUH */
