@@ -321,7 +321,7 @@ static void failures(int sms)
     rc[r] = hr_moe_ep_backward_grid(G.ep[r], grid, HR_MODE_HEADROOM, &ga, G.st[r]);
     GT_EXPECT(rc[r] == HR_EINVAL, "dw1 NULL: rank %d: %s", r, hr_strerror(rc[r]));
   }
-  expect_bwd_bitwise(&g, &G, &B, cnt, grid, HR_MOE_DW_BF16, "after refused calls on every rank");
+  expect_bwd_bitwise(&g, &G, &B, cnt, grid, HR_MOE_DW_FP32, "after refused calls on every rank");
 
   /* A group made for the forward only refuses the backward. */
   group_create(&F, &gt_shapes[GT_SMALL], R, cap, sms, 0);
