@@ -24,7 +24,8 @@ ifeq ($(HAVE_NVCC),1)
 # that force a path or a fault), which the shared library does not
 # export; so what they time and test is what the shared library ships.
 MOE_CU_SRCS := kernels/moe_kernel.cu kernels/moe_agnostic.cu kernels/moe_backward.cu \
-               kernels/moe_ep.cu kernels/moe_ep_backward.cu kernels/moe_ep_api.cu \
+               kernels/moe_ep.cu kernels/moe_ep_agnostic.cu kernels/moe_ep_backward.cu \
+               kernels/moe_ep_api.cu \
                kernels/moe_api.cu
 MOE_CU_OBJS := $(patsubst %.cu,$(OBJDIR)/%.cu.o,$(MOE_CU_SRCS)) $(MOE_EP_PLAN_OBJ)
 MOE_LIB_SO := $(LIBDIR)/libheadroom_moe.so

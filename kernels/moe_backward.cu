@@ -209,7 +209,11 @@ hr__moe_bwd_agnostic_kernel(const __grid_constant__ hr__moe_bwd_params p)
   moe_route_tiles(f, rt, HR__MOE_BWD_TILE_M, s_warp_sums);
   const bwd_plan q = bwd_plan_of(f, rt);
   const int np = (pairs + HR__MOE_BWD_PIECE - 1) / HR__MOE_BWD_PIECE;
-  const int ncomb = (f.T + HR__MOE_BWD_COMBINE_TOKENS - 1) / HR__MOE_BWD_COMBINE_TOKENS;
+  /* none where the combine is left out (the benchmark hook; the EP
+   * backward's agnostic form, which combines at the sources) */
+  const int ncomb = (f.skip & HR__MOE_PHASE_COMBINE)
+                        ? 0
+                        : (f.T + HR__MOE_BWD_COMBINE_TOKENS - 1) / HR__MOE_BWD_COMBINE_TOKENS;
   const int at_dgu = np, at_dx = at_dgu + q.n_dgu, at_dw = at_dx + q.n_dx;
   const int at_comb = at_dw + q.n_dwg, total = at_comb + ncomb;
 

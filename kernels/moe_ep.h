@@ -58,11 +58,14 @@ typedef struct hr__moe_ep_layout {
    * are 0 (and take nothing) without the backward */
   uint64_t flags, recv_ids, recv_tok, recv_x, ret, recv_w, recv_dy, ret_dw, peer_bytes;
   /* the local workspace; reset_bytes from its start are what a failed
-   * launch leaves dirty (the grid barrier's words). The backward's
+   * launch leaves dirty (the grid barrier's words, the agnostic form's
+   * schedule and counters). The backward's
    * sorted_pair, dh and dwp are 0 without it (its w a and dx rows use
    * the forward's h and ypair) */
-  uint64_t sync, sorted_tok, pos_of, src_pos, h, ypair, sorted_pair, dh, dwp;
+  uint64_t sync, agn, g1_done, g2_done, sorted_tok, pos_of, src_pos, h, ypair;
+  uint64_t sorted_pair, dh, dwp;
   uint64_t local_bytes, reset_bytes;
+  int64_t tiles;        /* entries of g1_done and g2_done */
 } hr__moe_ep_layout;
 
 /* The shape rules of hr_moe_create, and EP's: 1 <= nranks <=

@@ -104,6 +104,8 @@ static int setup_local(hr_moe_ep *ep, int device, cudaIpcMemHandle_t *ipc, int *
   if(err)
     return err;
   err = hr__moe_err_from_cuda(hr__moe_ep_prepare());
+  if(!err)
+    err = hr__moe_err_from_cuda(hr__moe_agnostic_prepare());
   if(!err && ep->lay.backward)
     err = hr__moe_err_from_cuda(hr__moe_ep_bwd_prepare());
   if(!err)
@@ -328,6 +330,9 @@ static void local_params(const hr_moe_ep *ep, const hr_moe_args *a, uint32_t epo
   p->h = (uint16_t *)(ep->ws + ep->lay.h);
   p->ypair = (uint16_t *)(ep->ws + ep->lay.ypair);
   p->sync = (hr__moe_sync *)(ep->ws + ep->lay.sync);
+  p->agn = (hr__moe_agn *)(ep->ws + ep->lay.agn);
+  p->g1_done = (unsigned *)(ep->ws + ep->lay.g1_done);
+  p->g2_done = (unsigned *)(ep->ws + ep->lay.g2_done);
   p->host = &ep->host_dev->w;
   p->seq = epoch;
   p->timeout_ns = (unsigned long long)timeout_ms * 1000000ULL;
@@ -369,21 +374,22 @@ static int launch(hr_moe_ep *ep, const hr_lease *lease, int grid, int mode, int 
   cudaStreamCaptureStatus cap;
   cudaError_t ce;
   uint32_t epoch;
-  int prev, err, timeout_ms;
+  int prev, err, timeout_ms, agnostic;
 
   if(!ep)
     return HR_EINVAL;
   /* The epoch is spent whatever follows, so that every rank's calls stay
    * in step (headroom_moe.h). */
   epoch = ++ep->calls;
-  if(mode == HR_MODE_AGNOSTIC)
-    return HR_EUNSUPPORTED;
   if(mode == HR_MODE_PARTITION)
     mode = HR_MODE_HEADROOM;
+  agnostic = mode == HR_MODE_AGNOSTIC;
+  if(agnostic)
+    cluster = 1;                       /* its parts share nothing across CTAs */
   if(g)
     a = &g->fwd;
   if(!(g ? grad_args_ok(ep, g) : args_ok(ep, a, 0)) ||
-     (mode != HR_MODE_HEADROOM && mode != HR_MODE_COOPERATIVE) ||
+     (mode != HR_MODE_HEADROOM && mode != HR_MODE_COOPERATIVE && !agnostic) ||
      (cluster != 1 && cluster != 2) || grid < 1 || grid % cluster != 0 ||
      (mode != HR_MODE_COOPERATIVE && grid > ep->sms))
     return HR_EINVAL;
@@ -438,7 +444,10 @@ static int launch(hr_moe_ep *ep, const hr_lease *lease, int grid, int mode, int 
     if(p->H >= HR__MOE_CLAIM_MIN_H)
       p->flags |= HR__MOE_FLAG_CLAIM;
     group_params(ep, a, &e.g);
-    ce = hr__moe_ep_launch(&e, grid, mode == HR_MODE_COOPERATIVE, cluster, stream);
+    if(agnostic)
+      ce = hr__moe_ep_agn_launch(&e, NULL, grid, stream);
+    else
+      ce = hr__moe_ep_launch(&e, grid, mode == HR_MODE_COOPERATIVE, cluster, stream);
   } else {
     hr__moe_bwd_params *b = &eb.b;
     memset(&eb, 0, sizeof(eb));
@@ -458,7 +467,14 @@ static int launch(hr_moe_ep *ep, const hr_lease *lease, int grid, int mode, int 
     eb.g.dy = (const uint16_t *)g->dy;
     eb.g.dx = (uint16_t *)g->dx;
     eb.g.dtw = g->dtopk_weights;
-    ce = hr__moe_ep_bwd_launch(&eb, grid, mode == HR_MODE_COOPERATIVE, stream);
+    if(agnostic) {
+      memset(&e, 0, sizeof(e));
+      e.p = b->f;
+      e.g = eb.g;
+      ce = hr__moe_ep_agn_launch(&e, b, grid, stream);
+    } else {
+      ce = hr__moe_ep_bwd_launch(&eb, grid, mode == HR_MODE_COOPERATIVE, stream);
+    }
   }
   if(ce != cudaSuccess) {
     cudaGetLastError();

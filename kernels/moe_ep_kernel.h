@@ -33,7 +33,10 @@ typedef struct hr__moe_ep_host_words {
 typedef struct hr__moe_ep_sync {
   unsigned told;      /* the epoch whose failure this rank has told its
                          peers (one CTA tells them) */
-  unsigned pad[31];
+  /* the agnostic form: the received pairs' scan (ep_wait_dispatch's cs),
+   * from its exchange kernel to the return kernel */
+  int cs[HR_MOE_EP_MAX_RANKS + 1];
+  unsigned pad[31 - HR_MOE_EP_MAX_RANKS - 1];
 } hr__moe_ep_sync;
 
 /* What an EP launch knows of its group, beside the local problem: this
@@ -99,6 +102,13 @@ cudaError_t hr__moe_ep_launch(const hr__moe_ep_params *e, int grid, int coop, in
 cudaError_t hr__moe_ep_bwd_prepare(void);
 cudaError_t hr__moe_ep_bwd_launch(const hr__moe_ep_bwd_params *e, int grid, int coop,
                                   cudaStream_t stream);
+
+/* The agnostic form (moe_ep_agnostic.cu): the forward (b NULL) or the
+ * backward (e->p = b->f) as a chain of launches on `stream`, none of
+ * which waits for a CTA that is not running; `grid` CTAs for the parts
+ * that spread. */
+cudaError_t hr__moe_ep_agn_launch(const hr__moe_ep_params *e, const hr__moe_bwd_params *b,
+                                  int grid, cudaStream_t stream);
 
 /* moe_api.cu: the tensor maps of a forward over shape s (s->experts
  * experts, s->max_tokens * s->topk pairs) on the workspace ypair and h

@@ -14,6 +14,8 @@
  * room for it without including CUDA's headers here (moe_ep.cu checks
  * that it fits). */
 #define SYNC_BYTES 1024
+/* and hr__moe_agn (5 lines) */
+#define AGN_BYTES 1024
 
 static uint64_t align_up(uint64_t n)
 {
@@ -100,6 +102,15 @@ int hr__moe_ep_layout_of(const hr_moe_shape *s, int nranks, int backward, hr__mo
   off = 0;
   l->sync = off;
   off += align_up(SYNC_BYTES);
+  /* the agnostic form's schedule and per-token-tile counters (as
+   * hr_moe's: at most pairs / 16 + E tiles), zero between launches */
+  l->agn = off;
+  off += align_up(AGN_BYTES);
+  l->tiles = l->pairs / 16 + l->local_experts + 1;
+  l->g1_done = off;
+  off += align_up((uint64_t)l->tiles * 4);
+  l->g2_done = off;
+  off += align_up((uint64_t)l->tiles * 4);
   l->reset_bytes = off;
   l->sorted_tok = off;
   off += align_up((uint64_t)l->pairs * 4);

@@ -18,6 +18,8 @@
 typedef struct ep_group {
   int R, cap, sms;
   int backward;               /* made with boot.backward = 1 */
+  hr_mode mode;               /* run_ranks' launches: HR_MODE_HEADROOM (the
+                                 barrier form) or HR_MODE_AGNOSTIC */
   gt_shape s;
   hr_moe_ep *ep[HR_MOE_EP_MAX_RANKS];
   void *st[HR_MOE_EP_MAX_RANKS];
@@ -48,13 +50,16 @@ hr_moe_args rank_args(const gt_moe *g, const ep_group *G, const int *cnt, int r,
 int rank_first(const int *cnt, int r);
 
 /* Every rank in `mask` launches a forward epoch (hr_moe_ep_forward_grid,
- * `grid`), then syncs: rc[r], and the ms it took. block_ms > 0: the
+ * `grid`, G->mode), then syncs: rc[r], and the ms it took. block_ms > 0: the
  * last rank's stream first gets a kernel that holds it that long (queued
  * past the device-wide sync here, which would wait for it). */
 double run_ranks(const gt_moe *g, ep_group *G, const int *cnt, unsigned mask, int grid,
                  int timeout_ms, int block_ms, int *rc);
 /* The single-GPU y for g's inputs, into G->y_ref; 1 when it ran. */
 int reference(gt_moe *g, ep_group *G, const char *what);
+/* y (G->y) bitwise against G->y_ref, every element written: prints one
+ * line; counts a failure. 1 when equal. */
+int check_y(const gt_moe *g, ep_group *G, int grid, const char *what, double ms);
 /* Every rank's forward of an epoch, y bitwise against G->y_ref. */
 void expect_bitwise(gt_moe *g, ep_group *G, const int *cnt, int grid, const char *what);
 
@@ -69,7 +74,7 @@ void route_avoiding(gt_moe *g, int T, int R, int d);
 void route_bad_ids(gt_moe *g, int T);
 
 /* Every rank in `mask` ended with `code`, failed_rank in `from` (a mask),
- * at `wait`, having waited for rank `waited` (-1: any), noticed at
+ * at `wait` (-1: any), having waited for rank `waited` (-1: any), noticed at
  * `noticed` (-1: any). */
 void expect_failure(ep_group *G, const int *rc, unsigned mask, int code, unsigned from,
                     int wait, int waited, int noticed, const char *what);

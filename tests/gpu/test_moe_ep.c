@@ -29,8 +29,14 @@
  *   - hr_moe_ep_abort on one rank while all wait for a missing one: every
  *     rank ends with HR_EABORTED naming the aborted rank, long before the
  *     (10 s) timeout.
- * And the launch's argument checks on a real context (grid 0, too many
- * tokens, agnostic mode), made on every rank so the epochs stay in step.
+ * Every correctness case runs in the barrier form and in the agnostic
+ * form (a chain of launches none of which waits for a CTA that is not
+ * running, moe_ep_agnostic.cu). And the launch's argument checks on a
+ * real context (grid 0, too many tokens, an unknown mode), made on every
+ * rank so the epochs stay in step. Last, two ranks of grid SMs / 2 with a
+ * hog holding SMs - 1.5 grids for 1.5 s: the barrier form ends with
+ * HR_EBARRIER_TIMEOUT on both ranks at the 300 ms timeout; the agnostic
+ * form completes with y bitwise, before the hog ends.
  */
 #include <limits.h>
 #include <pthread.h>
@@ -48,6 +54,16 @@
 
 /* ---- the correctness cases ---------------------------------------------- */
 
+/* The barrier form, then the agnostic form, of the same epoch's inputs. */
+static void both_forms(gt_moe *g, ep_group *G, const int *cnt, int grid, const char *what)
+{
+  G->mode = HR_MODE_HEADROOM;
+  expect_bitwise(g, G, cnt, grid, what);
+  G->mode = HR_MODE_AGNOSTIC;
+  expect_bitwise(g, G, cnt, grid, what);
+  G->mode = HR_MODE_HEADROOM;
+}
+
 static void correctness(int shape, int R, int cap, int sms, const int *grids, int ngrids)
 {
   gt_moe g;
@@ -63,7 +79,7 @@ static void correctness(int shape, int R, int cap, int sms, const int *grids, in
   split(&G, g.T, 0, cnt);
   if(reference(&g, &G, "random"))
     for(i = 0; i < ngrids; i++)
-      expect_bitwise(&g, &G, cnt, grids[i], "random routing, every rank full");
+      both_forms(&g, &G, cnt, grids[i], "random routing, every rank full");
 
   /* few tokens, the last rank with none */
   T = 5 * R + 3;
@@ -71,14 +87,14 @@ static void correctness(int shape, int R, int cap, int sms, const int *grids, in
   split(&G, T, 1, cnt);
   if(reference(&g, &G, "uneven"))
     for(i = 0; i < ngrids; i++)
-      expect_bitwise(&g, &G, cnt, grids[i], "random, uneven, last rank without tokens");
+      both_forms(&g, &G, cnt, grids[i], "random, uneven, last rank without tokens");
 
   /* everything to one rank */
   route_to_rank(&g, R * cap / 2, R, R / 2);
   split(&G, g.T, 0, cnt);
   snprintf(what, sizeof(what), "every slot to rank %d", R / 2);
   if(reference(&g, &G, what))
-    expect_bitwise(&g, &G, cnt, grids[0], what);
+    both_forms(&g, &G, cnt, grids[0], what);
 
   /* rank 0 receives nothing */
   if(R > 1) {
@@ -86,20 +102,20 @@ static void correctness(int shape, int R, int cap, int sms, const int *grids, in
     split(&G, g.T, 0, cnt);
     if(reference(&g, &G, "rank 0 gets no tokens"))
       for(i = 0; i < ngrids; i++)
-        expect_bitwise(&g, &G, cnt, grids[i], "no token for rank 0's experts");
+        both_forms(&g, &G, cnt, grids[i], "no token for rank 0's experts");
   }
 
   /* ids outside [0, E) */
   route_bad_ids(&g, R * cap / 2 + 1);
   split(&G, g.T, 0, cnt);
   if(reference(&g, &G, "bad ids"))
-    expect_bitwise(&g, &G, cnt, grids[0], "a quarter of the ids outside [0, E)");
+    both_forms(&g, &G, cnt, grids[0], "a quarter of the ids outside [0, E)");
 
   /* one token in all */
   gt_route_random(&g, 1);
   split(&G, 1, 0, cnt);
   if(reference(&g, &G, "one token"))
-    expect_bitwise(&g, &G, cnt, grids[ngrids - 1], "one token in all");
+    both_forms(&g, &G, cnt, grids[ngrids - 1], "one token in all");
 
   group_free(&G);
   gt_moe_free(&g);
@@ -142,8 +158,8 @@ static void failures(int sms)
   }
   for(r = 0; r < R; r++) {
     a = rank_args(&g, &G, cnt, r, EP_TIMEOUT_MS);
-    rc[r] = hr_moe_ep_forward_grid(G.ep[r], grid, HR_MODE_AGNOSTIC, &a, G.st[r]);
-    GT_EXPECT(rc[r] == HR_EUNSUPPORTED, "agnostic: rank %d: %s", r, hr_strerror(rc[r]));
+    rc[r] = hr_moe_ep_forward_grid(G.ep[r], grid, (hr_mode)99, &a, G.st[r]);
+    GT_EXPECT(rc[r] == HR_EINVAL, "mode 99: rank %d: %s", r, hr_strerror(rc[r]));
   }
   expect_bitwise(&g, &G, cnt, grid, "after refused calls on every rank");
 
@@ -223,6 +239,71 @@ static void failures(int sms)
   gt_moe_free(&g);
 }
 
+/* ---- a rank held by a hog ---------------------------------------------- */
+
+/* Two ranks of grid SMs / 2; a hog holds SMs - 1.5 grids for 1.5 s, so
+ * the second rank launched finds half its grid's SMs taken. The barrier
+ * form: every rank ends with HR_EBARRIER_TIMEOUT (300 ms), long before
+ * the hog does. The agnostic form: every rank completes, y bitwise, also
+ * before the hog ends (nothing waits for the CTAs that cannot start). */
+static void hog_case(int sms)
+{
+  const int R = 2, cap = 256, grid = sms / R, hog_ctas = sms - grid - grid / 2, hog_ms = 1500;
+  const hr_mode modes[2] = { HR_MODE_HEADROOM, HR_MODE_AGNOSTIC };
+  gt_moe g;
+  ep_group G;
+  int cnt[HR_MOE_EP_MAX_RANKS], rc[HR_MOE_EP_MAX_RANKS], r, m;
+
+  gt_moe_init(&g, &gt_shapes[GT_SMALL], R * cap);
+  group_create(&G, &gt_shapes[GT_SMALL], R, cap, sms, 0);
+  gt_route_random(&g, R * cap);
+  split(&G, g.T, 0, cnt);
+  if(!reference(&g, &G, "hog")) {
+    group_free(&G);
+    gt_moe_free(&g);
+    return;
+  }
+  for(m = 0; m < 2; m++) {
+    gt_hog h;
+    double t0, ms;
+    G.mode = modes[m];
+    GT_CUDA(cudaMemset(G.y, 0xff, (size_t)g.T * g.s.H * 2));
+    GT_CUDA(cudaDeviceSynchronize());
+    gt_hog_start(&h, hog_ctas, hog_ms);
+    t0 = gt_now_ms();
+    for(r = 0; r < R; r++) {
+      hr_moe_args a = rank_args(&g, &G, cnt, r, FAIL_TIMEOUT_MS);
+      rc[r] = hr_moe_ep_forward_grid(G.ep[r], grid, G.mode, &a, G.st[r]);
+      if(r == 0)
+        gt_sleep_ms(20);               /* rank 0 resident first */
+    }
+    for(r = 0; r < R; r++)
+      if(rc[r] == HR_OK)
+        rc[r] = hr_moe_ep_sync(G.ep[r]);
+    ms = gt_now_ms() - t0;
+    if(m == 0) {
+      printf("a hog on %d SMs, rank 1 short of its grid of %d: the barrier form ended after "
+             "%.0f ms (hog %d ms, timeout %d ms)\n", hog_ctas, grid, ms, hog_ms,
+             FAIL_TIMEOUT_MS);
+      expect_failure(&G, rc, 3u, HR_EBARRIER_TIMEOUT, 3u, -1, -1, -1,
+                     "a rank held by a hog, barrier form");
+      GT_EXPECT(ms < hog_ms - 200, "the barrier form's failure took %.0f ms", ms);
+    } else {
+      for(r = 0; r < R; r++)
+        GT_EXPECT(rc[r] == HR_OK, "a rank held by a hog, agnostic form: rank %d: %s", r,
+                  hr_strerror(rc[r]));
+      if(rc[0] == HR_OK && rc[1] == HR_OK)
+        check_y(&g, &G, grid, "rank 1 held by a hog", ms);
+      GT_EXPECT(ms < hog_ms - 200, "the agnostic form took %.0f ms, the hog %d", ms, hog_ms);
+    }
+    gt_hog_free(&h);
+  }
+  G.mode = HR_MODE_HEADROOM;
+  expect_bitwise(&g, &G, cnt, grid, "after the hog");
+  group_free(&G);
+  gt_moe_free(&g);
+}
+
 int main(void)
 {
   struct cudaDeviceProp prop;
@@ -242,5 +323,6 @@ int main(void)
     correctness(GT_QWEN3, R, 256, sms, qwen_grids, 2);
   }
   failures(sms);
+  hog_case(sms);
   return gt_finish(NAME);
 }

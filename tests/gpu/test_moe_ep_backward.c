@@ -20,10 +20,13 @@
  *   - routing that gives rank 0's experts no token (their dW: zeros);
  *   - ids outside [0, E) in a quarter of the slots;
  *   - one token in all.
+ * Each case in the barrier form and in the agnostic form (a chain of
+ * launches none of which waits for a CTA that is not running).
  * Then (small shape, R = 4): one rank's backward refused for its
  * arguments, so never launched: the others end with HR_EBARRIER_TIMEOUT
  * at the dispatch wait naming it, and the next backward on every rank is
- * bitwise again; a context made without the backward refuses one
+ * bitwise again; an unknown mode and a NULL dW1 are refused on every
+ * rank; a context made without the backward refuses one
  * (HR_EINVAL, on every rank, so the epochs stay in step) and its next
  * forward is bitwise.
  */
@@ -160,6 +163,7 @@ static void expect_bwd_bitwise(gt_moe *g, ep_group *G, bwd_bufs *B, const int *c
   const gt_shape *s = &g->s;
   const int bf = dw_dtype == HR_MOE_DW_BF16, esize = bf ? 2 : 4;
   const size_t T = (size_t)g->T;
+  const char *mode = G->mode == HR_MODE_AGNOSTIC ? " agnostic" : "";
   int rc[HR_MOE_EP_MAX_RANKS], r, ok = 1;
   size_t ddx, ddw1, ddw2, ddtw, bad;
   double t0, ms;
@@ -172,7 +176,7 @@ static void expect_bwd_bitwise(gt_moe *g, ep_group *G, bwd_bufs *B, const int *c
   t0 = gt_now_ms();
   for(r = 0; r < G->R; r++) {
     hr_moe_grad_args ga = rank_grad_args(g, G, B, cnt, r, dw_dtype, EP_TIMEOUT_MS);
-    rc[r] = hr_moe_ep_backward_grid(G->ep[r], grid, HR_MODE_HEADROOM, &ga, G->st[r]);
+    rc[r] = hr_moe_ep_backward_grid(G->ep[r], grid, G->mode, &ga, G->st[r]);
   }
   for(r = 0; r < G->R; r++)
     if(rc[r] == HR_OK)
@@ -192,13 +196,25 @@ static void expect_bwd_bitwise(gt_moe *g, ep_group *G, bwd_bufs *B, const int *c
   bad = nonfinite(B->dx, T * s->H, 1, g->stream) + nonfinite(B->dw1, B->n_dw1, bf, g->stream) +
         nonfinite(B->dw2, B->n_dw2, bf, g->stream) + nonfinite(B->dtw, T * s->k, 0, g->stream);
   GT_EXPECT(ddx == 0 && ddw1 == 0 && ddw2 == 0 && ddtw == 0 && bad == 0,
-            "%s R=%d grid=%d T=%d dW %s %s: words differing from hr_moe_backward's: dx %zu, "
+            "%s R=%d grid=%d%s T=%d dW %s %s: words differing from hr_moe_backward's: dx %zu, "
             "dW1 %zu, dW2 %zu, d(w) %zu; %zu elements not finite",
-            s->name, G->R, grid, g->T, bf ? "bf16" : "fp32", what, ddx, ddw1, ddw2, ddtw, bad);
+            s->name, G->R, grid, mode, g->T, bf ? "bf16" : "fp32", what, ddx, ddw1, ddw2, ddtw,
+            bad);
   if(ddx == 0 && ddw1 == 0 && ddw2 == 0 && ddtw == 0 && bad == 0)
-    printf("ok: %s R=%d grid=%d T=%d dW %s %s: dx, dW1, dW2, d(w) bitwise hr_moe_backward's "
-           "(%.2f ms, every rank)\n",
-           s->name, G->R, grid, g->T, bf ? "bf16" : "fp32", what, ms);
+    printf("ok: %s R=%d grid=%d%s T=%d dW %s %s: dx, dW1, dW2, d(w) bitwise "
+           "hr_moe_backward's (%.2f ms, every rank)\n",
+           s->name, G->R, grid, mode, g->T, bf ? "bf16" : "fp32", what, ms);
+}
+
+/* The barrier form, then the agnostic form, of the same backward. */
+static void both_forms(gt_moe *g, ep_group *G, bwd_bufs *B, const int *cnt, int grid,
+                       int dw_dtype, const char *what)
+{
+  G->mode = HR_MODE_HEADROOM;
+  expect_bwd_bitwise(g, G, B, cnt, grid, dw_dtype, what);
+  G->mode = HR_MODE_AGNOSTIC;
+  expect_bwd_bitwise(g, G, B, cnt, grid, dw_dtype, what);
+  G->mode = HR_MODE_HEADROOM;
 }
 
 /* ---- the correctness cases ---------------------------------------------- */
@@ -224,7 +240,7 @@ static void correctness(int shape, int R, int cap, int sms, const int *grids, in
   for(i = 0; i < ngrids; i++) {
     const int dt = i == 0 ? HR_MOE_DW_FP32 : HR_MOE_DW_BF16;
     if(reference_bwd(&g, &B, dt, "random"))
-      expect_bwd_bitwise(&g, &G, &B, cnt, grids[i], dt, "random routing, every rank full");
+      both_forms(&g, &G, &B, cnt, grids[i], dt, "random routing, every rank full");
   }
 
   /* few tokens, the last rank with none */
@@ -233,7 +249,7 @@ static void correctness(int shape, int R, int cap, int sms, const int *grids, in
   split(&G, T, 1, cnt);
   if(reference_bwd(&g, &B, HR_MOE_DW_FP32, "uneven"))
     for(i = 0; i < ngrids; i++)
-      expect_bwd_bitwise(&g, &G, &B, cnt, grids[i], HR_MOE_DW_FP32,
+      both_forms(&g, &G, &B, cnt, grids[i], HR_MOE_DW_FP32,
                          "random, uneven, last rank without tokens");
 
   /* everything to one rank */
@@ -241,7 +257,7 @@ static void correctness(int shape, int R, int cap, int sms, const int *grids, in
   split(&G, g.T, 0, cnt);
   snprintf(what, sizeof(what), "every slot to rank %d", R / 2);
   if(reference_bwd(&g, &B, HR_MOE_DW_BF16, what))
-    expect_bwd_bitwise(&g, &G, &B, cnt, grids[0], HR_MOE_DW_BF16, what);
+    both_forms(&g, &G, &B, cnt, grids[0], HR_MOE_DW_BF16, what);
 
   /* rank 0 receives nothing */
   if(R > 1) {
@@ -249,7 +265,7 @@ static void correctness(int shape, int R, int cap, int sms, const int *grids, in
     split(&G, g.T, 0, cnt);
     if(reference_bwd(&g, &B, HR_MOE_DW_FP32, "rank 0 gets no tokens"))
       for(i = 0; i < ngrids; i++)
-        expect_bwd_bitwise(&g, &G, &B, cnt, grids[i], HR_MOE_DW_FP32,
+        both_forms(&g, &G, &B, cnt, grids[i], HR_MOE_DW_FP32,
                            "no token for rank 0's experts");
   }
 
@@ -257,14 +273,14 @@ static void correctness(int shape, int R, int cap, int sms, const int *grids, in
   route_bad_ids(&g, R * cap / 2 + 1);
   split(&G, g.T, 0, cnt);
   if(reference_bwd(&g, &B, HR_MOE_DW_FP32, "bad ids"))
-    expect_bwd_bitwise(&g, &G, &B, cnt, grids[0], HR_MOE_DW_FP32,
+    both_forms(&g, &G, &B, cnt, grids[0], HR_MOE_DW_FP32,
                        "a quarter of the ids outside [0, E)");
 
   /* one token in all */
   gt_route_random(&g, 1);
   split(&G, 1, 0, cnt);
   if(reference_bwd(&g, &B, HR_MOE_DW_BF16, "one token"))
-    expect_bwd_bitwise(&g, &G, &B, cnt, grids[ngrids - 1], HR_MOE_DW_BF16, "one token in all");
+    both_forms(&g, &G, &B, cnt, grids[ngrids - 1], HR_MOE_DW_BF16, "one token in all");
 
   bufs_free(&B);
   group_free(&G);
@@ -311,12 +327,11 @@ static void failures(int sms)
                  HR_MOE_EP_WAIT_DISPATCH, "one rank's backward never launched");
   expect_bwd_bitwise(&g, &G, &B, cnt, grid, HR_MOE_DW_FP32,
                      "after a rank whose backward never launched");
-  /* the arguments on every rank: agnostic, and a NULL dW1 */
+  /* the arguments on every rank: an unknown mode, and a NULL dW1 */
   for(r = 0; r < R; r++) {
     hr_moe_grad_args ga = rank_grad_args(&g, &G, &B, cnt, r, HR_MOE_DW_FP32, EP_TIMEOUT_MS);
-    rc[r] = hr_moe_ep_backward_grid(G.ep[r], grid, HR_MODE_AGNOSTIC, &ga, G.st[r]);
-    GT_EXPECT(rc[r] == HR_EUNSUPPORTED, "agnostic backward: rank %d: %s", r,
-              hr_strerror(rc[r]));
+    rc[r] = hr_moe_ep_backward_grid(G.ep[r], grid, (hr_mode)99, &ga, G.st[r]);
+    GT_EXPECT(rc[r] == HR_EINVAL, "mode 99: rank %d: %s", r, hr_strerror(rc[r]));
     ga.dw1 = NULL;
     rc[r] = hr_moe_ep_backward_grid(G.ep[r], grid, HR_MODE_HEADROOM, &ga, G.st[r]);
     GT_EXPECT(rc[r] == HR_EINVAL, "dw1 NULL: rank %d: %s", r, hr_strerror(rc[r]));

@@ -139,6 +139,13 @@ static void check_layout(const hr_moe_shape *s, int R, int backward)
     assert_int_equal(l.sorted_pair + l.dh + l.dwp, 0);
   }
   assert_true(l.reset_bytes >= 1024);
+  /* the agnostic form's schedule and counters: in what a failure clears */
+  assert_int_equal(l.tiles, (int64_t)(pairs / 16 + s->experts / R + 1));
+  {
+    const uint64_t off[] = { l.sync, l.agn, l.g1_done, l.g2_done };
+    const uint64_t len[] = { 1024, 640, (uint64_t)l.tiles * 4, (uint64_t)l.tiles * 4 };
+    expect_regions(off, len, 4, l.reset_bytes);
+  }
   /* headroom_moe.h's formulas, within the alignment and the flags */
   if(backward)
     assert_int_equal(hr_moe_ep_memory_backward(s, R, &peer, &local), HR_OK);
@@ -147,7 +154,7 @@ static void check_layout(const hr_moe_shape *s, int R, int backward)
   assert_int_equal(peer, l.peer_bytes);
   assert_int_equal(local, l.local_bytes);
   peer_min = rows * (2 * H + 4 * k + 4) + cap * k * 2 * H;
-  local_min = pairs * (2 * I + 2 * H + 8) + cap * k * 4;
+  local_min = pairs * (2 * I + 2 * H + 8) + cap * k * 4 + 1024 + 8 * (uint64_t)l.tiles;
   if(backward) {
     peer_min += rows * (2 * H + 4 * k) + cap * k * 4;
     local_min += pairs * (4 * I + 4 + I / 16);
