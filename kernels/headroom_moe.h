@@ -348,11 +348,18 @@ int hr_moe_backward_grid(hr_moe *m, int grid, hr_mode mode,
  * Launches: every rank must make the same sequence of forward calls:
  * each call, even one refused for its arguments, is one epoch (the
  * peers of a refused call time out waiting for it, and the next call is
- * in step again). All ranks' launches of an epoch must be resident at
- * once (the grid barriers, and the waits for each other): on one GPU,
- * R virtual ranks of grid G need R G <= SMs, each on its own stream.
- * The grid is each rank's own (ranks may differ). No CUDA graph capture
- * (HR_EUNSUPPORTED); no agnostic mode yet (HR_EUNSUPPORTED).
+ * in step again). In the barrier form all ranks' launches of an epoch
+ * must be resident at once (the grid barriers, and the waits for each
+ * other): on one GPU, R virtual ranks of grid G need R G <= SMs, each on
+ * its own stream. The agnostic form (a lease in the agnostic mode, or
+ * HR_MODE_AGNOSTIC) needs no residency: the same stages as a chain of
+ * launches on the rank's stream, each either spread over any number of
+ * running CTAs with no wait between them (the dispatch, hr_moe_forward's
+ * agnostic kernel over the received rows, the return, the combine) or
+ * one CTA (the exchanges with the peers), so a rank short of SMs
+ * completes late and its peers wait for it (bounded by the timeout);
+ * bitwise the same results. The grid is each rank's own (ranks may
+ * differ). No CUDA graph capture (HR_EUNSUPPORTED).
  *
  *     hr_moe_ep_bootstrap b = { my_allgather, my_ctx, HR_MOE_EP_EXCHANGE_AUTO, 0 };
  *     hr_moe_ep_create(&ep, dev, &global_shape, rank, nranks, &b);
@@ -396,8 +403,10 @@ enum {
   HR_MOE_EP_WAIT_SENT = 3,      /* grid barrier: this rank's rows all sent */
   HR_MOE_EP_WAIT_RETURNED = 4,  /* grid barrier: the results all sent back */
   HR_MOE_EP_WAIT_TMA = 15,      /* a TMA load of a GEMM tile never landed */
-  /* 20..22: the backward's grid barriers (hr_moe_backward's: the received
-   * rows routed, the dgu tiles done, the dx rows and dW done) */
+  /* 11..14: the agnostic form's waits (hr_moe's agnostic kernel's);
+   * 20..22: the backward's grid barriers (hr_moe_backward's: the received
+   * rows routed, the dgu tiles done, the dx rows and dW done), 31..34 its
+   * agnostic waits */
   HR_MOE_EP_WAIT_DISPATCH = 40, /* for every rank's rows */
   HR_MOE_EP_WAIT_RETURN = 41,   /* for every rank's results */
   HR_MOE_EP_WAIT_START = 42     /* at the start: a peer had already failed
@@ -455,7 +464,8 @@ int hr_moe_ep_create(hr_moe_ep **out, int device, const hr_moe_shape *global_sha
 void hr_moe_ep_destroy(hr_moe_ep *ep);
 
 /* One EP forward with the grid, mode and cluster size of this rank's own
- * lease (as hr_moe_forward; the agnostic mode: HR_EUNSUPPORTED). args:
+ * lease (as hr_moe_forward: the agnostic mode runs the agnostic form,
+ * no clusters). args:
  * this rank's tokens (0..max_tokens: a rank may have none, and then x,
  * ids, w and y may be NULL), experts, hidden, inter and topk the GLOBAL
  * shape, topk_ids GLOBAL ids, w1 [E/R, 2I, H] and w2 [E/R, H, I] this
@@ -465,7 +475,8 @@ int hr_moe_ep_forward(hr_moe_ep *ep, const hr_lease *lease, const hr_moe_args *a
                       void *stream);
 
 /* The same without a lease: `grid` CTAs (1..SMs), mode HR_MODE_HEADROOM,
- * HR_MODE_COOPERATIVE or HR_MODE_PARTITION, no clusters. */
+ * HR_MODE_COOPERATIVE or HR_MODE_PARTITION (the barrier form) or
+ * HR_MODE_AGNOSTIC (the agnostic form), no clusters. */
 int hr_moe_ep_forward_grid(hr_moe_ep *ep, int grid, hr_mode mode, const hr_moe_args *args,
                            void *stream);
 
@@ -484,15 +495,17 @@ int hr_moe_ep_forward_grid(hr_moe_ep *ep, int grid, hr_mode mode, const hr_moe_a
  * inputs (rank r's tokens after rank r-1's), whatever R and the grids.
  * Failures, epochs and residency as the forward's (every call is one
  * epoch; the grid barriers are hr_moe_backward's 20..22 in
- * hr_moe_ep_failure.wait; no agnostic mode, no graph capture: both
- * HR_EUNSUPPORTED). HR_EINVAL for bad arguments (nothing launched; the
- * epoch is still spent).
+ * hr_moe_ep_failure.wait, the agnostic form's waits its 31..34; the
+ * agnostic form as the forward's, around hr_moe_backward's agnostic
+ * kernel; no graph capture: HR_EUNSUPPORTED). HR_EINVAL for bad
+ * arguments (nothing launched; the epoch is still spent).
  */
 int hr_moe_ep_backward(hr_moe_ep *ep, const hr_lease *lease, const hr_moe_grad_args *args,
                        void *stream);
 
 /* The same without a lease: `grid` CTAs (1..SMs), mode HR_MODE_HEADROOM,
- * HR_MODE_COOPERATIVE or HR_MODE_PARTITION. */
+ * HR_MODE_COOPERATIVE or HR_MODE_PARTITION (the barrier form) or
+ * HR_MODE_AGNOSTIC. */
 int hr_moe_ep_backward_grid(hr_moe_ep *ep, int grid, hr_mode mode,
                             const hr_moe_grad_args *args, void *stream);
 
