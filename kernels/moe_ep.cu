@@ -21,7 +21,7 @@
 #include "moe_ep_comm.cuh"
 #include "moe_host.h"
 
-#include "moe_combine.cuh"
+#include "moe_ep_combine.cuh"
 #include "moe_stages.cuh"
 
 static_assert(HR__MOE_SMEM_BYTES + 128 <= 227 * 1024, "fits an SM, with the static part");
@@ -51,21 +51,6 @@ static __device__ void ep_copy_xs(const hr__moe_params &p, const hr__moe_ep_grou
   fence_proxy_async_global();
 }
 
-/* ---- F. combine --------------------------------------------------------- */
-
-/* moe_kernel.cu's combine over this rank's T tokens, from the returned
- * rows: ret[t k + j] where slot j's id is valid (src_pos). */
-static __device__ void ep_combine(const hr__moe_params &p, const hr__moe_ep_group &e)
-{
-  moe_comb a;
-  a.pos_of = e.src_pos;
-  a.wts = e.wts;
-  a.ypair = ep_ret(e, e.rank);
-  a.y = e.y;
-  a.k = p.k;
-  a.H = p.H;
-  moe_combine_grid(a, e.T);
-}
 
 
 /* ---- the kernel --------------------------------------------------------- */

@@ -35,11 +35,8 @@
  * failed; where the failure is this rank's own (a wait of the agnostic
  * kernel timed out), it tells the peers first.
  */
-#include "moe_bwd_tiles.cuh"
-#include "moe_ep_comm.cuh"
+#include "moe_ep_combine.cuh"
 #include "moe_host.h"
-
-#include "moe_combine.cuh"
 
 /* The dispatch's scratch, dynamic shared memory (below 48 KiB: no
  * attribute needed). */
@@ -182,28 +179,10 @@ hr__moe_ep_agn_combine(const __grid_constant__ hr__moe_ep_params ep, int backwar
   __syncthreads();
   if(!s_ok || e.T == 0)
     return;
-  if(backward) {
-    bwd_comb b;
-    b.pos_of = e.src_pos;
-    b.rows = ep_ret(e, e.rank);
-    b.dwp = ep_ret_dw(e, e.rank);
-    b.ni = 1;
-    b.dx = e.dx;
-    b.dtw = e.dtw;
-    b.k = ep.p.k;
-    b.H = ep.p.H;
-    bwd_combine_rows(b, (int)((long long)e.T * blockIdx.x / gridDim.x),
-                     (int)((long long)e.T * (blockIdx.x + 1) / gridDim.x));
-  } else {
-    moe_comb a;
-    a.pos_of = e.src_pos;
-    a.wts = e.wts;
-    a.ypair = ep_ret(e, e.rank);
-    a.y = e.y;
-    a.k = ep.p.k;
-    a.H = ep.p.H;
-    moe_combine_grid(a, e.T);
-  }
+  if(backward)
+    ep_bwd_combine(ep.p, e);
+  else
+    ep_combine(ep.p, e);
 }
 
 extern "C" cudaError_t hr__moe_ep_agn_launch(const hr__moe_ep_params *e,

@@ -26,7 +26,7 @@
  * bitwise hr_moe_backward's over the same global weights and inputs.
  */
 #include "moe_bwd_tiles.cuh"
-#include "moe_ep_comm.cuh"
+#include "moe_ep_combine.cuh"
 #include "moe_host.h"
 
 static_assert(BWD_SMEM_BYTES + 256 <= 227 * 1024, "fits an SM, with the static part");
@@ -51,22 +51,6 @@ static __device__ void ep_bwd_invert(const hr__moe_bwd_params &b, const hr__moe_
   __syncthreads();
 }
 
-/* F. hr_moe_backward's combine over this rank's tokens, a contiguous
- * range a CTA, from the returned rows and d(w) sums (one a pair). */
-static __device__ void ep_bwd_combine(const hr__moe_params &f, const hr__moe_ep_group &e)
-{
-  bwd_comb a;
-  a.pos_of = e.src_pos;
-  a.rows = ep_ret(e, e.rank);
-  a.dwp = ep_ret_dw(e, e.rank);
-  a.ni = 1;
-  a.dx = e.dx;
-  a.dtw = e.dtw;
-  a.k = f.k;
-  a.H = f.H;
-  bwd_combine_rows(a, (int)((long long)e.T * blockIdx.x / gridDim.x),
-                   (int)((long long)e.T * (blockIdx.x + 1) / gridDim.x));
-}
 
 __global__ void __launch_bounds__(HR__MOE_THREADS, 1)
 hr__moe_ep_bwd_kernel(const __grid_constant__ hr__moe_ep_bwd_params ep)
