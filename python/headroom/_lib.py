@@ -33,6 +33,7 @@ __all__ = [
     "HR_OK", "CODES", "load_library", "load_moe_library", "library_path",
     "moe_library_path", "Budget_t", "IncidentDetail_t", "ClientOptions_t",
     "MoeShape_t", "MoeArgs_t", "MoeFailure_t", "MoeGradArgs_t",
+    "MoeEPBootstrap_t", "MoeEPFailure_t", "EP_ALLGATHER", "has_symbol",
 ]
 
 # ---- error codes (headroom.h) ---------------------------------------------
@@ -99,6 +100,34 @@ HR_MOE_DEFAULT_TIMEOUT_MS = 10000
 # hr_moe_grad_args.dw_dtype: what the backward writes dw1 and dw2 in.
 HR_MOE_DW_FP32 = 0
 HR_MOE_DW_BF16 = 1
+
+# ---- expert parallel (headroom_moe.h, "expert parallel (EP)") ---------------
+HR_MOE_EP_MAX_RANKS = 8
+# hr_moe_ep_bootstrap.exchange
+HR_MOE_EP_EXCHANGE_AUTO = 0
+HR_MOE_EP_EXCHANGE_POINTERS = 1
+HR_MOE_EP_EXCHANGE_IPC = 2
+# hr_moe_ep_failure.wait and .noticed_wait
+HR_MOE_EP_WAIT_ROUTE = 0
+HR_MOE_EP_WAIT_GEMM1 = 1
+HR_MOE_EP_WAIT_GEMM2 = 2
+HR_MOE_EP_WAIT_SENT = 3
+HR_MOE_EP_WAIT_RETURNED = 4
+HR_MOE_EP_WAIT_TMA = 15
+HR_MOE_EP_WAIT_DISPATCH = 40
+HR_MOE_EP_WAIT_RETURN = 41
+HR_MOE_EP_WAIT_START = 42
+EP_WAIT_NAMES = {
+    HR_MOE_EP_WAIT_ROUTE: "route",
+    HR_MOE_EP_WAIT_GEMM1: "gemm1",
+    HR_MOE_EP_WAIT_GEMM2: "gemm2",
+    HR_MOE_EP_WAIT_SENT: "sent",
+    HR_MOE_EP_WAIT_RETURNED: "returned",
+    HR_MOE_EP_WAIT_TMA: "tma",
+    HR_MOE_EP_WAIT_DISPATCH: "dispatch",
+    HR_MOE_EP_WAIT_RETURN: "return",
+    HR_MOE_EP_WAIT_START: "start",
+}
 
 # ---- structs ---------------------------------------------------------------
 
@@ -200,11 +229,45 @@ class MoeGradArgs_t(Structure):
     ]
 
 
+# hr_moe_ep_bootstrap.allgather: int (*)(void *ctx, const void *send,
+# void *recv, size_t bytes_per_rank).
+EP_ALLGATHER = ctypes.CFUNCTYPE(c_int, c_void_p, c_void_p, c_void_p, c_size_t)
+
+
+class MoeEPBootstrap_t(Structure):
+    """struct hr_moe_ep_bootstrap. `backward` is the field the EP
+    backward adds after `exchange` (1: size the peer block for
+    hr_moe_ep_backward too). A library without that backward has a struct
+    of three fields: the same size (the int fills what was padding), and
+    it never reads the fourth, so 0 there is harmless; the binding sets 1
+    only where the library exports hr_moe_ep_backward."""
+    _fields_ = [
+        ("allgather", EP_ALLGATHER),
+        ("ctx", c_void_p),
+        ("exchange", c_int),
+        ("backward", c_int),
+    ]
+
+
+class MoeEPFailure_t(Structure):
+    """struct hr_moe_ep_failure"""
+    _fields_ = [
+        ("code", c_int),
+        ("failed_rank", c_int),
+        ("wait", c_int),
+        ("waited_for", c_int),
+        ("noticed_wait", c_int),
+        ("epoch", c_uint32),
+        ("local", MoeFailure_t),
+    ]
+
+
 # Opaque handles travel as void pointers.
 _client_p = c_void_p
 _comm_p = c_void_p
 _lease_p = c_void_p
 _moe_p = c_void_p
+_moe_ep_p = c_void_p
 _partition_p = c_void_p
 
 # name: (restype, argtypes), for every function of headroom.h.
@@ -276,7 +339,32 @@ _MOE_PROTOTYPES = {
                                 c_void_p]),
     "hr_moe_backward_grid": (c_int, [_moe_p, c_int, c_int,
                                      POINTER(MoeGradArgs_t), c_void_p]),
+    # expert parallel
+    "hr_moe_ep_memory": (c_int, [POINTER(MoeShape_t), c_int, POINTER(c_uint64),
+                                 POINTER(c_uint64)]),
+    "hr_moe_ep_create": (c_int, [POINTER(_moe_ep_p), c_int, POINTER(MoeShape_t),
+                                 c_int, c_int, POINTER(MoeEPBootstrap_t)]),
+    "hr_moe_ep_destroy": (None, [_moe_ep_p]),
+    "hr_moe_ep_forward": (c_int, [_moe_ep_p, _lease_p, POINTER(MoeArgs_t),
+                                  c_void_p]),
+    "hr_moe_ep_forward_grid": (c_int, [_moe_ep_p, c_int, c_int,
+                                       POINTER(MoeArgs_t), c_void_p]),
+    "hr_moe_ep_sync": (c_int, [_moe_ep_p]),
+    "hr_moe_ep_sync_timeout": (c_int, [_moe_ep_p, c_int]),
+    "hr_moe_ep_last_failure": (c_int, [_moe_ep_p, POINTER(MoeEPFailure_t)]),
+    "hr_moe_ep_abort": (c_int, [_moe_ep_p]),
+    # The EP backward: declared where the library has it (below).
+    "hr_moe_ep_backward": (c_int, [_moe_ep_p, _lease_p, POINTER(MoeGradArgs_t),
+                                   c_void_p]),
+    "hr_moe_ep_backward_grid": (c_int, [_moe_ep_p, c_int, c_int,
+                                        POINTER(MoeGradArgs_t), c_void_p]),
 }
+
+# Functions of _MOE_PROTOTYPES that a library built before them lacks:
+# declared when present, and has_symbol() says which. The EP backward is
+# being added to the C library; until it is there, MoeEP.backward raises
+# NotImplementedError and creation never asks for its memory.
+_MOE_OPTIONAL = frozenset(("hr_moe_ep_backward", "hr_moe_ep_backward_grid"))
 
 _lock = threading.Lock()
 _lib = None
@@ -293,8 +381,10 @@ def _build_lib_dir() -> str:
     return os.path.join(root, build, "lib")
 
 
-def _declare(lib, prototypes):
+def _declare(lib, prototypes, optional=frozenset()):
     for name, (restype, argtypes) in prototypes.items():
+        if name in optional and not hasattr(lib, name):
+            continue
         fn = getattr(lib, name)      # AttributeError names a missing symbol
         fn.restype = restype
         fn.argtypes = argtypes
@@ -382,9 +472,19 @@ def load_moe_library(path=None):
                                    "libheadroom_moe.so", "libheadroom_moe.so",
                                    extra), "libheadroom_moe",
                        "HEADROOM_MOE_LIB", "libheadroom_moe.so")
-        _declare(lib, _MOE_PROTOTYPES)
+        _declare(lib, _MOE_PROTOTYPES, _MOE_OPTIONAL)
         _moe, _moe_path = lib, p
         return lib
+
+
+def has_symbol(lib, name: str) -> bool:
+    """Whether the loaded library `lib` exports `name` (for the optional
+    functions of _MOE_OPTIONAL: a library built before them lacks them)."""
+    try:
+        getattr(lib, name)
+    except AttributeError:
+        return False
+    return True
 
 
 def library_path():

@@ -3,7 +3,8 @@
 A negative return code of the C library becomes an exception carrying the
 code (.code), its symbolic name (.code_name, "HR_ENOTFOUND") and
 hr_strerror's text (.strerror). HR_EBARRIER_TIMEOUT is BarrierTimeout,
-which also carries what the kernel recorded (.failure) when known.
+which also carries what the kernel recorded (.failure) when known, and
+so does HR_EABORTED (Aborted) for an expert-parallel launch.
 """
 from __future__ import annotations
 
@@ -112,22 +113,46 @@ class CudaError(HeadroomError):
     """HR_ECUDA: a CUDA call failed."""
 
 
+def _failure_text(failure) -> str:
+    """What a failure record says, for an exception's message: an
+    MoeFailure (one context's grid barrier) or an MoeEPFailure (an
+    expert-parallel launch: which rank failed where, and where this rank
+    noticed)."""
+    if hasattr(failure, "failed_rank"):
+        names = _lib.EP_WAIT_NAMES
+        text = "epoch %d: rank %d failed at %s" % (
+            failure.epoch, failure.failed_rank,
+            names.get(failure.wait, "wait %d" % failure.wait))
+        if failure.waited_for >= 0:
+            text += " waiting for rank %d" % failure.waited_for
+        text += "; this rank stopped at %s" % names.get(
+            failure.noticed_wait, "wait %d" % failure.noticed_wait)
+        loc = failure.local
+        if loc is not None:
+            text += " (%d of %d arrived, grid %d, timeout %d ms)" % (
+                loc.arrived, loc.expected, loc.grid, loc.timeout_ms)
+        return text
+    return ("barrier %d: %d of %d CTAs arrived (SM %d, grid %d, "
+            "timeout %d ms)" % (failure.barrier, failure.arrived,
+                                failure.expected, failure.sm,
+                                failure.grid, failure.timeout_ms))
+
+
 class BarrierTimeout(HeadroomError):
     """HR_EBARRIER_TIMEOUT: a grid barrier of the mega kernel timed out and
     the kernel left; the CUDA context is healthy and the next launch works.
 
     .failure is a MoeFailure (barrier, arrived, expected, sm, grid,
-    timeout_ms, cta, reported) when the kernel library recorded one, else
+    timeout_ms, cta, reported) when the kernel library recorded one, an
+    MoeEPFailure (failed_rank, wait, waited_for, noticed_wait, epoch, and
+    this rank's MoeFailure as .local) for an expert-parallel launch, else
     None."""
 
     def __init__(self, code: int = _lib.HR_EBARRIER_TIMEOUT,
                  context: str = "", failure=None):
         self.failure = failure
         if failure is not None:
-            extra = ("barrier %d: %d of %d CTAs arrived (SM %d, grid %d, "
-                     "timeout %d ms)" % (failure.barrier, failure.arrived,
-                                         failure.expected, failure.sm,
-                                         failure.grid, failure.timeout_ms))
+            extra = _failure_text(failure)
             context = "%s; %s" % (context, extra) if context else extra
         super().__init__(code, context)
 
@@ -137,7 +162,18 @@ class CooperativeTooLarge(HeadroomError):
 
 
 class Aborted(HeadroomError):
-    """HR_EABORTED: the kernel was aborted through its abort word."""
+    """HR_EABORTED: the kernel was aborted through its abort word.
+
+    .failure: for an expert-parallel launch, the MoeEPFailure naming the
+    rank whose abort ended it (failed_rank) and where; else None."""
+
+    def __init__(self, code: int = _lib.HR_EABORTED, context: str = "",
+                 failure=None):
+        self.failure = failure
+        if failure is not None:
+            extra = _failure_text(failure)
+            context = "%s; %s" % (context, extra) if context else extra
+        super().__init__(code, context)
 
 
 _BY_CODE = {
