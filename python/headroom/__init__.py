@@ -13,9 +13,10 @@ A ctypes binding over libheadroom (client/headroom.h) and libheadroom_moe
     ...
     grid = lease.grid                               # at every launch
 
-torch is imported only by nccl_options(), by Moe's tensor methods and by
-headroom.nn (the torch op and nn.Module, loaded on first use of the name
-or by `import headroom.nn`).
+torch is imported only by nccl_options(), by Moe's and MoeEP's tensor
+methods, and by headroom.nn (the torch ops and nn.Module) and
+headroom.ep_reference (the expert-parallel MoE in plain torch), each
+loaded on first use of the name or by `import headroom.nn`.
 """
 from ._lib import (CODES, library_path, load_library, load_moe_library,
                    moe_library_path, strerror)
@@ -32,16 +33,19 @@ from .errors import (Aborted, BarrierTimeout, ConnectError, ConnectionClosed,
 from .moe import (Moe, MoeFailure, MoeShape, check_moe_grad_tensors,
                   check_moe_tensors)
 from .moe import reference as moe_reference
+from .moe_ep import (MoeEP, MoeEPFailure, ProcessGroupBootstrap, VirtualGroup,
+                     VirtualGroupError, ep_memory)
 
 __version__ = "0.1.0"
 
 
 def __getattr__(name):
-    # headroom.nn imports torch: only when asked for (so it is not in
-    # __all__ either: `from headroom import *` works without torch).
-    if name == "nn":
+    # headroom.nn and headroom.ep_reference import torch: only when asked
+    # for (so they are not in __all__ either: `from headroom import *`
+    # works without torch).
+    if name in ("nn", "ep_reference"):
         import importlib
-        return importlib.import_module(".nn", __name__)
+        return importlib.import_module("." + name, __name__)
     raise AttributeError("module 'headroom' has no attribute %r" % name)
 
 
@@ -50,12 +54,12 @@ __all__ = [
     "ConnectError", "ConnectionClosed", "CooperativeTooLarge", "CudaError",
     "DEFAULT_SOCKET", "Degraded", "ENV_SOCKET", "ENV_VARS", "HeadroomError",
     "HelloRequired", "IncidentDetail", "IncidentKind", "InternalError",
-    "InvalidArgument", "Lease", "LimitReached", "Mode", "Moe", "MoeFailure",
-    "MoeShape", "NoGPU", "NotFound", "OutOfMemory", "Partition",
-    "PermissionDenied",
+    "InvalidArgument", "Lease", "LimitReached", "Mode", "Moe", "MoeEP",
+    "MoeEPFailure", "MoeFailure", "MoeShape", "NoGPU", "NotFound",
+    "OutOfMemory", "Partition", "PermissionDenied", "ProcessGroupBootstrap",
     "ProtocolError", "ShuttingDown", "TimedOut", "TooLarge", "Unsupported",
-    "VersionMismatch", "apply_env", "check_moe_grad_tensors",
-    "check_moe_tensors", "error_class",
+    "VersionMismatch", "VirtualGroup", "VirtualGroupError", "apply_env",
+    "check_moe_grad_tensors", "check_moe_tensors", "ep_memory", "error_class",
     "library_path", "load_library", "load_moe_library", "moe_library_path",
     "moe_reference",
     "nccl_options", "strerror", "__version__",
