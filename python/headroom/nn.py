@@ -37,6 +37,19 @@ modules of the same (device, shape, max_tokens) share one, process-wide;
 the C library runs the launches of a context one after another, and the
 backward recomputes everything it needs, so sharing changes no result.
 
+Expert parallel: MegaMoE(..., ep_group=group) holds only its rank's E/R
+experts and takes GLOBAL ids; two more ops carry it, with the same key
+mechanism:
+
+    headroom::moe_ep_forward(x, topk_ids, topk_weights, w1, w2, key) -> y
+    headroom::moe_ep_backward(dy, x, topk_ids, topk_weights, w1, w2, key)
+        -> (dx, dw1, dw2, dtopk_weights)
+
+On CUDA tensors they launch hr_moe_ep_forward / hr_moe_ep_backward (one
+epoch each: every rank must run the same sequence of them); on CPU
+tensors they compute the same math in plain torch (fp32), exchanging
+over the group for real (headroom.ep_reference).
+
 Importing this module imports torch; `import headroom` alone does not.
 """
 import math
@@ -48,11 +61,13 @@ from typing import Dict, Optional
 import torch
 
 from . import _lib
+from . import ep_reference
 from .client import Client, Lease
 from .moe import Moe, MoeShape
+from .moe_ep import MoeEP, VirtualGroup
 
 __all__ = ["MegaMoE", "check", "reference_moe", "default_lease",
-           "context_count"]
+           "context_count", "ep_context_count"]
 
 _lock = threading.Lock()
 
@@ -70,6 +85,9 @@ class _Shared:
         self.moe = moe
         self.lock = threading.Lock()
         self.prepared = False
+
+    def sync(self) -> None:
+        self.moe.sync()
 
     def prepare_backward(self) -> None:
         if not self.prepared:
@@ -136,6 +154,76 @@ def context_count() -> int:
     return len(_contexts)
 
 
+# ---- expert-parallel contexts ------------------------------------------------
+
+
+class _SharedEP:
+    """One rank's hr_moe_ep context, shared by that rank's modules of one
+    group, device and shape (the layers of a model), and the lock that
+    keeps two threads from launching on it at once. Created on first use
+    (collectively: every rank's modules take theirs in the same order);
+    freed only by the last module's close(), on every rank, since peers
+    map its memory (never by the garbage collector)."""
+
+    def __init__(self, key):
+        self.key = key
+        self.moe: Optional[MoeEP] = None
+        self.lock = threading.Lock()
+        self.create_lock = threading.Lock()
+        self.users = set()
+
+    def sync(self) -> None:
+        if self.moe is not None:
+            self.moe.sync()
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __copy__(self):
+        return self
+
+    def __reduce__(self):
+        return (_no_context, ())
+
+
+# (id(group), rank, device, MoeShape, backward) -> _SharedEP. Strong
+# references: a context lives until its modules are closed.
+_ep_contexts: Dict[tuple, _SharedEP] = {}
+
+
+def _ep_backward_in_library() -> bool:
+    return _lib.has_symbol(_lib.load_moe_library(), "hr_moe_ep_backward")
+
+
+def _ep_context(cfg, device: int, backward: bool) -> _SharedEP:
+    """This rank's context for cfg's group on `device`, created on first
+    use (a collective: not under the module lock, which a peer thread of
+    a VirtualGroup needs for its own). backward: sized for the EP
+    backward too (where the library has it)."""
+    backward = bool(backward) and _ep_backward_in_library()
+    key = (id(cfg.group), cfg.rank, device, cfg.shape, backward)
+    with _lock:
+        sh = _ep_contexts.get(key)
+        if sh is None:
+            sh = _ep_contexts[key] = _SharedEP(key)
+    with sh.create_lock:
+        if sh.moe is None:
+            if _capturing():
+                raise RuntimeError(
+                    "headroom.nn: no hr_moe_ep context for rank %d on cuda:%d "
+                    "yet, and none can be created while a CUDA graph is "
+                    "being captured (nor can an EP launch be captured)"
+                    % (cfg.rank, device))
+            sh.moe = MoeEP(cfg.shape, cfg.rank, cfg.nranks, cfg.group,
+                           device=device, backward=backward)
+    return sh
+
+
+def ep_context_count() -> int:
+    """How many hr_moe_ep contexts headroom.nn holds now (for tests)."""
+    return sum(1 for sh in _ep_contexts.values() if sh.moe is not None)
+
+
 # ---- the default lease ---------------------------------------------------
 
 _client: Optional[Client] = None
@@ -195,6 +283,36 @@ class _Config:
         return self.lease if self.lease is not None else default_lease(device)
 
 
+class _EPConfig(_Config):
+    """A _Config for an expert-parallel module: also the group (a torch
+    ProcessGroup or a VirtualGroup), this module's rank in it and the
+    group's size, the exchange its CPU path uses, and whether its
+    context is sized for the backward."""
+
+    def __init__(self, shape: MoeShape, lease: Optional[Lease],
+                 timeout_ms: int, group, rank: int, nranks: int):
+        super().__init__(shape, lease, timeout_ms)
+        self.group = group
+        self.rank = rank
+        self.nranks = nranks
+        self.virtual = isinstance(group, VirtualGroup)
+        self.comm = ep_reference.comm_of(group, rank)
+        self.ep_backward = False
+
+    def __reduce__(self):
+        raise TypeError("a MegaMoE with an ep_group cannot be pickled whole "
+                        "(its group is a live connection): save its "
+                        "state_dict() instead")
+
+    def grid_for(self, grid: int, device: int) -> int:
+        """A VirtualGroup's ranks on one GPU share its grid: each takes
+        grid // (how many of them are on `device`), so all are resident
+        at once."""
+        if not self.virtual:
+            return grid
+        return max(1, grid // max(1, self.group.ranks_on(device)))
+
+
 _configs: Dict[int, _Config] = {}
 
 
@@ -229,6 +347,41 @@ def _launch(key: int, device: int, backward: bool, launch) -> None:
             sh.moe.poll()
         grid, _, mode = lease.launch_config()
         launch(sh.moe, lease, cfg.timeout_ms)
+        cfg.last_grid, cfg.last_mode = grid, mode
+
+
+def _launch_ep(key: int, device: int, backward: bool, launch) -> None:
+    """The EP op's launch: this rank's context (backward: sized for the
+    backward; NotImplementedError where the library has no EP backward),
+    a poll of its last launch (raising what it left), the lease's launch
+    config, and launch(moe, lease, grid, mode, timeout_ms) under the
+    context's lock. A ProcessGroup's rank launches with the lease (lease
+    given, grid None); a VirtualGroup's with grid_for() of the lease's grid
+    and its mode (lease None). Anything raised before the launch spends
+    the epoch, so that every rank stays in step."""
+    cfg = _config(key)
+    if backward and not _ep_backward_in_library():
+        raise NotImplementedError(
+            "headroom.nn: the EP backward needs hr_moe_ep_backward, which "
+            "the library (%s) does not have yet" % _lib.moe_library_path())
+    sh = _ep_context(cfg, device, backward or cfg.ep_backward)
+    capturing = _capturing()
+    with sh.lock:
+        try:
+            lease = cfg.lease_for(device)
+            # No event query inside a capture; the C library refuses to
+            # launch into one (HR_EUNSUPPORTED: each launch is an epoch).
+            if not capturing:
+                sh.moe.poll()
+            grid, _, mode = lease.launch_config()
+        except BaseException:
+            sh.moe.spend_epoch(backward)
+            raise
+        if cfg.virtual:
+            grid = cfg.grid_for(grid, device)
+            launch(sh.moe, None, grid, mode, cfg.timeout_ms)
+        else:
+            launch(sh.moe, lease, None, mode, cfg.timeout_ms)
         cfg.last_grid, cfg.last_mode = grid, mode
 
 
@@ -370,6 +523,79 @@ def _backward(ctx, dy):
 moe_forward.register_autograd(_backward, setup_context=_setup_context)
 
 
+@torch.library.custom_op("headroom::moe_ep_forward", mutates_args=())
+def moe_ep_forward(x: torch.Tensor, topk_ids: torch.Tensor,
+                   topk_weights: torch.Tensor, w1: torch.Tensor,
+                   w2: torch.Tensor, key: int) -> torch.Tensor:
+    """This rank's EP forward: y [T, H] of its T tokens (T may be 0), ids
+    GLOBAL, w1 [E/R, 2I, H] and w2 [E/R, H, I] its experts."""
+    if x.device.type != "cuda":
+        f = torch.float32
+        y = ep_reference.ep_moe(x.to(f), topk_ids, topk_weights.to(f),
+                                w1.to(f), w2.to(f), _config(key).comm)
+        return y.to(x.dtype)
+    y = torch.empty_like(x)
+
+    def launch(m, lease, grid, mode, t):
+        if lease is not None:
+            m.forward(lease, x, topk_ids, topk_weights, w1, w2, y,
+                      timeout_ms=t, _keep=False)
+        else:
+            m.forward_grid(grid, x, topk_ids, topk_weights, w1, w2, y,
+                           mode=mode, timeout_ms=t)
+    _launch_ep(key, x.device.index, False, launch)
+    return y
+
+
+@moe_ep_forward.register_fake
+def _moe_ep_forward_fake(x, topk_ids, topk_weights, w1, w2, key):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("headroom::moe_ep_backward", mutates_args=())
+def moe_ep_backward(dy: torch.Tensor, x: torch.Tensor,
+                    topk_ids: torch.Tensor, topk_weights: torch.Tensor,
+                    w1: torch.Tensor, w2: torch.Tensor, key: int
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                               torch.Tensor]:
+    """This rank's EP backward: (dx, dw1, dw2, dtopk_weights) of its
+    tokens and its experts (dw1 and dw2 summed over every rank's pairs),
+    dw1 and dw2 in the dtype of w1 and w2."""
+    if x.device.type != "cuda":
+        return ep_reference.ep_moe_backward(dy, x, topk_ids, topk_weights,
+                                            w1, w2, _config(key).comm)
+    dx = torch.empty_like(x)
+    dw1 = torch.empty_like(w1)
+    dw2 = torch.empty_like(w2)
+    dwt = torch.empty_like(topk_weights)
+
+    def launch(m, lease, grid, mode, t):
+        if lease is not None:
+            m.backward(lease, x, topk_ids, topk_weights, w1, w2, dy, dx, dw1,
+                       dw2, dwt, timeout_ms=t, _keep=False)
+        else:
+            m.backward_grid(grid, mode, x, topk_ids, topk_weights, w1, w2,
+                            dy, dx, dw1, dw2, dwt, timeout_ms=t)
+    _launch_ep(key, x.device.index, True, launch)
+    return dx, dw1, dw2, dwt
+
+
+@moe_ep_backward.register_fake
+def _moe_ep_backward_fake(dy, x, topk_ids, topk_weights, w1, w2, key):
+    return (torch.empty_like(x), torch.empty_like(w1), torch.empty_like(w2),
+            torch.empty_like(topk_weights))
+
+
+def _ep_backward(ctx, dy):
+    x, ids, weights, w1, w2 = ctx.saved_tensors
+    dx, dw1, dw2, dwt = moe_ep_backward(dy.contiguous(), x, ids, weights, w1,
+                                        w2, ctx.key)
+    return dx, None, dwt, dw1, dw2, None
+
+
+moe_ep_forward.register_autograd(_ep_backward, setup_context=_setup_context)
+
+
 # ---- waiting ---------------------------------------------------------------------
 
 
@@ -382,9 +608,9 @@ def check() -> None:
     if _capturing():
         raise RuntimeError("headroom.nn.check() waits on the host: not while "
                            "a CUDA graph is being captured")
-    for sh in list(_contexts.values()):
+    for sh in list(_contexts.values()) + list(_ep_contexts.values()):
         with sh.lock:
-            sh.moe.sync()
+            sh.sync()
 
 
 # ---- the module --------------------------------------------------------------------
@@ -399,13 +625,42 @@ def _positive_int(v, what, lo=1, hi=None):
     return v
 
 
+def _ep_rank_of(group, rank) -> tuple:
+    """(this module's rank, the group's size) for an ep_group: a
+    VirtualGroup (rank required) or a torch ProcessGroup (this process's
+    rank; a given rank must match)."""
+    if isinstance(group, VirtualGroup):
+        if rank is None:
+            raise ValueError("ep_rank is required with a VirtualGroup: this "
+                             "module's rank in it, 0..%d" % (group.nranks - 1))
+        n = group.nranks
+    else:
+        import torch.distributed as dist
+        if not (dist.is_available() and isinstance(group, dist.ProcessGroup)):
+            raise TypeError("ep_group must be a torch.distributed "
+                            "ProcessGroup or a headroom.VirtualGroup, not %s"
+                            % type(group).__name__)
+        mine = dist.get_rank(group)
+        if mine < 0:
+            raise ValueError("this process is not a member of ep_group")
+        if rank is not None and rank != mine:
+            raise ValueError("ep_rank is %r, but this process is rank %d of "
+                             "ep_group" % (rank, mine))
+        rank, n = mine, dist.get_world_size(group)
+    if n > _lib.HR_MOE_EP_MAX_RANKS:
+        raise ValueError("ep_group has %d ranks; the EP kernel takes 1..%d"
+                         % (n, _lib.HR_MOE_EP_MAX_RANKS))
+    _positive_int(rank, "ep_rank", 0, n - 1)
+    return rank, n
+
+
 class MegaMoE(torch.nn.Module):
     """A mixture-of-experts layer on the mega-MoE kernel: the experts'
     SwiGLU MLPs, routed by ids and weights the caller computes.
 
     MegaMoE(experts, hidden, inter, topk, max_tokens, device=None,
             lease=None, dtype=torch.bfloat16, timeout_ms=0,
-            reference=False)
+            reference=False, ep_group=None, ep_rank=None)
 
     Parameters, in the layouts the kernel takes: w1 [E, 2I, H] (rows
     0..I-1 the gate, I..2I-1 up) and w2 [E, H, I], initialised as
@@ -433,12 +688,35 @@ class MegaMoE(torch.nn.Module):
     topk_weights [..., k] floating (used in fp32, as given: no
     normalisation). y has x's leading dims and dtype bf16. Shapes, dtypes
     and devices are checked first, ValueError naming the argument.
+
+    Expert parallel: ep_group a torch.distributed ProcessGroup (this
+    process's rank in it; ep_rank, if given, must be that) or a
+    headroom.VirtualGroup (ep_rank: this thread's rank in it). experts is
+    then E, all experts of the layer, a multiple of the group's size R
+    (1..8); the module holds only its rank's E/R: w1 [E/R, 2I, H] and w2
+    [E/R, H, I], global experts ep_rank E/R .. (ep_rank+1) E/R - 1
+    (expert_range). forward takes this rank's tokens (any number
+    0..max_tokens: a rank without tokens still calls, every rank calls
+    every step) with GLOBAL ids, through the ops moe_ep_forward and
+    moe_ep_backward: on a GPU each launch is an epoch of hr_moe_ep_forward
+    / hr_moe_ep_backward under the lease, a VirtualGroup's ranks on one GPU
+    each taking the lease's grid // (its ranks there); on the CPU
+    headroom.ep_reference's math over the group. A call refused here
+    spends its epoch on the GPU, so the ranks stay in step. The context
+    (hr_moe_ep, shared by this rank's modules of the same group, device
+    and shape) is taken when the module reaches its GPU, collectively:
+    every rank must create and move its modules in the same order, and
+    close() them in the same order (a context is freed by the last
+    module's close on every rank, never by the garbage collector).
+    reference=True with an ep_group computes with ep_reference.ep_moe
+    (autograd through the all-to-alls) instead.
     """
 
     def __init__(self, experts: int, hidden: int, inter: int, topk: int,
                  max_tokens: int, device=None, lease: Optional[Lease] = None,
                  dtype=torch.bfloat16, timeout_ms: int = 0,
-                 reference: bool = False):
+                 reference: bool = False, ep_group=None,
+                 ep_rank: Optional[int] = None):
         super().__init__()
         _positive_int(experts, "experts", 1, _lib.HR_MOE_MAX_EXPERTS)
         _positive_int(hidden, "hidden")
@@ -460,10 +738,27 @@ class MegaMoE(torch.nn.Module):
                             % type(lease).__name__)
         self.shape = MoeShape(experts, hidden, inter, topk, max_tokens)
         self.reference = bool(reference)
-        self._cfg = _Config(self.shape, lease, timeout_ms)
+        if ep_group is None:
+            if ep_rank is not None:
+                raise ValueError("ep_rank is given without an ep_group")
+            self._cfg = _Config(self.shape, lease, timeout_ms)
+            E = experts
+        else:
+            rank, nranks = _ep_rank_of(ep_group, ep_rank)
+            if experts % nranks:
+                raise ValueError("experts must be a multiple of the "
+                                 "ep_group's size: %d experts over %d ranks"
+                                 % (experts, nranks))
+            if nranks * max_tokens * topk > 1 << 30:
+                raise ValueError("ep_group size x max_tokens x topk must be "
+                                 "<= 2^30 (the EP kernel's pair index), got "
+                                 "%d x %d x %d" % (nranks, max_tokens, topk))
+            self._cfg = _EPConfig(self.shape, lease, timeout_ms, ep_group,
+                                  rank, nranks)
+            E = experts // nranks
         self._key = _register(self._cfg)
         self._shared = {}
-        E, H, I = experts, hidden, inter
+        H, I = hidden, inter
         self.w1 = torch.nn.Parameter(torch.empty(E, 2 * I, H, device=device,
                                                  dtype=dtype))
         self.w2 = torch.nn.Parameter(torch.empty(E, H, I, device=device,
@@ -488,15 +783,50 @@ class MegaMoE(torch.nn.Module):
         parameters are on, and allocate the backward's workspace when they
         require grad. Done by __init__, .to() and .cuda(); call it after
         moving the parameters any other way, before a CUDA graph capture.
-        Nothing for parameters off the GPU or with reference=True."""
+        Nothing for parameters off the GPU or with reference=True. With an
+        ep_group: this rank's hr_moe_ep context, sized for the backward
+        when the parameters require grad and the library has the EP
+        backward; collective (every rank prepares its modules in the same
+        order)."""
         dev = self.w1.device
         if self.reference or dev.type != "cuda":
             return
         index = dev.index if dev.index is not None else \
             torch.cuda.current_device()
-        self._shared[index] = _shared_context(index, self.shape,
-                                              self.w1.requires_grad)
+        if self.ep_size:
+            cfg = self._cfg
+            cfg.ep_backward = bool(self.w1.requires_grad) and \
+                _ep_backward_in_library()
+            sh = _ep_context(cfg, index, cfg.ep_backward)
+            sh.users.add(self._key)
+            self._shared[(index, cfg.ep_backward)] = sh
+        else:
+            self._shared[index] = _shared_context(index, self.shape,
+                                                  self.w1.requires_grad)
         self._cfg.lease_for(index)
+
+    def close(self) -> None:
+        """With an ep_group: give up this module's hr_moe_ep contexts; one
+        no module uses any more is closed (each rank's last launch waited
+        for, then every rank's through the group, then freed), so every
+        rank must close its modules in the same order. Nothing for a
+        module without an ep_group (its contexts are shared and freed with
+        the last module that holds them). The module can still run: its
+        next launch takes a context again (collectively)."""
+        for k, sh in list(self._shared.items()):
+            if not isinstance(sh, _SharedEP):
+                continue
+            del self._shared[k]
+            sh.users.discard(self._key)
+            if sh.users:
+                continue
+            with _lock:
+                if _ep_contexts.get(sh.key) is sh:
+                    del _ep_contexts[sh.key]
+            with sh.create_lock, sh.lock:
+                moe, sh.moe = sh.moe, None
+                if moe is not None:
+                    moe.close()
 
     def _apply(self, *args, **kwargs):
         out = super()._apply(*args, **kwargs)
@@ -511,7 +841,7 @@ class MegaMoE(torch.nn.Module):
                                "a CUDA graph is being captured")
         for sh in list(self._shared.values()):
             with sh.lock:
-                sh.moe.sync()
+                sh.sync()
 
     @property
     def lease(self) -> Optional[Lease]:
@@ -534,9 +864,62 @@ class MegaMoE(torch.nn.Module):
         """The int the ops take to find this module's shape and lease."""
         return self._key
 
+    @property
+    def ep_group(self):
+        """The ep_group given to the constructor (None: all experts here)."""
+        return getattr(self._cfg, "group", None)
+
+    @property
+    def ep_rank(self) -> int:
+        """This module's rank in its ep_group (0 without one)."""
+        return getattr(self._cfg, "rank", 0)
+
+    @property
+    def ep_size(self) -> int:
+        """The ep_group's size R (0 without one)."""
+        return getattr(self._cfg, "nranks", 0)
+
+    @property
+    def local_experts(self) -> int:
+        """How many experts the module holds: E / R (E without a group)."""
+        return self.shape.experts // max(1, self.ep_size)
+
+    @property
+    def expert_range(self) -> tuple:
+        """(first, last + 1): the global ids of the experts held here."""
+        n = self.local_experts
+        return self.ep_rank * n, (self.ep_rank + 1) * n
+
+    def _spend_epoch(self) -> None:
+        """A call refused here, on a GPU with an ep_group: spend the epoch
+        its peers launch (in the context the forward would have used)."""
+        dev = self.w1.device
+        if not self.ep_size or dev.type != "cuda":
+            return
+        sh = self._shared.get((dev.index, self._cfg.ep_backward))
+        if sh is not None and sh.moe is not None:
+            with sh.lock:
+                sh.moe.spend_epoch()
+
     # ---- forward -----------------------------------------------------------
 
     def forward(self, x, topk_ids, topk_weights):
+        if not self.ep_size:
+            return self._forward(x, topk_ids, topk_weights)
+        try:
+            args = self._inputs(x, topk_ids, topk_weights)
+        except BaseException:
+            self._spend_epoch()
+            raise
+        return self._run(*args)
+
+    def _forward(self, x, topk_ids, topk_weights):
+        return self._run(*self._inputs(x, topk_ids, topk_weights))
+
+    def _inputs(self, x, topk_ids, topk_weights):
+        """The checked inputs: (lead dims, x [T, H] bf16, ids [T, k] int32,
+        weights [T, k] fp32, w1 and w2 bf16), ValueError / TypeError
+        naming the argument."""
         H, k = self.shape.hidden, self.shape.topk
         for name, t in (("x", x), ("topk_ids", topk_ids),
                         ("topk_weights", topk_weights)):
@@ -573,25 +956,49 @@ class MegaMoE(torch.nn.Module):
         lead = x.shape[:-1]
         xs = x.reshape(-1, H)
         T = xs.shape[0]
-        if T < 1 or T > self.shape.max_tokens:
-            raise ValueError("x has %d tokens, must be 1..%d (max_tokens)"
-                             % (T, self.shape.max_tokens))
+        # A rank of an ep_group may have no tokens, and still takes part.
+        least = 0 if self.ep_size else 1
+        if T < least or T > self.shape.max_tokens:
+            raise ValueError("x has %d tokens, must be %d..%d (max_tokens)"
+                             % (T, least, self.shape.max_tokens))
+        El, I = self.local_experts, self.shape.inter
+        for name, p, want in (("w1", self.w1, (El, 2 * I, H)),
+                              ("w2", self.w2, (El, H, I))):
+            if tuple(p.shape) != want:
+                raise ValueError(
+                    "%s must have shape %s (%s), got %s: replaced by a "
+                    "tensor of another shape?" % (
+                        name, want, "this rank's %d of %d experts"
+                        % (El, self.shape.experts) if self.ep_size
+                        else "all experts", tuple(p.shape)))
         xs = xs.to(torch.bfloat16).contiguous()
         ids = topk_ids.reshape(T, k).to(torch.int32).contiguous()
         wts = topk_weights.reshape(T, k).to(torch.float32).contiguous()
         w1 = self.w1.to(torch.bfloat16).contiguous()
         w2 = self.w2.to(torch.bfloat16).contiguous()
-        if self.reference:
+        return lead, xs, ids, wts, w1, w2
+
+    def _run(self, lead, xs, ids, wts, w1, w2):
+        if self.ep_size and self.reference:
+            y = ep_reference.ep_moe(xs, ids, wts, w1, w2, self._cfg.comm)
+        elif self.ep_size:
+            y = moe_ep_forward(xs, ids, wts, w1, w2, self._key)
+        elif self.reference:
             y = reference_moe(xs, ids, wts, w1, w2)
         else:
             y = moe_forward(xs, ids, wts, w1, w2, self._key)
-        return y.reshape(lead + (H,))
+        return y.reshape(lead + (self.shape.hidden,))
 
     def extra_repr(self) -> str:
         s = self.shape
-        return ("experts=%d, hidden=%d, inter=%d, topk=%d, max_tokens=%d%s"
+        ep = ""
+        if self.ep_size:
+            ep = ", ep_rank=%d of %d (experts %d..%d here)" % (
+                (self.ep_rank, self.ep_size) + (self.expert_range[0],
+                                                self.expert_range[1] - 1))
+        return ("experts=%d, hidden=%d, inter=%d, topk=%d, max_tokens=%d%s%s"
                 % (s.experts, s.hidden, s.inter, s.topk, s.max_tokens,
-                   ", reference=True" if self.reference else ""))
+                   ", reference=True" if self.reference else "", ep))
 
     # ---- copies -------------------------------------------------------------
 
