@@ -26,6 +26,28 @@ BENCH_TRAIN_OUT ?= $(BUILD)/bench-train.md
 bench-train: $(LIBDIR)/libheadroom_moe.so $(LIBDIR)/libheadroom.so
 	python3 bench/bench_train.py --lib $(LIBDIR)/libheadroom_moe.so --out $(BENCH_TRAIN_OUT) $(BENCH_TRAIN_ARGS)
 
+# `make bench-ep` (an H200 with PyTorch): the expert-parallel MoE layer,
+# headroom.nn.MegaMoE(ep_group=...) on the EP kernel, against the plain-torch
+# EP layer trainers run today (headroom.ep_reference: all_to_all_single and
+# torch._grouped_mm), forward and forward + backward, ms per rank and the
+# ratio (bench/bench_ep.py); the table to stdout and BENCH_EP_OUT.
+# BENCH_EP_NPROC=N: N GPUs under torchrun, one process each (NCCL); 0, the
+# default: BENCH_EP_VIRTUAL virtual ranks on GPU 0 (threads, a stream and
+# SMs / R each; the baseline's exchange is then a local copy). Without a
+# GPU it says it needs one and succeeds, measuring nothing.
+BENCH_EP_OUT ?= $(BUILD)/bench-ep.md
+BENCH_EP_NPROC ?= 0
+BENCH_EP_VIRTUAL ?= 2
+ifeq ($(BENCH_EP_NPROC),0)
+BENCH_EP_RUN = python3 bench/bench_ep.py --virtual $(BENCH_EP_VIRTUAL)
+else
+BENCH_EP_RUN = torchrun --standalone --nproc-per-node $(BENCH_EP_NPROC) bench/bench_ep.py
+endif
+
+.PHONY: bench-ep
+bench-ep: $(LIBDIR)/libheadroom_moe.so $(LIBDIR)/libheadroom.so
+	$(BENCH_EP_RUN) --lib $(LIBDIR)/libheadroom_moe.so --out $(BENCH_EP_OUT) $(BENCH_EP_ARGS)
+
 # `make bench-phases` (an H200; no PyTorch needed): where the time goes.
 # Each kernel's normal launch against launches that leave one phase out or
 # run it twice (bench/moe_phases.c), through the benchmark hook

@@ -7,6 +7,12 @@
 # bench/ab_builds.sh) on a made-up timeline, profile and timings;
 # test_bench_train.py bench/bench_train.py's torch reference against a
 # plain loop on the CPU (skipped without torch) and its no-GPU message;
+# test_moe_ep.py MoeEP and its bootstraps (VirtualGroup's threads, the
+# library's collective create through the Python callback), test_nn_ep.py
+# MegaMoE(ep_group=...) and headroom.ep_reference on threads and on a
+# two-process gloo group (ep_gloo_child.py, ep_cases.py), and
+# test_bench_ep.py bench/bench_ep.py's arguments, table and virtual-rank
+# flow on the CPU (each with GPU tests that skip without one);
 # test_build_rev.py bench/build_rev.sh and test_kernels_digest.py
 # bench/kernels_digest.sh in throwaway repositories; test_doc_links.py
 # that every relative link in the tree's Markdown files resolves.
