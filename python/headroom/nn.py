@@ -362,8 +362,8 @@ def _launch_ep(key: int, device: int, backward: bool, launch) -> None:
     cfg = _config(key)
     if backward and not _ep_backward_in_library():
         raise NotImplementedError(
-            "headroom.nn: the EP backward needs hr_moe_ep_backward, which "
-            "the library (%s) does not have yet" % _lib.moe_library_path())
+            "headroom.nn: the library (%s) has no hr_moe_ep_backward yet: "
+            "the EP backward cannot run" % _lib.moe_library_path())
     sh = _ep_context(cfg, device, backward or cfg.ep_backward)
     capturing = _capturing()
     with sh.lock:

@@ -222,6 +222,26 @@ class TestMoeEPWithoutGpu(unittest.TestCase):
             headroom.MoeEP(SHAPE, 0, 2, g, device=0, exchange=7)
         self.assertTrue(g.broken)
 
+    def test_backward_only_where_the_library_has_it(self):
+        lib = headroom.load_moe_library()
+        have = _lib.has_symbol(lib, "hr_moe_ep_backward")
+        # The bootstrap's `backward` field: 1 only when asked for and the
+        # library exports the EP backward (a library before it gets 0).
+        for asked in (False, True):
+            ep = headroom.MoeEP.__new__(headroom.MoeEP)
+            ep._ptr, ep._keep, ep._lib = None, None, lib
+            ep._setup(SHAPE, 0, 1, VirtualGroup(1).member(0), 0, None, asked)
+            self.assertEqual(ep._boot_t.backward, int(asked and have))
+            self.assertEqual(ep.has_backward, asked and have)
+        if have:
+            self.skipTest("the library has hr_moe_ep_backward")
+        with self.assertRaisesRegex(NotImplementedError,
+                                    r"the library has no hr_moe_ep_backward"):
+            ep.backward(None, *[None] * 10)
+        with self.assertRaisesRegex(NotImplementedError,
+                                    r"the library has no hr_moe_ep_backward"):
+            ep.backward_grid(1, "headroom", *[None] * 10)
+
     def create(self, R, shapes=None, boots=None, timeout_s=10):
         """MoeEP on R threads, through one VirtualGroup (or `boots`):
         {rank: (kind, value)}, the seconds, the group. Contexts that a GPU
