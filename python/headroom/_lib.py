@@ -342,8 +342,9 @@ _MOE_PROTOTYPES = {
     # expert parallel
     "hr_moe_ep_memory": (c_int, [POINTER(MoeShape_t), c_int, POINTER(c_uint64),
                                  POINTER(c_uint64)]),
-    "hr_moe_ep_create": (c_int, [POINTER(_moe_ep_p), c_int, POINTER(MoeShape_t),
-                                 c_int, c_int, POINTER(MoeEPBootstrap_t)]),
+    "hr_moe_ep_create": (c_int, [POINTER(_moe_ep_p), c_int,
+                                 POINTER(MoeShape_t), c_int, c_int,
+                                 POINTER(MoeEPBootstrap_t)]),
     "hr_moe_ep_destroy": (None, [_moe_ep_p]),
     "hr_moe_ep_forward": (c_int, [_moe_ep_p, _lease_p, POINTER(MoeArgs_t),
                                   c_void_p]),

@@ -44,7 +44,7 @@ from .moe_ep import VirtualGroup, VirtualRank
 __all__ = ["ep_moe", "ep_moe_backward", "ep_moe_lockstep", "comm_of"]
 
 
-# ---- the exchange ------------------------------------------------------------
+# ---- the exchange -----------------------------------------------------------
 
 
 class _GroupComm:
@@ -151,7 +151,7 @@ class _AllToAll(torch.autograd.Function):
                 None, None, None)
 
 
-# ---- the pieces -----------------------------------------------------------------
+# ---- the pieces -------------------------------------------------------------
 
 
 class _Route:
@@ -245,8 +245,9 @@ def _combine(ob, order, weights, T: int, k: int, out_dtype):
 
 
 def _shapes(x, ids, weights, w1, w2, R: int):
-    if x.dim() != 2 or ids.dim() != 2 or tuple(weights.shape) != tuple(ids.shape) \
-            or ids.shape[0] != x.shape[0]:
+    if x.dim() != 2 or ids.dim() != 2 or \
+            tuple(weights.shape) != tuple(ids.shape) or \
+            ids.shape[0] != x.shape[0]:
         raise ValueError("x must be [T, H], topk_ids and topk_weights [T, k]; "
                          "got %s, %s, %s" % (tuple(x.shape), tuple(ids.shape),
                                              tuple(weights.shape)))
@@ -258,10 +259,11 @@ def _shapes(x, ids, weights, w1, w2, R: int):
     return El * R
 
 
-# ---- one rank -------------------------------------------------------------------
+# ---- one rank ---------------------------------------------------------------
 
 
-def ep_moe(x, topk_ids, topk_weights, w1, w2, group, rank: Optional[int] = None):
+def ep_moe(x, topk_ids, topk_weights, w1, w2, group,
+           rank: Optional[int] = None):
     """This rank's y [T, H] of the EP layer (the module's docstring),
     differentiable: x [T, H] (T may be 0), topk_ids [T, k] GLOBAL ids,
     topk_weights [T, k], w1 [E/R, 2I, H] and w2 [E/R, H, I] this rank's
@@ -333,7 +335,7 @@ def ep_moe_backward(dy, x, topk_ids, topk_weights, w1, w2, group,
             dwt.view(T, k).to(topk_weights.dtype))
 
 
-# ---- every rank from one thread ------------------------------------------------
+# ---- every rank from one thread ---------------------------------------------
 
 
 def ep_moe_lockstep(xs, ids, weights, w1s, w2s, streams=None) -> list:
@@ -380,7 +382,8 @@ def ep_moe_lockstep(xs, ids, weights, w1s, w2s, streams=None) -> list:
             sends.append((order, counts.tolist()))        # the host sync
     for r in range(R):
         order, send_e = sends[r]
-        recv_e = [c for s in range(R) for c in sends[s][1][r * El:(r + 1) * El]]
+        recv_e = [c for s in range(R)
+                  for c in sends[s][1][r * El:(r + 1) * El]]
         routes.append(_Route(order, ids[r].shape[1], send_e, recv_e, R, El))
     parts = []
     for r in range(R):

@@ -68,7 +68,7 @@ def _int_arg(v, what, lo, hi=None):
     return v
 
 
-# ---- the failure record ------------------------------------------------------
+# ---- the failure record -----------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ class MoeEPFailure:
                    epoch=int(f.epoch), local=MoeFailure._from_c(f.local))
 
 
-# ---- bootstraps ----------------------------------------------------------------
+# ---- bootstraps -------------------------------------------------------------
 
 
 class VirtualGroupError(RuntimeError):
@@ -139,8 +139,8 @@ class VirtualGroup:
 
     def __init__(self, nranks: int, timeout_s: float = 60.0):
         _int_arg(nranks, "nranks", 1)
-        if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool) \
-                or not timeout_s > 0:
+        if not isinstance(timeout_s, (int, float)) or \
+                isinstance(timeout_s, bool) or not timeout_s > 0:
             raise ValueError("timeout_s must be a number > 0, got %r"
                              % (timeout_s,))
         self._nranks = nranks
@@ -325,7 +325,8 @@ def bootstrap_of(group, rank: Optional[int] = None):
     else:
         try:
             import torch.distributed as dist
-            is_pg = dist.is_available() and isinstance(group, dist.ProcessGroup)
+            is_pg = dist.is_available() and \
+                isinstance(group, dist.ProcessGroup)
         except ImportError:
             is_pg = False
         if is_pg:
@@ -372,10 +373,10 @@ class _BootState:
                 parts = list(self.boot.allgather(data))
                 if len(parts) != self.nranks or \
                         any(len(p) != n for p in parts):
+                    sizes = sorted({len(p) for p in parts})
                     raise ValueError(
                         "the bootstrap's allgather returned %d parts of %s "
-                        "bytes, not %d of %d" % (len(parts),
-                                                 sorted({len(p) for p in parts}),
+                        "bytes, not %d of %d" % (len(parts), sizes,
                                                  self.nranks, n))
                 if n:
                     ctypes.memmove(recv, b"".join(parts), n * self.nranks)
@@ -395,8 +396,8 @@ def ep_memory(shape: MoeShape, nranks: int, lib=None) -> tuple:
     lib = _lib.load_moe_library(lib)
     s = _shape_t(shape)
     peer, local = ctypes.c_uint64(), ctypes.c_uint64()
-    check(lib.hr_moe_ep_memory(ctypes.byref(s), int(nranks), ctypes.byref(peer),
-                               ctypes.byref(local)),
+    check(lib.hr_moe_ep_memory(ctypes.byref(s), int(nranks),
+                               ctypes.byref(peer), ctypes.byref(local)),
           "hr_moe_ep_memory(nranks %d)" % nranks)
     return int(peer.value), int(local.value)
 
@@ -409,7 +410,7 @@ def _shape_t(shape: MoeShape) -> _lib.MoeShape_t:
                            shape.topk, shape.max_tokens)
 
 
-# ---- the context -----------------------------------------------------------------
+# ---- the context ------------------------------------------------------------
 
 
 class MoeEP(_Closable):
@@ -465,7 +466,8 @@ class MoeEP(_Closable):
                             _lib.HR_MOE_EP_EXCHANGE_POINTERS,
                             _lib.HR_MOE_EP_EXCHANGE_IPC):
             raise ValueError("exchange must be HR_MOE_EP_EXCHANGE_AUTO, "
-                             "_POINTERS or _IPC (0, 1, 2), got %r" % (exchange,))
+                             "_POINTERS or _IPC (0, 1, 2), got %r"
+                             % (exchange,))
         if device is None:
             device = _torch().cuda.current_device()
         self.device = int(device)
@@ -519,7 +521,8 @@ class MoeEP(_Closable):
         ptr = self._ptr
         if ptr is None:
             return
-        _in_context(self._lib.hr_moe_ep_sync, ptr)   # its failure was the launch's
+        # Its failure, if any, was the launch's to report.
+        _in_context(self._lib.hr_moe_ep_sync, ptr)
         if barrier:
             try:
                 self.bootstrap.barrier()
@@ -543,10 +546,10 @@ class MoeEP(_Closable):
         # collector. The memory goes with the process.
         if getattr(self, "_ptr", None) is not None:
             try:
-                warnings.warn("MoeEP (rank %d of %d) garbage-collected without "
-                              "close(): its device memory stays allocated "
-                              "until the process ends" % (self.rank,
-                                                           self.nranks),
+                warnings.warn("MoeEP (rank %d of %d) garbage-collected "
+                              "without close(): its device memory stays "
+                              "allocated until the process ends"
+                              % (self.rank, self.nranks),
                               ResourceWarning, stacklevel=2)
             except Exception:
                 pass

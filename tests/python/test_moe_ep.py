@@ -125,7 +125,8 @@ class TestVirtualGroup(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, r"^timeout_s must be"):
             VirtualGroup(2, timeout_s=0)
         g = VirtualGroup(2)
-        with self.assertRaisesRegex(ValueError, r"^rank must be 0\.\.1, got 2"):
+        with self.assertRaisesRegex(ValueError,
+                                    r"^rank must be 0\.\.1, got 2"):
             g.member(2)
         with self.assertRaisesRegex(ValueError, r"one per rank"):
             g.exchange(0, [1])
@@ -281,7 +282,8 @@ class TestMoeEPWithoutGpu(unittest.TestCase):
                     continue
                 # No GPU: every rank took part in both exchanges (the
                 # records, then the agreement) and fails with the same code.
-                self.assertIsInstance(v, (headroom.NoGPU, headroom.Unsupported),
+                self.assertIsInstance(v, (headroom.NoGPU,
+                                          headroom.Unsupported),
                                       "rank %d: %r" % (r, v))
                 self.assertIn("rank %d of %d" % (r, R), str(v))
                 self.assertEqual(calls.get(r), 2, "rank %d" % r)
