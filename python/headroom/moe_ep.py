@@ -499,11 +499,19 @@ class MoeEP(_Closable):
         if rc != _lib.HR_OK:
             if state.calls < 2 and hasattr(boot, "abort"):
                 boot.abort()               # the peers may be waiting for us
-            err = error_class(rc)(rc, "hr_moe_ep_create(rank %d of %d, "
-                                  "cuda:%d)" % (rank, nranks, self.device))
-            if isinstance(state.error, (KeyboardInterrupt, SystemExit)):
-                raise state.error
-            raise err from state.error
+            # A failed context keeps nothing of the group: a ProcessGroup
+            # kept alive past destroy_process_group() can abort the process
+            # at exit. (And no local names the error raised, so that its
+            # traceback holds no cycle that would keep these frames.)
+            cause = state.error
+            state.boot = None
+            self.bootstrap = self._boot_state = None
+            self._boot_fn = self._boot_t = None
+            if isinstance(cause, (KeyboardInterrupt, SystemExit)):
+                raise cause
+            raise error_class(rc)(rc, "hr_moe_ep_create(rank %d of %d, "
+                                  "cuda:%d)" % (rank, nranks,
+                                                self.device)) from cause
         self._ptr = out.value
 
     # ---- life cycle -------------------------------------------------------
@@ -536,6 +544,9 @@ class MoeEP(_Closable):
         self._ptr = None
         _in_context(self._lib.hr_moe_ep_destroy, ptr)
         self._keep = None
+        # Nothing of the group outlives the context (see _create).
+        self._boot_state.boot = None
+        self._boot_state = self._boot_fn = self._boot_t = None
 
     def __exit__(self, *exc) -> None:
         self.close()

@@ -201,7 +201,8 @@ def _ep_context(cfg, device: int, backward: bool) -> _SharedEP:
     a VirtualGroup needs for its own). backward: sized for the EP
     backward too (where the library has it)."""
     backward = bool(backward) and _ep_backward_in_library()
-    key = (id(cfg.group), cfg.rank, device, cfg.shape, backward)
+    group = cfg.group
+    key = (id(group), cfg.rank, device, cfg.shape, backward)
     with _lock:
         sh = _ep_contexts.get(key)
         if sh is None:
@@ -214,7 +215,7 @@ def _ep_context(cfg, device: int, backward: bool) -> _SharedEP:
                     "yet, and none can be created while a CUDA graph is "
                     "being captured (nor can an EP launch be captured)"
                     % (cfg.rank, device))
-            sh.moe = MoeEP(cfg.shape, cfg.rank, cfg.nranks, cfg.group,
+            sh.moe = MoeEP(cfg.shape, cfg.rank, cfg.nranks, group,
                            device=device, backward=backward)
     return sh
 
@@ -286,18 +287,33 @@ class _Config:
 class _EPConfig(_Config):
     """A _Config for an expert-parallel module: also the group (a torch
     ProcessGroup or a VirtualGroup), this module's rank in it and the
-    group's size, the exchange its CPU path uses, and whether its
-    context is sized for the backward."""
+    group's size, and whether its context is sized for the backward.
+
+    The group is held weakly: configs live as long as the process, and a
+    ProcessGroup kept past destroy_process_group() can abort the process
+    at exit (its threads outlive the interpreter). The module holds it."""
 
     def __init__(self, shape: MoeShape, lease: Optional[Lease],
                  timeout_ms: int, group, rank: int, nranks: int):
         super().__init__(shape, lease, timeout_ms)
-        self.group = group
+        self._group = weakref.ref(group)
         self.rank = rank
         self.nranks = nranks
         self.virtual = isinstance(group, VirtualGroup)
-        self.comm = ep_reference.comm_of(group, rank)
         self.ep_backward = False
+
+    @property
+    def group(self):
+        g = self._group()
+        if g is None:
+            raise RuntimeError("headroom.nn: this MegaMoE's ep_group no "
+                               "longer exists: the module cannot run")
+        return g
+
+    @property
+    def comm(self):
+        """The exchange of the ops' CPU path (ep_reference.comm_of)."""
+        return ep_reference.comm_of(self.group, self.rank)
 
     def __reduce__(self):
         raise TypeError("a MegaMoE with an ep_group cannot be pickled whole "
@@ -625,6 +641,25 @@ def _positive_int(v, what, lo=1, hi=None):
     return v
 
 
+class _Hold:
+    """A module's strong reference to its ep_group: shared, not copied, by
+    a deepcopy of the module; refused by pickle, as the config is."""
+
+    def __init__(self, group):
+        self.group = group
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __copy__(self):
+        return self
+
+    def __reduce__(self):
+        raise TypeError("a MegaMoE with an ep_group cannot be pickled whole "
+                        "(its group is a live connection): save its "
+                        "state_dict() instead")
+
+
 def _ep_rank_of(group, rank) -> tuple:
     """(this module's rank, the group's size) for an ep_group: a
     VirtualGroup (rank required) or a torch ProcessGroup (this process's
@@ -706,8 +741,9 @@ class MegaMoE(torch.nn.Module):
     (hr_moe_ep, shared by this rank's modules of the same group, device
     and shape) is taken when the module reaches its GPU, collectively:
     every rank must create and move its modules in the same order, and
-    close() them in the same order (a context is freed by the last
-    module's close on every rank, never by the garbage collector).
+    close() them in the same order, before the group is destroyed (a
+    context is freed by the last module's close on every rank, never by
+    the garbage collector).
     reference=True with an ep_group computes with ep_reference.ep_moe
     (autograd through the all-to-alls) instead.
     """
@@ -755,6 +791,7 @@ class MegaMoE(torch.nn.Module):
                                  "%d x %d x %d" % (nranks, max_tokens, topk))
             self._cfg = _EPConfig(self.shape, lease, timeout_ms, ep_group,
                                   rank, nranks)
+            self._ep_hold = _Hold(ep_group)
             E = experts // nranks
         self._key = _register(self._cfg)
         self._shared = {}
@@ -867,7 +904,8 @@ class MegaMoE(torch.nn.Module):
     @property
     def ep_group(self):
         """The ep_group given to the constructor (None: all experts here)."""
-        return getattr(self._cfg, "group", None)
+        hold = getattr(self, "_ep_hold", None)
+        return hold.group if hold is not None else None
 
     @property
     def ep_rank(self) -> int:

@@ -126,6 +126,28 @@ class TestEPArguments(unittest.TestCase):
                                     r"experts\), got \(8, 256, 256\)"):
             m(x, ids, w)
 
+    def test_the_group_lives_with_the_module_only(self):
+        # The op's key outlives the module, but must not keep its group
+        # (a ProcessGroup kept past destroy_process_group can abort the
+        # process at exit).
+        import gc
+        import weakref
+        g = VirtualGroup(1)
+        ref = weakref.ref(g)
+        m = hnn.MegaMoE(**self.ok, ep_group=g, ep_rank=0)
+        x = torch.zeros(2, 256, dtype=torch.bfloat16)
+        ids = torch.zeros(2, 2, dtype=torch.int32)
+        w = torch.zeros(2, 2)
+        m(x, ids, w)
+        key, w1, w2 = m.key, m.w1.detach(), m.w2.detach()
+        del m, g
+        gc.collect()
+        self.assertIsNone(ref())
+        with self.assertRaisesRegex(RuntimeError,
+                                    r"ep_group no longer exists"):
+            torch.ops.headroom.moe_ep_forward(x, ids, w, w1.bfloat16(),
+                                              w2.bfloat16(), key)
+
     def test_copies(self):
         m = hnn.MegaMoE(**self.ok, ep_group=VirtualGroup(1), ep_rank=0)
         c = copy.deepcopy(m)
