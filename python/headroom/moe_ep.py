@@ -547,6 +547,7 @@ class MoeEP(_Closable):
         # Nothing of the group outlives the context (see _create).
         self._boot_state.boot = None
         self._boot_state = self._boot_fn = self._boot_t = None
+        self.bootstrap = None
 
     def __exit__(self, *exc) -> None:
         self.close()
