@@ -173,8 +173,8 @@ def table(rows, notes, meta):
     mode, R, grid, reps, backward), the notes, one row per cell, then each
     rank's medians. A row: shape, E, R, T, and per side (t = baseline,
     h = headroom) lists of per-rank ms for fwd and step (None: not
-    measured), rel diffs, the context's bytes a rank (hr_moe_ep_memory:
-    the forward's), or a `skipped` reason."""
+    measured), rel diffs, the context's bytes a rank (hr_moe_ep_memory,
+    or _backward when the step runs), or a `skipped` reason."""
     virtual = meta["mode"] == "virtual"
     lines = [
         "# Expert-parallel MoE layer: the EP kernel against plain-torch EP (%s)"
@@ -233,7 +233,7 @@ def table(rows, notes, meta):
         "",
         "| shape | R | T/rank | baseline fwd ms | headroom fwd ms | fwd baseline / "
         "headroom | baseline step ms | headroom step ms | step baseline / headroom "
-        "| rel diff y | rel diff dx / dW1 / dw | headroom context a rank (forward's) |",
+        "| rel diff y | rel diff dx / dW1 / dw | headroom context a rank |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -618,9 +618,9 @@ def bench_shape(side, headroom, name, opt, rows, notes, backward, R_here, device
     tokens = list(opt.token_list)
 
     def ctx(T):
-        peer, local = headroom.ep_memory(headroom.MoeShape(E, H, I, k, T), R)
-        # The backward's peer block is larger: counted twice, generously.
-        return 2 * peer + local if backward else peer + local
+        # hr_moe_ep_memory(_backward): what a rank's context allocates.
+        return sum(headroom.ep_memory(headroom.MoeShape(E, H, I, k, T), R,
+                                      backward=backward))
     while E > max(k, R) and E % (2 * R) == 0 and \
             need_bytes(E, H, I, k, tokens[0], R, R_here, ctx(tokens[0])) > 0.9 * free:
         E //= 2
@@ -640,7 +640,7 @@ def bench_shape(side, headroom, name, opt, rows, notes, backward, R_here, device
     El = E // R
     weights = [rank_weights(r, El, H, I, device, 7) for r in ranks]
     side.make_modules(E, H, I, k, max(fit), weights)
-    ctx_bytes = sum(headroom.ep_memory(headroom.MoeShape(E, H, I, k, max(fit)), R))
+    ctx_bytes = ctx(max(fit))
     for T in fit:
         ins = [rank_inputs(r, E, H, k, T, device, 11) for r in ranks]
         row = dict(shape=name, E=E, R=R, T=T, ctx_bytes=ctx_bytes)

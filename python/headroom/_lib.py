@@ -117,13 +117,28 @@ HR_MOE_EP_WAIT_TMA = 15
 HR_MOE_EP_WAIT_DISPATCH = 40
 HR_MOE_EP_WAIT_RETURN = 41
 HR_MOE_EP_WAIT_START = 42
+# Names for messages, with the waits the header numbers without names:
+# 11..14 the agnostic form's (hr_moe's agnostic kernel's), 20..22 the
+# backward's grid barriers, 31..34 its agnostic waits (moe_kernel.h,
+# moe_backward.h).
 EP_WAIT_NAMES = {
     HR_MOE_EP_WAIT_ROUTE: "route",
     HR_MOE_EP_WAIT_GEMM1: "gemm1",
     HR_MOE_EP_WAIT_GEMM2: "gemm2",
     HR_MOE_EP_WAIT_SENT: "sent",
     HR_MOE_EP_WAIT_RETURNED: "returned",
+    11: "agnostic scatter wait",
+    12: "agnostic gemm1 wait",
+    13: "agnostic gemm2 wait",
+    14: "agnostic claim",
     HR_MOE_EP_WAIT_TMA: "tma",
+    20: "backward route",
+    21: "backward dgu",
+    22: "backward grads",
+    31: "backward agnostic route wait",
+    32: "backward agnostic dgu wait",
+    33: "backward agnostic dx wait",
+    34: "backward agnostic claim",
     HR_MOE_EP_WAIT_DISPATCH: "dispatch",
     HR_MOE_EP_WAIT_RETURN: "return",
     HR_MOE_EP_WAIT_START: "start",
@@ -235,12 +250,12 @@ EP_ALLGATHER = ctypes.CFUNCTYPE(c_int, c_void_p, c_void_p, c_void_p, c_size_t)
 
 
 class MoeEPBootstrap_t(Structure):
-    """struct hr_moe_ep_bootstrap. `backward` is the field the EP
-    backward adds after `exchange` (1: size the peer block for
-    hr_moe_ep_backward too). A library without that backward has a struct
-    of three fields: the same size (the int fills what was padding), and
-    it never reads the fourth, so 0 there is harmless; the binding sets 1
-    only where the library exports hr_moe_ep_backward."""
+    """struct hr_moe_ep_bootstrap. `backward` (1: room for
+    hr_moe_ep_backward too) came with the EP backward: a library built
+    before it has a struct of three fields, the same size (the int fills
+    what was padding), and never reads the fourth, so 0 there is
+    harmless; the binding sets 1 only where the library exports
+    hr_moe_ep_backward."""
     _fields_ = [
         ("allgather", EP_ALLGATHER),
         ("ctx", c_void_p),
@@ -342,6 +357,9 @@ _MOE_PROTOTYPES = {
     # expert parallel
     "hr_moe_ep_memory": (c_int, [POINTER(MoeShape_t), c_int, POINTER(c_uint64),
                                  POINTER(c_uint64)]),
+    "hr_moe_ep_memory_backward": (c_int, [POINTER(MoeShape_t), c_int,
+                                          POINTER(c_uint64),
+                                          POINTER(c_uint64)]),
     "hr_moe_ep_create": (c_int, [POINTER(_moe_ep_p), c_int,
                                  POINTER(MoeShape_t), c_int, c_int,
                                  POINTER(MoeEPBootstrap_t)]),
@@ -362,10 +380,11 @@ _MOE_PROTOTYPES = {
 }
 
 # Functions of _MOE_PROTOTYPES that a library built before them lacks:
-# declared when present, and has_symbol() says which. The EP backward is
-# being added to the C library; until it is there, MoeEP.backward raises
-# NotImplementedError and creation never asks for its memory.
-_MOE_OPTIONAL = frozenset(("hr_moe_ep_backward", "hr_moe_ep_backward_grid"))
+# declared when present, and has_symbol() says which. A library built
+# before the EP backward has none of these three: MoeEP.backward then
+# raises NotImplementedError and creation never asks for its memory.
+_MOE_OPTIONAL = frozenset(("hr_moe_ep_backward", "hr_moe_ep_backward_grid",
+                           "hr_moe_ep_memory_backward"))
 
 _lock = threading.Lock()
 _lib = None

@@ -30,10 +30,12 @@ through the bootstrap's allgather. A bootstrap is one of:
 Every launch (forward or backward) is an epoch, and every rank must make
 the same sequence of calls: a call refused for its arguments, here or in
 the C library, still spends its epoch (the peers' launches of that epoch
-time out), so the next call is in step again. On one GPU the R ranks'
-launches must be resident at once: grid <= SMs / R each, on a stream
-each. No CUDA graph capture (each launch is an epoch: a replay would not
-be one).
+time out), so the next call is in step again. In the barrier form (modes
+HEADROOM, COOPERATIVE, PARTITION) all R ranks' launches of an epoch must
+be resident at once: on one GPU, grid <= SMs / R each, on a stream each;
+the agnostic form (Mode.AGNOSTIC) needs no residency (a rank short of SMs
+completes late). Bitwise the same results either way. No CUDA graph
+capture (each launch is an epoch: a replay would not be one).
 
 torch is imported only when a method needs it.
 """
@@ -387,18 +389,26 @@ class _BootState:
         return _lib.EP_ALLGATHER(allgather)
 
 
-def ep_memory(shape: MoeShape, nranks: int, lib=None) -> tuple:
+def ep_memory(shape: MoeShape, nranks: int, backward: bool = False,
+              lib=None) -> tuple:
     """(peer_bytes, local_bytes) a rank allocates for `shape` (the global
-    one) over `nranks` (hr_moe_ep_memory: plain arithmetic, no GPU). The
-    backward's extra peer memory is not in it. InvalidArgument for a shape
-    the EP path refuses (E % nranks, 1..8 ranks, nranks max_tokens topk
-    <= 2^30, hr_moe_create's rules)."""
+    one) over `nranks`: hr_moe_ep_memory, or with backward=True
+    hr_moe_ep_memory_backward (a context made for the backward too;
+    NotImplementedError where the library has no EP backward). Plain
+    arithmetic, no GPU. InvalidArgument for a shape the EP path refuses
+    (E % nranks, 1..8 ranks, nranks max_tokens topk <= 2^30,
+    hr_moe_create's rules)."""
     lib = _lib.load_moe_library(lib)
+    name = "hr_moe_ep_memory_backward" if backward else "hr_moe_ep_memory"
+    if backward and not _lib.has_symbol(lib, name):
+        raise NotImplementedError("ep_memory(backward=True): the library has "
+                                  "no hr_moe_ep_memory_backward (built before "
+                                  "the EP backward)")
     s = _shape_t(shape)
     peer, local = ctypes.c_uint64(), ctypes.c_uint64()
-    check(lib.hr_moe_ep_memory(ctypes.byref(s), int(nranks),
-                               ctypes.byref(peer), ctypes.byref(local)),
-          "hr_moe_ep_memory(nranks %d)" % nranks)
+    check(getattr(lib, name)(ctypes.byref(s), int(nranks), ctypes.byref(peer),
+                             ctypes.byref(local)),
+          "%s(nranks %d)" % (name, nranks))
     return int(peer.value), int(local.value)
 
 
@@ -581,8 +591,9 @@ class MoeEP(_Closable):
 
     @property
     def memory(self) -> tuple:
-        """(peer_bytes, local_bytes) of the forward (ep_memory)."""
-        return ep_memory(self.shape, self.nranks)
+        """(peer_bytes, local_bytes) this context holds (ep_memory, with
+        the backward's room where has_backward)."""
+        return ep_memory(self.shape, self.nranks, backward=self.has_backward)
 
     # ---- argument checks --------------------------------------------------
 
@@ -728,9 +739,10 @@ class MoeEP(_Closable):
     def forward(self, lease: Lease, x, ids, weights, w1, w2, y,
                 timeout_ms: int = 0, stream=None, _keep: bool = True) -> None:
         """Launch this rank's epoch of the EP forward with the grid, mode
-        and cluster size `lease` holds now (hr_moe_ep_forward; the
-        agnostic mode: Unsupported), on `stream` (default: torch's current
-        stream on the device). Returns once launched; sync() waits.
+        and cluster size `lease` holds now (hr_moe_ep_forward; a lease in
+        the agnostic mode runs the agnostic form), on `stream` (default:
+        torch's current stream on the device). Returns once launched;
+        sync() waits.
 
         x [T, H] bf16, ids [T, k] int32 (GLOBAL expert ids; outside [0, E):
         nothing), weights [T, k] fp32, y [T, H] bf16: this rank's T tokens,
@@ -756,9 +768,10 @@ class MoeEP(_Closable):
                      mode=Mode.HEADROOM, timeout_ms: int = 0,
                      stream=None) -> None:
         """The same launch without a lease (hr_moe_ep_forward_grid): `grid`
-        CTAs (1..SMs), mode HEADROOM, COOPERATIVE or PARTITION, no
-        clusters. A barrier timeout is not reported to any daemon. For R
-        virtual ranks on one GPU: grid <= SMs / R each, a stream each."""
+        CTAs (1..SMs), mode HEADROOM, COOPERATIVE or PARTITION (the barrier
+        form: for R virtual ranks on one GPU, grid <= SMs / R each, a
+        stream each) or AGNOSTIC (the agnostic form), no clusters. A
+        barrier timeout is not reported to any daemon."""
         def build():
             m = Mode.of(mode)
             return (self._args(x, ids, weights, w1, w2, y, timeout_ms),

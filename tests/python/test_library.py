@@ -167,10 +167,12 @@ class TestPrototypes(unittest.TestCase):
         h.functions = moe
         self.assertIn("hr_moe_forward", moe)
         self.assertIn("hr_moe_ep_create", moe)
-        # The EP backward is bound before the header declares it (it is
-        # being added to the C library): compared once it is there.
+        # The EP backward's functions are optional in the binding (a
+        # library built before them lacks them); compared wherever the
+        # header declares them.
         self.assertEqual(set(_lib._MOE_OPTIONAL),
-                         {"hr_moe_ep_backward", "hr_moe_ep_backward_grid"})
+                         {"hr_moe_ep_backward", "hr_moe_ep_backward_grid",
+                          "hr_moe_ep_memory_backward"})
         self.check_against(h, _lib._MOE_PROTOTYPES, STRUCTS,
                            optional=_lib._MOE_OPTIONAL)
 
@@ -279,9 +281,9 @@ STRUCTS = {
     "hr_moe_ep_failure": _lib.MoeEPFailure_t,
 }
 
-# Members the binding has before the header: the EP backward's field of
-# hr_moe_ep_bootstrap (after exchange). Where the header lacks it, the
-# struct must still be the C size (it takes what was padding).
+# Members the binding may have before a header: the EP backward's field of
+# hr_moe_ep_bootstrap (after exchange). Where a header lacks it, the struct
+# must still be the C size (it takes what was padding).
 PENDING_MEMBERS = {"hr_moe_ep_bootstrap": ["backward"]}
 
 
