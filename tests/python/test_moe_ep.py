@@ -249,8 +249,13 @@ class TestMoeEPWithoutGpu(unittest.TestCase):
             ep._setup(SHAPE, 0, 1, VirtualGroup(1).member(0), 0, None, asked)
             self.assertEqual(ep._boot_t.backward, int(asked and have))
             self.assertEqual(ep.has_backward, asked and have)
-        if have:
+
+    def test_backward_without_it_in_the_library(self):
+        lib = headroom.load_moe_library()
+        if _lib.has_symbol(lib, "hr_moe_ep_backward"):
             self.skipTest("the library has hr_moe_ep_backward")
+        ep = headroom.MoeEP.__new__(headroom.MoeEP)
+        ep._ptr, ep._keep, ep._lib = None, None, lib
         with self.assertRaisesRegex(NotImplementedError,
                                     r"the library has no hr_moe_ep_backward"):
             ep.backward(None, *[None] * 10)
