@@ -250,3 +250,26 @@ class TestWithoutGPU(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TestRelL2(unittest.TestCase):
+    """rel_l2 a chunk at a time is the whole tensors' relative error."""
+
+    def setUp(self):
+        try:
+            import torch
+        except ImportError:
+            self.skipTest("no torch")
+        self.torch = torch
+        self.be = load_bench_ep()
+
+    def test_chunks_agree_with_the_whole(self):
+        torch = self.torch
+        g = torch.Generator().manual_seed(3)
+        b = torch.randn(1000, generator=g)
+        a = b + 0.01 * torch.randn(1000, generator=g)
+        whole = ((a.double() - b.double()).norm() / b.double().norm()).item()
+        for chunk in (7, 64, 1000, 1 << 24):
+            self.assertAlmostEqual(self.be.rel_l2(a, b, chunk=chunk), whole, places=12)
+        self.assertEqual(self.be.rel_l2(b, b, chunk=7), 0.0)
+        self.assertGreater(self.be.rel_l2(a, b, chunk=7), 0.005)
