@@ -24,14 +24,14 @@ if ! (cd "$dir" && ar x "$a"); then
   exit 1
 fi
 members=$(ar t "$a" | sort | tr '\n' ' ')
-if [ "$members" = "moe_agnostic.cu.o moe_api.cu.o moe_backward.cu.o moe_ep.cu.o moe_ep_api.cu.o moe_ep_plan.o moe_kernel.cu.o " ]; then
-  echo "ok: libheadroom_moe.a holds the seven kernel objects"
+if [ "$members" = "moe_agnostic.cu.o moe_api.cu.o moe_backward.cu.o moe_ep.cu.o moe_ep_agnostic.cu.o moe_ep_api.cu.o moe_ep_backward.cu.o moe_ep_plan.o moe_kernel.cu.o " ]; then
+  echo "ok: libheadroom_moe.a holds the nine kernel objects"
 else
   echo "FAIL: libheadroom_moe.a holds: $members"
   fail=1
 fi
-for k in moe_kernel.cu moe_agnostic.cu moe_backward.cu moe_api.cu moe_ep.cu moe_ep_api.cu \
-         moe_ep_plan; do
+for k in moe_kernel.cu moe_agnostic.cu moe_backward.cu moe_api.cu moe_ep.cu moe_ep_agnostic.cu \
+         moe_ep_backward.cu moe_ep_api.cu moe_ep_plan; do
   prod="$obj/kernels/$k.o"
   if [ ! -f "$prod" ]; then
     echo "FAIL: $prod is missing (was make run?)"
