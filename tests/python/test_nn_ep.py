@@ -339,9 +339,12 @@ class TestEPGlooOnCpu(unittest.TestCase):
             self.assertEqual(out["rank"], r)
             for case in ("random", "none_to_last", "empty_last"):
                 check_rank(self, out[case], case, r, R)
-        # Both ranks fail alike (no GPU), or both made their context.
+        # Both ranks fail alike (no GPU), or both made their context; or
+        # neither could load libheadroom_moe (OSError: not built here, or
+        # a sanitizer build, which a plain python3 cannot load).
         self.assertEqual(results[0]["create"], results[1]["create"])
-        self.assertIn(results[0]["create"], ("ok", "NoGPU", "Unsupported"))
+        self.assertIn(results[0]["create"],
+                      ("ok", "NoGPU", "Unsupported", "OSError"))
 
 
 def gpu_reason():
