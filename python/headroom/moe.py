@@ -164,9 +164,13 @@ def _tensors_and_tokens(shape: MoeShape, named) -> int:
     return T
 
 
-def _forward_want(shape: MoeShape, T: int) -> dict:
+def _forward_want(shape: MoeShape, T: int, experts: Optional[int] = None
+                  ) -> dict:
+    """Each forward tensor's (shape, dtype, alignment) for T tokens;
+    `experts`: the experts w1 and w2 hold (an EP rank's E/R), else all."""
     torch = _torch()
-    E, H, I, k = shape.experts, shape.hidden, shape.inter, shape.topk
+    E = shape.experts if experts is None else experts
+    H, I, k = shape.hidden, shape.inter, shape.topk
     return {
         "x": ((T, H), torch.bfloat16, 16),
         "ids": ((T, k), torch.int32, 4),

@@ -50,7 +50,8 @@ from typing import List, Optional, Sequence
 from . import _lib
 from .client import Lease, Mode, _Closable
 from .errors import Aborted, BarrierTimeout, HeadroomError, check, error_class
-from .moe import MoeFailure, MoeShape, _check_tensors, _context, _in_context
+from .moe import (MoeFailure, MoeShape, _check_tensors, _context,
+                  _forward_want, _in_context)
 
 __all__ = ["MoeEP", "MoeEPFailure", "VirtualGroup", "VirtualGroupError",
            "ProcessGroupBootstrap", "bootstrap_of", "ep_memory"]
@@ -614,17 +615,7 @@ class MoeEP(_Closable):
         return T
 
     def _want(self, T: int) -> dict:
-        torch = _torch()
-        s = self.shape
-        El, H, I, k = self.local_experts, s.hidden, s.inter, s.topk
-        return {
-            "x": ((T, H), torch.bfloat16, 16),
-            "ids": ((T, k), torch.int32, 4),
-            "weights": ((T, k), torch.float32, 4),
-            "w1": ((El, 2 * I, H), torch.bfloat16, 16),
-            "w2": ((El, H, I), torch.bfloat16, 16),
-            "y": ((T, H), torch.bfloat16, 16),
-        }
+        return _forward_want(self.shape, T, self.local_experts)
 
     @staticmethod
     def _timeout(timeout_ms) -> int:
