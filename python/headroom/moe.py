@@ -181,6 +181,16 @@ def _forward_want(shape: MoeShape, T: int, experts: Optional[int] = None
     }
 
 
+def _cuda_stream(device: int, stream) -> int:
+    """The cudaStream_t a launch goes on: torch's current stream of
+    `device` (None), a raw handle (an int) or a torch.cuda.Stream's."""
+    if stream is None:
+        return _torch().cuda.current_stream(device).cuda_stream
+    if isinstance(stream, int):
+        return stream
+    return stream.cuda_stream
+
+
 def _in_context(fn, *args):
     """fn(*args), a call into libheadroom_moe, with the calling thread's
     current CUDA context the same after it as before (_CurrentContext)."""
@@ -343,11 +353,7 @@ class Moe(_Closable):
         return a
 
     def _stream(self, stream):
-        if stream is None:
-            return _torch().cuda.current_stream(self.device).cuda_stream
-        if isinstance(stream, int):
-            return stream
-        return stream.cuda_stream          # a torch.cuda.Stream
+        return _cuda_stream(self.device, stream)
 
     def forward(self, lease: Lease, x, ids, weights, w1, w2, y,
                 timeout_ms: int = 0, stream=None, _keep: bool = True) -> None:

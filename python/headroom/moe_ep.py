@@ -51,7 +51,7 @@ from . import _lib
 from .client import Lease, Mode, _Closable
 from .errors import Aborted, BarrierTimeout, HeadroomError, check, error_class
 from .moe import (MoeFailure, MoeShape, _check_tensors, _context,
-                  _forward_want, _in_context)
+                  _cuda_stream, _forward_want, _in_context)
 
 __all__ = ["MoeEP", "MoeEPFailure", "VirtualGroup", "VirtualGroupError",
            "ProcessGroupBootstrap", "bootstrap_of", "ep_memory"]
@@ -685,11 +685,7 @@ class MoeEP(_Closable):
         return g
 
     def _stream(self, stream):
-        if stream is None:
-            return _torch().cuda.current_stream(self.device).cuda_stream
-        if isinstance(stream, int):
-            return stream
-        return stream.cuda_stream          # a torch.cuda.Stream
+        return _cuda_stream(self.device, stream)
 
     def _where(self, name: str) -> str:
         return "%s (rank %d of %d)" % (name, self.rank, self.nranks)
