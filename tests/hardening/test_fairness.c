@@ -3,20 +3,25 @@
  * the real headroomd on a real socket:
  *  - connections per uid (max_clients_per_uid) and the slots kept for
  *    other uids (reserved_clients): while uid nobody holds all it may,
- *    root still connects, and its leases are served in under 1 ms p99;
+ *    root still connects, and its leases are served fast (the bound below);
  *  - footprints and CTAs per uid, over all the uid's connections;
  *  - the hello deadline: a socket that never speaks is closed;
  *  - budget events: a footprint toggled as fast as the rate limit allows
  *    does not disconnect a subscriber that never reads (it keeps its
  *    lease), its queue stays at most one event per GPU, what it reads at
  *    last is the newest budget, and another client's lease round trip
- *    stays under 1 ms p99 meanwhile.
+ *    stays fast meanwhile.
  * The tests with a second uid fork a child that drops to nobody; they
  * skip, saying so, when not run as root.
  *
- * Latency bounds are stretched by HEADROOM_TIME_SCALE (the sanitizer and
- * valgrind runs set it); each is the best of a few rounds, so that one
- * scheduling hiccup on a busy CI machine is not a failure.
+ * Each latency is the best p99 of a few rounds, so that one scheduling
+ * hiccup is not a failure. Its bound is 1 ms (times HEADROOM_TIME_SCALE,
+ * which the sanitizer and valgrind runs set) or 3x the p99 of the same
+ * round trips measured on the same daemon before the load began,
+ * whichever is larger: a shared CI machine can be slower than 1 ms when
+ * nothing else runs at all, and what the test is about is the load's
+ * effect. A daemon that served the flood first would be many times over
+ * either.
  */
 #include <errno.h>
 #include <grp.h>
@@ -42,6 +47,7 @@
 
 #define NOBODY 65534
 #define ROUNDS 8
+#define QUIET_ROUNDS 3
 #define ROUND_TRIPS 300
 #define PACE_NS 2500000LL                /* 800 messages a second */
 
@@ -131,30 +137,52 @@ static long long lease_p99(th_raw *r, int gpu, int64_t *id,
   return t[(ROUND_TRIPS * 99 + 99) / 100 - 1];
 }
 
-/* The best p99 of ROUNDS rounds, each printed; fails the test past
- * 1 ms (times HEADROOM_TIME_SCALE). */
-static void expect_fast_leases(th_raw *r, int gpu, const char *while_)
+/* The best p99 of `rounds` rounds (each printed) in ns, stopping early
+ * once one is under `good`. */
+static long long best_p99(th_raw *r, int gpu, const char *while_,
+                          int rounds, long long good)
 {
-  long long bound = (long long)(1000000.0 * time_scale()), best = -1;
+  long long best = -1;
   int64_t id = 1000;
   int i;
 
-  for(i = 0; i < ROUNDS; i++) {
+  for(i = 0; i < rounds; i++) {
     long long p50 = 0, max = 0, p = lease_p99(r, gpu, &id, &p50, &max);
     if(p < 0)
       fail_msg("a lease round trip failed %s", while_);
     print_message("lease round trip %s: p50 %lld us, p99 %lld us, max %lld "
                   "us (round %d of %d, %d round trips)\n", while_,
-                  p50 / 1000, p / 1000, max / 1000, i + 1, ROUNDS,
+                  p50 / 1000, p / 1000, max / 1000, i + 1, rounds,
                   ROUND_TRIPS);
     if(best < 0 || p < best)
       best = p;
-    if(best < bound)
+    if(best < good)
       break;
   }
+  return best;
+}
+
+/* The lease p99 with nothing else going on, for expect_fast_leases:
+ * the best of QUIET_ROUNDS. */
+static long long quiet_p99(th_raw *r, int gpu)
+{
+  return best_p99(r, gpu, "with nothing else going on", QUIET_ROUNDS, 0);
+}
+
+/* Fails the test when the best p99 is over 1 ms (times
+ * HEADROOM_TIME_SCALE) and over 3x `quiet` (see the top). */
+static void expect_fast_leases(th_raw *r, int gpu, const char *while_,
+                               long long quiet)
+{
+  long long bound = (long long)(1000000.0 * time_scale()), best;
+
+  if(3 * quiet > bound)
+    bound = 3 * quiet;
+  best = best_p99(r, gpu, while_, ROUNDS, bound);
   if(best >= bound)
-    fail_msg("lease p99 %s: %lld us in the best of %d rounds, over %lld us",
-             while_, best / 1000, ROUNDS, bound / 1000);
+    fail_msg("lease p99 %s: %lld us in the best of %d rounds, over %lld us "
+             "(quiet p99 %lld us)", while_, best / 1000, ROUNDS,
+             bound / 1000, quiet / 1000);
 }
 
 /* Connect and say hello: 0 admitted; 1 refused, with its message in
@@ -284,15 +312,23 @@ static int need_root(void)
 
 /* A daemon on `config`, filled by nobody as fill_as_nobody does: `held`
  * connections in, then one refused, naming `why`. The child's pid, for
- * end_fill with `*release`. */
+ * end_fill with `*release`. With `quiet`, the lease p99 on GPU 0 before
+ * the fill (quiet_p99) goes there. */
 static pid_t start_filled(const char *config, int most, int held,
-                          const char *why, int *release)
+                          const char *why, int *release, long long *quiet)
 {
   fill_result res;
+  char refusal[HR_MESSAGE_MAX];
+  th_raw r;
   pid_t pid;
 
   raise_fd_limit(512);
   assert_int_equal(th_daemon_start(&daemon_, config), 0);
+  if(quiet) {
+    assert_int_equal(try_connect(&r, refusal, sizeof(refusal)), 0);
+    *quiet = quiet_p99(&r, 0);
+    th_raw_close(&r);
+  }
   pid = fill_as_nobody(most, &res, release);
   assert_int_equal(res.held, held);
   assert_int_equal(res.refused, 1);
@@ -307,7 +343,7 @@ static void test_uid_at_its_maximum(void **state)
 {
   th_raw r;
   char why[HR_MESSAGE_MAX];
-  long long t0;
+  long long t0, quiet;
   pid_t pid;
   int release, secs, warned;
   (void)state;
@@ -317,13 +353,14 @@ static void test_uid_at_its_maximum(void **state)
   pid = start_filled("max_clients = 128\n"
                      "max_clients_per_uid = 100\n"
                      "reserved_clients = 16\n",
-                     200, 100, "max_clients_per_uid = 100", &release);
+                     200, 100, "max_clients_per_uid = 100", &release,
+                     &quiet);
 
   /* Another uid: in, and served at once, while nobody holds all it may
    * and keeps trying for more. */
   t0 = th_now_ms();
   assert_int_equal(try_connect(&r, why, sizeof(why)), 0);
-  expect_fast_leases(&r, 0, "while another uid holds its maximum");
+  expect_fast_leases(&r, 0, "while another uid holds its maximum", quiet);
   th_raw_close(&r);
   /* Its reconnecting, a hundred times a second, does not flood the log:
    * one warning a second, counting the others. */
@@ -353,7 +390,7 @@ static void test_reserve_for_other_uids(void **state)
   pid = start_filled("max_clients = 64\n"
                      "max_clients_per_uid = 64\n"
                      "reserved_clients = 16\n",
-                     64, 48, "reserved_clients", &release);
+                     64, 48, "reserved_clients", &release, NULL);
   /* The reserve is root's to use, up to max_clients. */
   for(i = 0; i < 16; i++)
     if(try_connect(&mine[i], why, sizeof(why)))
@@ -646,7 +683,7 @@ static void test_events_cannot_drown(void **state)
   char line[4096];
   uint32_t last_epoch = 0;
   int events = 0, rcvbuf = 4096, from;
-  long long t_end;
+  long long t_end, quiet;
   pid_t toggler;
   long n;
   (void)state;
@@ -670,6 +707,12 @@ static void test_events_cannot_drown(void **state)
   assert_int_equal(rep.type, HR_MSG_SUBSCRIBE);
   /* From here on it reads nothing until the end. */
 
+  /* The yardstick, before any load (the asker is opened again after
+   * the fork, so that the toggler holds no copy of it). */
+  assert_int_equal(th_raw_open(&asker, daemon_.socket), 0);
+  quiet = quiet_p99(&asker, 1);
+  th_raw_close(&asker);
+
   /* Forked before the watcher's library starts its thread. */
   toggler = toggle_start(&from);
   watcher = th_client_open_connected(&daemon_, "watcher", 0);
@@ -679,7 +722,7 @@ static void test_events_cannot_drown(void **state)
    * times over. */
   usleep(1500 * 1000);
   assert_int_equal(th_raw_open(&asker, daemon_.socket), 0);
-  expect_fast_leases(&asker, 1, "while a footprint toggles");
+  expect_fast_leases(&asker, 1, "while a footprint toggles", quiet);
   th_raw_close(&asker);
 
   /* The daemon's backlog, toggling still: the stalled subscriber's
