@@ -144,19 +144,27 @@ static size_t align_up(size_t n)
   return (n + 255) & ~(size_t)255;
 }
 
-/* A bf16 tensor map of `rank` dimensions (innermost first; strides in
- * bytes of dimensions 1..rank-1), boxes `box`, the 128-byte swizzle the
- * wgmma tiles read. */
+/* A tensor map of `type` and `rank` dimensions (innermost first; strides
+ * in bytes of dimensions 1..rank-1), boxes `box`, the 128-byte swizzle
+ * the wgmma tiles read and the dW stores write. */
+static int tmap_encode(tmap_encode_fn encode, CUtensorMap *map, CUtensorMapDataType type,
+                       const void *base, unsigned rank, const cuuint64_t *dims,
+                       const cuuint64_t *strides, const cuuint32_t *box)
+{
+  const cuuint32_t ones[5] = { 1, 1, 1, 1, 1 };
+  CUresult r = encode(map, type, rank, (void *)base, dims, strides, box, ones,
+                      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? HR_OK : HR_ECUDA;
+}
+
+/* A bf16 one, with the context's encoder. */
 static int tmap_make(const hr_moe *m, CUtensorMap *map, const void *base, unsigned rank,
                      const cuuint64_t *dims, const cuuint64_t *strides,
                      const cuuint32_t *box)
 {
-  const cuuint32_t ones[5] = { 1, 1, 1, 1, 1 };
-  CUresult r = m->encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, (void *)base, dims,
-                         strides, box, ones, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                         CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS ? HR_OK : HR_ECUDA;
+  return tmap_encode(m->encode, map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, base, rank, dims,
+                     strides, box);
 }
 
 /* The workspace's maps: the x rows in expert order (in ypair's memory)
@@ -261,6 +269,36 @@ extern "C" int hr__moe_encode_maps(const hr_moe_shape *s, void *ypair, void *h, 
     *tm_w2 = m.tm_w2;
   }
   return HR_OK;
+}
+
+/* dW1 [E 2I][H] and dW2 [E H][I], in boxes of 128 bytes by 128 rows: a
+ * 128 x 128 dW tile is 2 boxes in bf16, 4 in fp32 (bwd_dw_store). Made
+ * at every backward: the caller's dW pointers may change at any call,
+ * and an encoding is host work alone (~1 us). */
+extern "C" int hr__moe_encode_dw_maps(const hr_moe_shape *s, hr__moe_bwd_params *p)
+{
+  static tmap_encode_fn encode;   /* the driver's, the same for every call */
+  const cuuint64_t E = (cuuint64_t)s->experts;
+  const cuuint64_t H = (cuuint64_t)s->hidden, I = (cuuint64_t)s->inter;
+  const cuuint64_t es = p->dw_bf16 ? 2 : 4;
+  const CUtensorMapDataType type =
+      p->dw_bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  const cuuint32_t box[2] = { (cuuint32_t)(128 / es), 128 };
+  cuuint64_t dims[2], strides[1];
+  int err;
+
+  if(!encode && !(encode = tmap_encoder()))
+    return HR_EUNSUPPORTED;
+  dims[0] = H;
+  dims[1] = E * 2 * I;
+  strides[0] = H * es;
+  err = tmap_encode(encode, &p->tm_dw1, type, p->dw1, 2, dims, strides, box);
+  if(err)
+    return err;
+  dims[0] = I;
+  dims[1] = E * H;
+  strides[0] = I * es;
+  return tmap_encode(encode, &p->tm_dw2, type, p->dw2, 2, dims, strides, box);
 }
 
 /* ---- create / destroy -------------------------------------------------- */
@@ -597,6 +635,9 @@ static int launch(hr_moe *m, const hr_lease *lease, int grid, int mode,
     bp.wa = m->h;
     bp.dxrow = m->ypair;
     bp.dwp = m->dwp;
+    err = hr__moe_encode_dw_maps(&m->shape, &bp);
+    if(err)
+      goto out;
   }
   if(mode == HR_MODE_COOPERATIVE && grid > m->sms)
     ce = cudaErrorCooperativeLaunchTooLarge;

@@ -19,6 +19,7 @@
 #ifndef HR_MOE_BACKWARD_H
 #define HR_MOE_BACKWARD_H
 
+#include "headroom_moe.h"
 #include "moe_kernel.h"
 
 /* Features per stage-2 tile: the d(w) partials are per pair and per
@@ -53,6 +54,10 @@ typedef struct hr__moe_bwd_params {
   uint16_t *dx;         /* [T, H] */
   void *dw1;            /* [E, 2I, H] fp32 or bf16 */
   void *dw2;            /* [E, H, I] */
+  /* dW1 as [E 2I][H] and dW2 as [E H][I] in dW's type, boxes of 128
+   * bytes (the 128-byte swizzle) by 128 rows: the TMA stores of the dW
+   * tiles (bwd_dw_store; hr__moe_encode_dw_maps makes them). */
+  CUtensorMap tm_dw1, tm_dw2;
   float *dtw;           /* [T, k] */
   int dw_bf16;          /* 1: dW stored in bf16 */
   /* workspace, for max_tokens * k pairs, in expert order */
@@ -68,6 +73,10 @@ extern "C" {
 #endif
 
 cudaError_t hr__moe_bwd_prepare(void);
+/* tm_dw1 and tm_dw2 of `p` for dW1, dW2 (p->dw1, dw2, dw_bf16) of `s`'s
+ * experts (a rank's own, in expert parallel); HR_OK or HR_ECUDA (or
+ * HR_EUNSUPPORTED: a driver without TMA). */
+int hr__moe_encode_dw_maps(const hr_moe_shape *s, hr__moe_bwd_params *p);
 /* agnostic 0: the barrier kernel (coop: the cooperative attribute);
  * 1: the residency-agnostic kernel. */
 cudaError_t hr__moe_bwd_launch(const hr__moe_bwd_params *p, int grid, int agnostic,

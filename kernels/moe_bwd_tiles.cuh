@@ -41,12 +41,12 @@
 #define BWD_DGU_STAGE (2 * BWD_DGU_ROWS + 3 * BWD_DGU_W)
 /* The grads tiles' stage: A and B, each 128 x 64 (BWD_MN_TILE). */
 #define BWD_GRAD_STAGE (2 * BWD_MN_TILE)
-/* A finished dW tile's staging, past the grads ring: 128 rows of fp32 or
- * bf16, padded by 16 bytes. */
-#define BWD_DW_PITCH_F32 (128 * 4 + 16)
-#define BWD_DW_PITCH_BF16 (128 * 2 + 16)
-#define BWD_DW_STAGING (1024 + BWD_GRAD_STAGES * BWD_GRAD_STAGE)
-#define BWD_DW_END (BWD_DW_STAGING + 128 * BWD_DW_PITCH_F32)
+/* A finished dW tile's staging, past the grads ring (from the ring's
+ * start): the TMA boxes of the tile, each 128 rows of 128 bytes in the
+ * 128-byte swizzle, 2 of them in bf16, 4 in fp32. */
+#define BWD_DW_BOX (128 * 128)
+#define BWD_DW_STAGING (BWD_GRAD_STAGES * BWD_GRAD_STAGE)
+#define BWD_DW_END (1024 + BWD_DW_STAGING + 4 * BWD_DW_BOX)
 #define BWD_DGU_END (1024 + BWD_DGU_STAGES * BWD_DGU_STAGE)
 #define BWD_RING_BYTES (BWD_DGU_END > BWD_DW_END ? BWD_DGU_END : BWD_DW_END)
 /* dW tiles a unit of the grads stage runs in one pipeline (bwd_dw_group):
@@ -304,39 +304,52 @@ static __device__ void bwd_dw_zero(const hr__moe_bwd_params &p, const bwd_plan &
 
 /* dW tile t of expert e from the wgmma accumulators (warp w of warpgroup
  * g holds rows 64 g + 16 (w % 4) .. + 15, all 128 columns), as fp32 or
- * rounded to bf16. The fragments go to shared memory first, and from
- * there to dW in whole 512-byte rows a warp: stored straight from the
- * fragments, each warp's store covered 8 rows with 16 bytes each, half
- * a sector, and dW is the backward's one large output (21 GiB at
- * DeepSeek-V3 in bf16). */
+ * rounded to bf16: staged in shared memory as the TMA boxes of tm_dw1 or
+ * tm_dw2, which thread 0 then stores. dW is the backward's one large
+ * output (21 GiB at DeepSeek-V3 in bf16); the threads' own stores of it
+ * (2048 16-byte stores a tile) kept them from the next tile's MMAs. The
+ * staging is free again once the previous tile's stores have read it:
+ * thread 0 waits for that first (a tile later, long done as a rule). */
 static __device__ void bwd_dw_store(const hr__moe_bwd_params &p, const bwd_plan &q, int e, int t,
                                     const float (&acc)[16][4], uint8_t *smem)
 {
   const hr__moe_params &f = p.f;
   const int wg = (int)threadIdx.x >> 7, lane = (int)threadIdx.x & 31;
   const int w4 = ((int)threadIdx.x >> 5) & 3;
-  const int bf = p.dw_bf16, pitch = bf ? BWD_DW_PITCH_BF16 : BWD_DW_PITCH_F32;
+  const int bf = p.dw_bf16;
   const bwd_dw_tile d = bwd_dw_tile_of(p, q, t, 0);
-  const int ldo = d.dw1 ? f.H : f.I, esize = bf ? 2 : 4, cpr = 128 * esize / 16;
-  const size_t base = d.dw1 ? (size_t)e * 2 * f.I * f.H : (size_t)e * f.H * f.I;
-  char *out = (char *)(d.dw1 ? p.dw1 : p.dw2) + (base + (size_t)d.m0 * ldo + d.n0) * esize;
-  uint8_t *stage = smem + BWD_DW_STAGING;
+  const uint32_t stage = bwd_ring(smem) + BWD_DW_STAGING;
+  uint8_t *st = smem + (stage - smem_addr(smem));
 
+  if(threadIdx.x == 0)
+    bulk_wait_read<0>();
+  __syncthreads();
 #pragma unroll
   for(int j = 0; j < 16; j++)
 #pragma unroll
     for(int half = 0; half < 2; half++) {
       const int r = wg * 64 + w4 * 16 + (lane >> 2) + 8 * half, c = j * 8 + 2 * (lane & 3);
-      if(bf)
-        *(uint32_t *)(stage + r * pitch + c * 2) = pack_bf16x2(acc[j][half * 2], acc[j][half * 2 + 1]);
-      else
-        *(float2 *)(stage + r * pitch + c * 4) = make_float2(acc[j][half * 2], acc[j][half * 2 + 1]);
+      const float v0 = acc[j][half * 2], v1 = acc[j][half * 2 + 1];
+      if(bf) {                           /* boxes of 64 columns */
+        const int cc = c & 63;
+        *(uint32_t *)(st + (c >> 6) * BWD_DW_BOX + r * 128 + (((cc >> 3) ^ (r & 7)) << 4) +
+                      (cc & 7) * 2) = pack_bf16x2(v0, v1);
+      } else {                           /* boxes of 32 */
+        const int cc = c & 31;
+        *(float2 *)(st + (c >> 5) * BWD_DW_BOX + r * 128 + (((cc >> 2) ^ (r & 7)) << 4) +
+                    (cc & 3) * 4) = make_float2(v0, v1);
+      }
     }
+  fence_proxy_async_shared();            /* the TMA reads what the threads wrote */
   __syncthreads();
-  for(int i = (int)threadIdx.x; i < 128 * cpr; i += HR__MOE_THREADS)
-    *(uint4 *)(out + (size_t)(i / cpr) * ldo * esize + (i % cpr) * 16) =
-        *(const uint4 *)(stage + (i / cpr) * pitch + (i % cpr) * 16);
-  __syncthreads();                     /* the staging is free again */
+  if(threadIdx.x == 0) {
+    const void *map = d.dw1 ? (const void *)&p.tm_dw1 : (const void *)&p.tm_dw2;
+    const int row = (d.dw1 ? e * 2 * f.I : e * f.H) + d.m0;
+    const int boxes = bf ? 2 : 4, cols = bf ? 64 : 32;
+    for(int b = 0; b < boxes; b++)
+      tma_store_2d(map, stage + b * BWD_DW_BOX, d.n0 + b * cols, row);
+    bulk_commit();
+  }
 }
 
 /* dx row tile `unit` (M tile unit / nh, columns h0 .. h0 + 127 of H):
@@ -502,6 +515,10 @@ static __device__ void bwd_dw_group(const hr__moe_bwd_params &p, const moe_route
           ct++;
         }
       });
+  /* The staging free for whatever the CTA runs next. */
+  if(threadIdx.x == 0)
+    bulk_wait_read<0>();
+  __syncthreads();
 }
 
 /* grads unit `unit`: [0, n_dx) the dx rows of M tile unit / nh (dh W1,

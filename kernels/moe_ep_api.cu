@@ -458,6 +458,9 @@ static int launch(hr_moe_ep *ep, const hr_lease *lease, int grid, int mode, int 
     b->dw1 = g->dw1;
     b->dw2 = g->dw2;
     b->dw_bf16 = g->dw_dtype == HR_MOE_DW_BF16;
+    err = hr__moe_encode_dw_maps(&ep->local, b);
+    if(err)
+      goto out;
     b->sorted_pair = (int32_t *)(ep->ws + ep->lay.sorted_pair);
     b->dh = (uint16_t *)(ep->ws + ep->lay.dh);
     b->wa = b->f.h;

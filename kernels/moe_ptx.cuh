@@ -445,4 +445,28 @@ static __device__ __forceinline__ void tma_load_5d(uint32_t dst, const void *map
                : "memory");
 }
 
+/* TMA tile stores from shared memory (the dW tiles, moe_bwd_tiles.cuh):
+ * issued by one thread into its bulk group; the threads' writes to the
+ * box must be fenced (fence_proxy_async_shared) and synchronized first.
+ * bulk_wait_read<N> returns once at most N of the thread's committed
+ * groups still read shared memory, so their boxes may be written again;
+ * the global writes themselves complete on their own (a kernel's end
+ * waits for them). */
+static __device__ __forceinline__ void tma_store_2d(const void *map, uint32_t src, int c0, int c1)
+{
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n"
+               :: "l"(map), "r"(src), "r"(c0), "r"(c1) : "memory");
+}
+
+static __device__ __forceinline__ void bulk_commit(void)
+{
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
+template <int N>
+static __device__ __forceinline__ void bulk_wait_read(void)
+{
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" :: "n"(N) : "memory");
+}
+
 #endif /* HR_MOE_PTX_CUH */
