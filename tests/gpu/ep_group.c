@@ -295,3 +295,27 @@ void expect_failure(ep_group *G, const int *rc, unsigned mask, int code, unsigne
   }
 }
 
+int ep_test_start(const char *name, const char *criterion)
+{
+  struct cudaDeviceProp prop;
+
+  gt_require_gpu(name);
+  gt_seed(name);
+  GT_CUDA(cudaGetDeviceProperties(&prop, 0));
+  printf("%s: R virtual ranks on GPU 0, each a stream and grid <= %d / R; criterion: %s\n",
+         name, prop.multiProcessorCount, criterion);
+  return prop.multiProcessorCount;
+}
+
+void ep_sweep(int sms, int qwen_cap, ep_case_fn run)
+{
+  int R;
+
+  for(R = 1; R <= HR_MOE_EP_MAX_RANKS; R *= 2) {
+    const int share = sms / R;
+    const int small_grids[] = { share, share / 3 > 0 ? share / 3 : 1, 1 };
+    const int qwen_grids[] = { share, share / 2 > 0 ? share / 2 : 1 };
+    run(GT_SMALL, R, 256, sms, small_grids, 3);
+    run(GT_QWEN3, R, qwen_cap, sms, qwen_grids, 2);
+  }
+}

@@ -79,4 +79,16 @@ void route_bad_ids(gt_moe *g, int T);
 void expect_failure(ep_group *G, const int *rc, unsigned mask, int code, unsigned from,
                     int wait, int waited, int noticed, const char *what);
 
+/* The start both EP tests share: GPU 0 required, the seed, the line
+ * naming what the test holds to (`criterion`). The GPU's SMs. */
+int ep_test_start(const char *name, const char *criterion);
+
+/* One correctness case: R ranks of gt_shapes[shape], max_tokens cap each,
+ * on each of `grids` (n of them). */
+typedef void (*ep_case_fn)(int shape, int R, int cap, int sms, const int *grids, int n);
+/* The sweep both run: R = 1, 2, 4, .. HR_MOE_EP_MAX_RANKS, each on its
+ * share of the SMs: GT_SMALL (cap 256) on the share, a third of it and 1
+ * CTA; GT_QWEN3 (cap qwen_cap) on the share and half of it. */
+void ep_sweep(int sms, int qwen_cap, ep_case_fn run);
+
 #endif /* HR_EP_GROUP_H */

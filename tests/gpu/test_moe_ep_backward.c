@@ -358,22 +358,9 @@ out:
 
 int main(void)
 {
-  struct cudaDeviceProp prop;
-  int R, sms;
+  const int sms = ep_test_start(NAME, "dx, dW1, dW2, d(w) bitwise hr_moe_backward_grid's");
 
-  gt_require_gpu(NAME);
-  gt_seed(NAME);
-  GT_CUDA(cudaGetDeviceProperties(&prop, 0));
-  sms = prop.multiProcessorCount;
-  printf("%s: R virtual ranks on GPU 0, each a stream and grid <= %d / R; "
-         "criterion: dx, dW1, dW2, d(w) bitwise hr_moe_backward_grid's\n", NAME, sms);
-  for(R = 1; R <= HR_MOE_EP_MAX_RANKS; R *= 2) {
-    const int share = sms / R;
-    const int small_grids[] = { share, share / 3 > 0 ? share / 3 : 1, 1 };
-    const int qwen_grids[] = { share, share / 2 > 0 ? share / 2 : 1 };
-    correctness(GT_SMALL, R, 256, sms, small_grids, 3);
-    correctness(GT_QWEN3, R, 128, sms, qwen_grids, 2);
-  }
+  ep_sweep(sms, 128, correctness);
   failures(sms);
   return gt_finish(NAME);
 }
