@@ -120,13 +120,7 @@ static __device__ __forceinline__ uint8_t *agn_smem(void)
 
 static __device__ __forceinline__ moe_route agn_rt(void)
 {
-  int *ints = (int *)(agn_smem() + HR__MOE_GEMM_SMEM);
-  moe_route rt;
-  rt.cnt = ints;
-  rt.pre = ints + HR__MOE_ROUTE_INTS;
-  rt.off = ints + 2 * HR__MOE_ROUTE_INTS;
-  rt.tile_off = ints + 3 * HR__MOE_ROUTE_INTS;
-  return rt;
+  return moe_route_tables((int *)(agn_smem() + HR__MOE_GEMM_SMEM));
 }
 
 /* Ticket t of a phase of n tasks that may run twice: task t or t - n. */

@@ -595,13 +595,8 @@ static __device__ void bwd_combine_rows(const bwd_comb &a, int lo, int hi)
 static __device__ __forceinline__ moe_route bwd_tables(uint8_t *smem, int **cursor)
 {
   int *ints = (int *)(smem + BWD_RING_BYTES);
-  moe_route rt;
-  rt.cnt = ints;
-  rt.pre = ints + HR__MOE_ROUTE_INTS;
-  rt.off = ints + 2 * HR__MOE_ROUTE_INTS;
-  rt.tile_off = ints + 3 * HR__MOE_ROUTE_INTS;
   *cursor = ints + 4 * HR__MOE_ROUTE_INTS;
-  return rt;
+  return moe_route_tables(ints);
 }
 
 /* One CTA's claimed units of a stage from counter *claim: the next unit

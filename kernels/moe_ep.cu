@@ -65,14 +65,8 @@ hr__moe_ep_kernel(const __grid_constant__ hr__moe_ep_params ep)
   __shared__ int s_cs[HR_MOE_EP_MAX_RANKS + 1];
   const hr__moe_params &p = ep.p;
   const hr__moe_ep_group &e = ep.g;
-  int *route_ints = (int *)(smem + HR__MOE_GEMM_SMEM);
-  moe_route rt;
+  const moe_route rt = moe_route_tables((int *)(smem + HR__MOE_GEMM_SMEM));
   int tile, i;
-
-  rt.cnt = route_ints;
-  rt.pre = route_ints + HR__MOE_ROUTE_INTS;
-  rt.off = route_ints + 2 * HR__MOE_ROUTE_INTS;
-  rt.tile_off = route_ints + 3 * HR__MOE_ROUTE_INTS;
 
   if(threadIdx.x == 0) {
     s_ok = ep_start_ok(p, e);

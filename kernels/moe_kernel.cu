@@ -39,14 +39,8 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
   __shared__ int s_ok;
   __shared__ int s_warp_sums[HR__MOE_THREADS / 32];
   __shared__ int s_nonempty;
-  int *route_ints = (int *)(smem + HR__MOE_GEMM_SMEM);
-  moe_route rt;
+  const moe_route rt = moe_route_tables((int *)(smem + HR__MOE_GEMM_SMEM));
   int tile, i;
-
-  rt.cnt = route_ints;
-  rt.pre = route_ints + HR__MOE_ROUTE_INTS;
-  rt.off = route_ints + 2 * HR__MOE_ROUTE_INTS;
-  rt.tile_off = route_ints + 3 * HR__MOE_ROUTE_INTS;
 
   /* A CTA that starts after its launch already failed (it was waiting for
    * an SM while the others timed out) leaves at once. So does every CTA

@@ -36,6 +36,18 @@ struct moe_route {
   int *tile_off;  /* exclusive scan of token tiles per expert */
 };
 
+/* The four tables, HR__MOE_ROUTE_INTS ints each, from `ints` (shared
+ * memory past a kernel's GEMM ring). */
+static __device__ __forceinline__ moe_route moe_route_tables(int *ints)
+{
+  moe_route rt;
+  rt.cnt = ints;
+  rt.pre = ints + HR__MOE_ROUTE_INTS;
+  rt.off = ints + 2 * HR__MOE_ROUTE_INTS;
+  rt.tile_off = ints + 3 * HR__MOE_ROUTE_INTS;
+  return rt;
+}
+
 /* out[i] = in[0] + ... + in[i-1] for i <= n (n <= 4 * HR__MOE_THREADS);
  * in and out distinct. Ends with __syncthreads. */
 static __device__ void block_exclusive_scan(const int *in, int n, int *out, int *warp_sums)
