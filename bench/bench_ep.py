@@ -45,12 +45,14 @@ import argparse
 import datetime
 import os
 import statistics
-import subprocess
 import sys
 import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import bench_common  # noqa: E402  (beside this script)
+from bench_common import routing, run_quiet  # noqa: E402
 
 try:
     import torch
@@ -281,49 +283,9 @@ def need_bytes(E, H, I, k, T, R, R_here, ctx_bytes):
 # ---- helpers (GPU) ----------------------------------------------------------------
 
 
-def needs_gpu(why):
-    print("bench_ep.py: needs a GPU: %s; nothing measured" % why, flush=True)
-    sys.exit(0)
-
-
-def check_gpu():
-    if torch is None:
-        needs_gpu("PyTorch is not importable here")
-    if not torch.cuda.is_available():
-        needs_gpu("torch sees no CUDA device")
-    if torch.cuda.get_device_capability(0) != (9, 0):
-        needs_gpu("the kernels need sm_90 (H100, H200), GPU 0 is %s"
-                  % torch.cuda.get_device_name(0))
-    if not hasattr(torch, "_grouped_mm"):
-        needs_gpu("this torch (%s) has no torch._grouped_mm" % torch.__version__)
-
-
-def run_quiet(cmd):
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
-
-def commit(opt):
-    if opt.commit:
-        return opt.commit
-    head = run_quiet(["git", "rev-parse", "--short", "HEAD"]) or "unknown"
-    digest = run_quiet(["sh", "bench/kernels_digest.sh"])
-    return "%s (kernels digest %s)" % (head, digest) if digest else head
-
-
 def driver():
     return run_quiet(["nvidia-smi", "-i", "0", "--query-gpu=driver_version",
                       "--format=csv,noheader"]) or "unknown"
-
-
-def routing(T, E, k, gen, device):
-    """k distinct experts per token, uniformly; weights in [0.05, 1)."""
-    ids = torch.rand(T, E, generator=gen, device=device).topk(k, dim=1).indices
-    w = torch.rand(T, k, generator=gen, device=device) * 0.95 + 0.05
-    return ids.to(torch.int32).contiguous(), w.float().contiguous()
 
 
 def rank_inputs(r, E, H, k, T, device, seed):
@@ -690,7 +652,7 @@ def bench_shape(side, headroom, name, opt, rows, notes, backward, R_here, device
 def main(argv=None):
     opt = parse_args(argv)
     mode, R = mode_of(opt, os.environ)
-    check_gpu()
+    bench_common.check_gpu("bench_ep.py")
     if mode is None:
         sys.exit("bench_ep.py: " + R)
     opt.lib = os.path.abspath(opt.lib)
@@ -732,7 +694,8 @@ def main(argv=None):
                 driver=driver(), torch=torch.__version__,
                 command=" ".join((["torchrun --nproc-per-node %d" % R]
                                   if mode == "torchrun" else ["python3"]) + sys.argv),
-                commit=commit(opt), mode=mode, R=R, grid=grid, reps=opt.reps,
+                commit=bench_common.commit(opt.commit),
+                mode=mode, R=R, grid=grid, reps=opt.reps,
                 warmup=opt.warmup, backward=backward, backward_why=why)
     rank0 = mode == "virtual" or side.rank == 0
     if rank0:
@@ -742,12 +705,7 @@ def main(argv=None):
     for name in opt.shape_list:
         bench_shape(side, headroom, name, opt, rows, notes, backward, R_here, device)
     if rank0:
-        text = table(rows, notes, meta)
-        print()
-        print(text)
-        if opt.out:
-            with open(opt.out, "w") as f:
-                f.write(text)
+        bench_common.emit(table(rows, notes, meta), opt.out)
     if mode == "torchrun":
         import torch.distributed as dist
         dist.destroy_process_group()

@@ -33,8 +33,10 @@ import sys
 import torch
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import emit, routing  # noqa: E402  (beside this script)
+
 try:                                   # the tuned Triton baseline, beside this file
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import triton_moe
 except ImportError:                    # no Triton: its columns read "-"
     triton_moe = None
@@ -138,13 +140,6 @@ def ref_moe(x, ids, w, w1t, w2t, E, I):
     y = torch.zeros_like(x)
     y.index_add_(0, tok, o)
     return y
-
-
-def routing(T, E, k, gen):
-    """k distinct experts per token, uniformly; weights in [0.05, 1)."""
-    ids = torch.rand(T, E, generator=gen, device="cuda").topk(k, dim=1).indices
-    w = torch.rand(T, k, generator=gen, device="cuda") * 0.95 + 0.05
-    return ids.to(torch.int32).contiguous(), w.float().contiguous()
 
 
 def bench_shape(libs, name, tokens, reps, copy_bw, gemm, l2_bytes, rows,
@@ -413,12 +408,7 @@ def main():
         for v in variants:
             lines.append(f"| {v['shape']} | {v['T']} | {v['variant']} | {v['ms']:.3f} | "
                          f"{v['ms'] / v['floor']:.2f} | {v['ref'] / v['ms']:.2f}x |")
-    text = "\n".join(lines) + "\n"
-    print()
-    print(text)
-    if opt.out:
-        with open(opt.out, "w") as f:
-            f.write(text)
+    emit("\n".join(lines) + "\n", opt.out)
 
 
 if __name__ == "__main__":

@@ -41,11 +41,13 @@ and exits 0, measuring nothing.
 import argparse
 import datetime
 import os
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import bench_common  # noqa: E402  (beside this script)
+from bench_common import routing  # noqa: E402
 
 try:
     import torch
@@ -93,37 +95,6 @@ def ref_moe_train(x, ids, w, w1, w2):
 
 
 # ---- helpers ---------------------------------------------------------------
-
-
-def needs_gpu(why):
-    print("bench_train.py: needs a GPU: %s; nothing measured" % why, flush=True)
-    sys.exit(0)
-
-
-def check_gpu():
-    if torch is None:
-        needs_gpu("PyTorch is not importable here")
-    if not torch.cuda.is_available():
-        needs_gpu("torch sees no CUDA device")
-    if torch.cuda.get_device_capability(0) != (9, 0):
-        needs_gpu("the kernels need sm_90 (H100, H200), GPU 0 is %s"
-                  % torch.cuda.get_device_name(0))
-    if not hasattr(torch, "_grouped_mm"):
-        needs_gpu("this torch (%s) has no torch._grouped_mm" % torch.__version__)
-
-
-def commit():
-    """This copy's HEAD, and the kernels' own digest (bench/kernels_digest.sh;
-    `sh bench/kernels_digest.sh REV` matches it to a commit): a copy of the
-    tree on a GPU machine may carry a history older than its files."""
-    def run(cmd):
-        try:
-            return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
-                                  check=True).stdout.strip()
-        except (OSError, subprocess.CalledProcessError):
-            return "unknown"
-    return "%s (kernels digest %s)" % (run(["git", "rev-parse", "--short", "HEAD"]),
-                                       run(["sh", "bench/kernels_digest.sh"]))
 
 
 def rel_l2(a, b):
@@ -216,13 +187,6 @@ def fit_experts(E, H, I, k, T, free):
 
 
 # ---- one shape ---------------------------------------------------------------
-
-
-def routing(T, E, k, gen):
-    """k distinct experts per token, uniformly; weights in [0.05, 1)."""
-    ids = torch.rand(T, E, generator=gen, device="cuda").topk(k, dim=1).indices
-    w = torch.rand(T, k, generator=gen, device="cuda") * 0.95 + 0.05
-    return ids.to(torch.int32).contiguous(), w.float().contiguous()
 
 
 def bench_shape(bm, headroom, name, tokens, opt, rows, notes):
@@ -442,7 +406,7 @@ def table(rows, notes, opt, bm, prop):
                                            torch.__version__),
         "- command: `%s` (`make bench-train`, and `make bench-gpu` after its "
         "forward table, run this script); commit %s" % (" ".join(["python3"] + sys.argv),
-                                                       commit()),
+                                                       bench_common.commit()),
         "- step = forward + backward of one MoE layer, routing given (k distinct "
         "experts per token, uniform), dy uniform; median of %d per-rep CUDA events, "
         "each side replaying one CUDA graph of its step (\"how\" says where a "
@@ -525,7 +489,7 @@ def main():
                     help="leave out headroom.nn.MegaMoE")
     opt = ap.parse_args()
 
-    check_gpu()
+    bench_common.check_gpu("bench_train.py")
     opt.lib = os.path.abspath(opt.lib)
     if not os.path.exists(opt.lib):
         sys.exit("bench_train.py: %s is not built (make kernels)" % opt.lib)
@@ -554,12 +518,7 @@ def main():
     rows = []
     for name in opt.shapes.split(","):
         bench_shape(bm, headroom, name, tokens, opt, rows, notes)
-    text = table(rows, notes, opt, bm, prop)
-    print()
-    print(text)
-    if opt.out:
-        with open(opt.out, "w") as f:
-            f.write(text)
+    bench_common.emit(table(rows, notes, opt, bm, prop), opt.out)
 
 
 if __name__ == "__main__":
