@@ -273,8 +273,9 @@ extern "C" int hr__moe_encode_maps(const hr_moe_shape *s, void *ypair, void *h, 
 
 /* dW1 [E 2I][H] and dW2 [E H][I], in boxes of 128 bytes by 128 rows: a
  * 128 x 128 dW tile is 2 boxes in bf16, 4 in fp32 (bwd_dw_store). Made
- * at every backward: the caller's dW pointers may change at any call,
- * and an encoding is host work alone (~1 us). */
+ * at every backward launch (a CUDA graph replays the captured ones): the
+ * caller's dW pointers and dtype may change at any call, and an encoding
+ * is host work alone, no device call. */
 extern "C" int hr__moe_encode_dw_maps(const hr_moe_shape *s, hr__moe_bwd_params *p)
 {
   static tmap_encode_fn encode;   /* the driver's, the same for every call */
