@@ -1,7 +1,9 @@
 """Shared pieces of the Python binding's tests: where the tree and the
 build are, a real headroomd on a temporary socket, running Python code
-in a child process with an environment built from scratch, and a
-throwaway git repository for the bench scripts' tests."""
+in a child process with an environment built from scratch, a
+throwaway git repository for the bench scripts' tests, why the mega-MoE
+GPU tests skip, and the ops' checks headroom.nn's plain and EP tests
+share."""
 import json
 import os
 import shutil
@@ -162,6 +164,89 @@ def torch_or_none():
         return torch
     except Exception:
         return None
+
+
+NO_TORCH = "torch is not importable here"
+
+
+def moe_gpu_reason():
+    """Why the mega-MoE kernels cannot run on GPU 0 here (torch, a CUDA
+    device of compute capability 9.0, libheadroom_moe built); None when
+    they can. A GPU test class skips with this reason."""
+    torch = torch_or_none()
+    if torch is None:
+        return NO_TORCH
+    if not torch.cuda.is_available():
+        return "no CUDA device"
+    if not os.path.exists(os.path.join(LIBDIR, "libheadroom_moe.so")):
+        return "libheadroom_moe.so is not built"
+    if torch.cuda.get_device_capability(0) != (9, 0):
+        return "GPU 0 is not compute capability 9.0"
+    return None
+
+
+class MoeOpsChecks:
+    """The checks that headroom.nn's plain ops and its EP ops pass alike,
+    mixed into a TestCase (before it, for the method order). Its setUp
+    makes self.m, a MegaMoE on the CPU, and its inputs self.x, self.ids,
+    self.wts, self.dy; FORWARD_OP and BACKWARD_OP name the module's ops
+    under torch.ops.headroom."""
+    FORWARD_OP = None
+    BACKWARD_OP = None
+
+    def ops(self):
+        import torch
+        return (getattr(torch.ops.headroom, self.FORWARD_OP),
+                getattr(torch.ops.headroom, self.BACKWARD_OP))
+
+    def test_opcheck(self):
+        import torch
+        forward, backward = self.ops()
+        w1 = self.m.w1.detach().clone().requires_grad_()
+        w2 = self.m.w2.detach().clone().requires_grad_()
+        args = (self.x, self.ids, self.wts.clone().requires_grad_(), w1, w2,
+                self.m.key)
+        torch.library.opcheck(forward.default, args)
+        bargs = (self.dy, self.x, self.ids, self.wts, w1.detach(),
+                 w2.detach(), self.m.key)
+        torch.library.opcheck(backward.default, bargs)
+
+    def test_fake_shapes(self):
+        import torch
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        forward, backward = self.ops()
+        real = (self.dy, self.x, self.ids, self.wts, self.m.w1.detach(),
+                self.m.w2.detach())
+        with FakeTensorMode() as mode:
+            f = [mode.from_tensor(t) for t in real]
+            y = forward(*f[1:], self.m.key)
+            dx, dw1, dw2, dwt = backward(*f, self.m.key)
+        self.assertEqual((tuple(y.shape), y.dtype), (tuple(self.x.shape),
+                                                     torch.bfloat16))
+        self.assertEqual(tuple(dw1.shape), tuple(self.m.w1.shape))
+        self.assertEqual(tuple(dw2.shape), tuple(self.m.w2.shape))
+        self.assertEqual((tuple(dwt.shape), dwt.dtype),
+                         (tuple(self.wts.shape), torch.float32))
+        self.assertEqual(dx.dtype, torch.bfloat16)
+
+    def test_compile_fullgraph(self):
+        import torch
+
+        def loss(x, ids, w):
+            return self.m(x, ids, w).float().square().mean()
+
+        torch._dynamo.reset()
+        self.addCleanup(torch._dynamo.reset)
+        compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")
+        out = []
+        for fn in (loss, compiled):
+            x = self.x.clone().requires_grad_()
+            w = self.wts.clone().requires_grad_()
+            self.m.zero_grad()
+            fn(x, self.ids, w).backward()
+            out.append((x.grad, w.grad, self.m.w1.grad.clone()))
+        for a, b in zip(*out):
+            self.assertTrue(torch.equal(a, b))
 
 
 def git(repo, *args):

@@ -117,20 +117,6 @@ class TestTrainStepDry(DaemonTestCase):
 
 
 
-def gpu_moe_reason():
-    """Why train_moe.py cannot run on a GPU here; None when it can."""
-    torch = hrtest.torch_or_none()
-    if torch is None:
-        return "torch is not importable here"
-    if not torch.cuda.is_available():
-        return "no CUDA device"
-    if not os.path.exists(os.path.join(hrtest.LIBDIR, "libheadroom_moe.so")):
-        return "libheadroom_moe.so is not built"
-    if torch.cuda.get_device_capability(0) != (9, 0):
-        return "GPU 0 is not compute capability 9.0"
-    return None
-
-
 class TestTrainMoe(DaemonTestCase):
     """examples/train_moe.py: its documented command lines, --help with no
     torch needed, a short run on the ops' CPU path, and on a GPU a short
@@ -168,7 +154,7 @@ class TestTrainMoe(DaemonTestCase):
         self.assertLess(float(rows[-1][1]), float(rows[0][1]))   # it learns
         self.assertLess(diff, 0.1)
 
-    @unittest.skipIf(gpu_moe_reason() is not None, gpu_moe_reason() or "")
+    @unittest.skipIf(hrtest.moe_gpu_reason() is not None, hrtest.moe_gpu_reason() or "")
     def test_short_run_on_gpu(self):
         out = self.run_example("--socket", self.daemon.socket, "--steps",
                                "40", "--every", "10", "--tokens", "512")

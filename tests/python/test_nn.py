@@ -17,22 +17,9 @@ from hrtest import DaemonTestCase
 import headroom
 
 torch = hrtest.torch_or_none()
-NO_TORCH = "torch is not importable here"
+NO_TORCH = hrtest.NO_TORCH
 if torch is not None:
     import headroom.nn as hnn
-
-
-def gpu_reason():
-    """Why the GPU tests cannot run here; None when they can."""
-    if torch is None:
-        return NO_TORCH
-    if not torch.cuda.is_available():
-        return "no CUDA device"
-    if not os.path.exists(os.path.join(hrtest.LIBDIR, "libheadroom_moe.so")):
-        return "libheadroom_moe.so is not built"
-    if torch.cuda.get_device_capability(0) != (9, 0):
-        return "GPU 0 is not compute capability 9.0"
-    return None
 
 
 def problem(E=8, H=256, I=128, k=2, T=64, device="cpu", seed=0):
@@ -173,9 +160,12 @@ class TestArguments(unittest.TestCase):
 
 
 @unittest.skipUnless(torch is not None, NO_TORCH)
-class TestOpsOnCpu(unittest.TestCase):
+class TestOpsOnCpu(hrtest.MoeOpsChecks, unittest.TestCase):
     """The ops' CPU path (the kernel's math in fp32), the autograd
-    registration and the fake implementations, with no GPU."""
+    registration and the fake implementations (MoeOpsChecks), with no
+    GPU."""
+    FORWARD_OP = "moe_forward"
+    BACKWARD_OP = "moe_backward"
 
     def setUp(self):
         self.E, self.H, self.I, self.k, self.T = 4, 256, 128, 2, 16
@@ -226,50 +216,6 @@ class TestOpsOnCpu(unittest.TestCase):
         b = ref(self.x, self.ids, self.wts)
         self.assertLess(rel(a, b), 1e-2)
 
-    def test_opcheck(self):
-        w1 = self.m.w1.detach().clone().requires_grad_()
-        w2 = self.m.w2.detach().clone().requires_grad_()
-        args = (self.x, self.ids, self.wts.clone().requires_grad_(), w1, w2,
-                self.m.key)
-        torch.library.opcheck(torch.ops.headroom.moe_forward.default, args)
-        bargs = (self.dy, self.x, self.ids, self.wts, w1.detach(),
-                 w2.detach(), self.m.key)
-        torch.library.opcheck(torch.ops.headroom.moe_backward.default, bargs)
-
-    def test_fake_shapes(self):
-        from torch._subclasses.fake_tensor import FakeTensorMode
-        real = (self.dy, self.x, self.ids, self.wts, self.m.w1.detach(),
-                self.m.w2.detach())
-        with FakeTensorMode() as mode:
-            f = [mode.from_tensor(t) for t in real]
-            y = torch.ops.headroom.moe_forward(*f[1:], self.m.key)
-            dx, dw1, dw2, dwt = torch.ops.headroom.moe_backward(*f,
-                                                                self.m.key)
-        self.assertEqual((tuple(y.shape), y.dtype), ((self.T, self.H),
-                                                     torch.bfloat16))
-        self.assertEqual(tuple(dw1.shape), tuple(self.m.w1.shape))
-        self.assertEqual(tuple(dw2.shape), tuple(self.m.w2.shape))
-        self.assertEqual((tuple(dwt.shape), dwt.dtype),
-                         ((self.T, self.k), torch.float32))
-        self.assertEqual(dx.dtype, torch.bfloat16)
-
-    def test_compile_fullgraph(self):
-        def loss(x, ids, w):
-            return self.m(x, ids, w).float().square().mean()
-
-        torch._dynamo.reset()
-        self.addCleanup(torch._dynamo.reset)
-        compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")
-        out = []
-        for fn in (loss, compiled):
-            x = self.x.clone().requires_grad_()
-            w = self.wts.clone().requires_grad_()
-            self.m.zero_grad()
-            fn(x, self.ids, w).backward()
-            out.append((x.grad, w.grad, self.m.w1.grad.clone()))
-        for a, b in zip(*out):
-            self.assertTrue(torch.equal(a, b))
-
     def test_copies(self):
         c = copy.deepcopy(self.m)
         self.assertEqual(c.key, self.m.key)          # same lease and shape
@@ -284,7 +230,7 @@ class TestOpsOnCpu(unittest.TestCase):
                                     self.m(self.x, self.ids, self.wts)))
 
 
-GPU = gpu_reason()
+GPU = hrtest.moe_gpu_reason()
 
 
 class GpuCase(DaemonTestCase):

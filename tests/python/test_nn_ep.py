@@ -29,7 +29,7 @@ from hrtest import DaemonTestCase
 from headroom.moe_ep import VirtualGroup
 
 torch = hrtest.torch_or_none()
-NO_TORCH = "torch is not importable here"
+NO_TORCH = hrtest.NO_TORCH
 if torch is not None:
     import headroom.nn as hnn
     import ep_cases
@@ -159,9 +159,12 @@ class TestEPArguments(unittest.TestCase):
 
 
 @unittest.skipUnless(torch is not None, NO_TORCH)
-class TestEPOpsOnCpu(unittest.TestCase):
+class TestEPOpsOnCpu(hrtest.MoeOpsChecks, unittest.TestCase):
     """The ops on one rank (a VirtualGroup of one: the exchange is the
-    identity), their registrations and fake implementations."""
+    identity), their registrations and fake implementations
+    (MoeOpsChecks)."""
+    FORWARD_OP = "moe_ep_forward"
+    BACKWARD_OP = "moe_ep_backward"
 
     def setUp(self):
         self.m = hnn.MegaMoE(8, 256, 128, 2, 16, ep_group=VirtualGroup(1),
@@ -185,50 +188,6 @@ class TestEPOpsOnCpu(unittest.TestCase):
                                                   self.dy))
         for name, a, b in zip(("y", "x", "w1", "w2", "w"), *out):
             self.assertLessEqual(ep_cases.ulps(a, b), 1.0, name)
-
-    def test_opcheck(self):
-        w1 = self.m.w1.detach().clone().requires_grad_()
-        w2 = self.m.w2.detach().clone().requires_grad_()
-        args = (self.x, self.ids, self.wts.clone().requires_grad_(), w1, w2,
-                self.m.key)
-        torch.library.opcheck(torch.ops.headroom.moe_ep_forward.default, args)
-        bargs = (self.dy, self.x, self.ids, self.wts, w1.detach(),
-                 w2.detach(), self.m.key)
-        torch.library.opcheck(torch.ops.headroom.moe_ep_backward.default,
-                              bargs)
-
-    def test_fake_shapes(self):
-        from torch._subclasses.fake_tensor import FakeTensorMode
-        real = (self.dy, self.x, self.ids, self.wts, self.m.w1.detach(),
-                self.m.w2.detach())
-        with FakeTensorMode() as mode:
-            f = [mode.from_tensor(t) for t in real]
-            y = torch.ops.headroom.moe_ep_forward(*f[1:], self.m.key)
-            dx, dw1, dw2, dwt = torch.ops.headroom.moe_ep_backward(
-                *f, self.m.key)
-        self.assertEqual(tuple(y.shape), tuple(self.x.shape))
-        self.assertEqual(tuple(dw1.shape), tuple(self.m.w1.shape))
-        self.assertEqual(tuple(dw2.shape), tuple(self.m.w2.shape))
-        self.assertEqual((tuple(dwt.shape), dwt.dtype),
-                         (tuple(self.wts.shape), torch.float32))
-        self.assertEqual(dx.dtype, torch.bfloat16)
-
-    def test_compile_fullgraph(self):
-        def loss(x, ids, w):
-            return self.m(x, ids, w).float().square().mean()
-
-        torch._dynamo.reset()
-        self.addCleanup(torch._dynamo.reset)
-        compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")
-        out = []
-        for fn in (loss, compiled):
-            x = self.x.clone().requires_grad_()
-            w = self.wts.clone().requires_grad_()
-            self.m.zero_grad()
-            fn(x, self.ids, w).backward()
-            out.append((x.grad, w.grad, self.m.w1.grad.clone()))
-        for a, b in zip(*out):
-            self.assertTrue(torch.equal(a, b))
 
     def test_reference_module(self):
         ref = hnn.MegaMoE(8, 256, 128, 2, 16, reference=True,
@@ -347,19 +306,7 @@ class TestEPGlooOnCpu(unittest.TestCase):
                       ("ok", "NoGPU", "Unsupported", "OSError"))
 
 
-def gpu_reason():
-    if torch is None:
-        return NO_TORCH
-    if not torch.cuda.is_available():
-        return "no CUDA device"
-    if not os.path.exists(os.path.join(hrtest.LIBDIR, "libheadroom_moe.so")):
-        return "libheadroom_moe.so is not built"
-    if torch.cuda.get_device_capability(0) != (9, 0):
-        return "GPU 0 is not compute capability 9.0"
-    return None
-
-
-GPU = gpu_reason()
+GPU = hrtest.moe_gpu_reason()
 
 
 @unittest.skipIf(GPU is not None, GPU or "")
