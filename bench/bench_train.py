@@ -178,7 +178,7 @@ def fit_experts(E, H, I, k, T, free):
         w = 3 * e * H * I * 2
         P = T * k
         torch_step = w + w + P * (6 * H + 8 * I) * 2 * 2
-        ours = w + 2 * w + P * (4 * I + 4 + I // 16) + P * (2 * I) * 4 + 8 * T * H * 2
+        ours = w + 2 * w + P * (4 * I + 4 + I // 16) + 2 * P * (2 * I) * 4 + 8 * T * H * 2
         return max(torch_step, ours) + 4 * T * H * 2
     e = E
     while e > 2 * k and need(e) > 0.9 * free:
@@ -214,7 +214,7 @@ def bench_shape(bm, headroom, name, tokens, opt, rows, notes):
         P = T * k
         fl_fwd = 6.0 * P * H * I
         fl_bwd_auto = 12.0 * P * H * I
-        fl_bwd_ours = 16.0 * P * H * I
+        fl_bwd_ours = 12.0 * P * H * I        # g and u kept by the forward
         x = (torch.rand(T, H, generator=gen, device="cuda") * 2 - 1).to(torch.bfloat16)
         ids, w = routing(T, E, k, gen)
         dy = ((torch.rand(T, H, generator=gen, device="cuda") * 2 - 1) * 0.1).to(torch.bfloat16)
@@ -258,27 +258,33 @@ def bench_shape(bm, headroom, name, tokens, opt, rows, notes):
         del xt, wt, w1t, w2t, leaves
         torch.cuda.empty_cache()
 
-        # -- headroom, Moe.forward_grid + Moe.backward_grid, dW bf16 and fp32
+        # -- headroom, Moe.forward_grid + Moe.backward_grid: g and u kept by
+        # the forward (gate_up, as headroom.nn does when training) with dW
+        # bf16 and fp32, and recomputed by the backward with dW bf16
         y = torch.empty(T, H, dtype=torch.bfloat16, device="cuda")
         dx = torch.empty_like(y)
         dws = torch.empty(T, k, dtype=torch.float32, device="cuda")
+        gu = torch.empty(P, 2 * I, dtype=torch.float32, device="cuda")
 
-        def h_fwd():
+        def h_fwd(keep=True):
             moe.forward_grid(sms, x, ids, w, w1, w2, y, mode=headroom.Mode.HEADROOM,
-                             cluster=2, timeout_ms=opt.timeout_ms)
+                             cluster=2, timeout_ms=opt.timeout_ms,
+                             gate_up=gu if keep else None)
             return y
 
         r["h_ws"] = moe.workspace_bytes
         r["h_fwd"], r["h_how"], _ = timed(bm, h_fwd, opt.reps, not opt.eager)
         moe.sync()
-        for dt, key in ((torch.bfloat16, "h16"), (torch.float32, "h32")):
+        for dt, key, keep in ((torch.bfloat16, "h16", True), (torch.float32, "h32", True),
+                              (torch.bfloat16, "h16r", False)):
             dw1 = torch.empty(E, 2 * I, H, dtype=dt, device="cuda")
             dw2 = torch.empty(E, H, I, dtype=dt, device="cuda")
 
             def h_step():
-                h_fwd()
+                h_fwd(keep)
                 moe.backward_grid(sms, headroom.Mode.HEADROOM, x, ids, w, w1, w2,
-                                  dy, dx, dw1, dw2, dws, timeout_ms=opt.timeout_ms)
+                                  dy, dx, dw1, dw2, dws, timeout_ms=opt.timeout_ms,
+                                  gate_up=gu if keep else None)
                 return y
 
             for t in (dx, dw1, dw2, dws):
@@ -290,11 +296,11 @@ def bench_shape(bm, headroom, name, tokens, opt, rows, notes):
             r[key + "_err"] = errors(ref, sample, dx, dws, dw1, dw2)
             del dw1, dw2
             torch.cuda.empty_cache()
-        # kept for the backward: nothing but the inputs (the C library's
-        # workspace, outside torch, is r["h_ws"])
-        r["h_kept"], _ = kept_bytes(h_fwd, y_given=True)
-        moe.sync()
-        del y, dx, dws
+        # kept for the backward: the inputs and gate_up (the C library's
+        # workspace, outside torch, is r["h_ws"]); the module's measured
+        # figure replaces it where the module ran
+        r["h_kept"] = gu.numel() * gu.element_size()
+        del y, dx, dws, gu
 
         # -- headroom through headroom.nn.MegaMoE and autograd
         if mod is not None:
@@ -385,6 +391,7 @@ def print_row(r):
             "(fwd %.3f) x%.2f  fp32 dW %8.3f ms"
             % (r["shape"], r["T"], r["t_step"], r["t_fwd"], r["h16"], r["h_fwd"],
                r["t_step"] / r["h16"], r["h32"]))
+    line += "  recomputing g, u %8.3f ms" % r["h16r"]
     if "m_step" in r:
         line += "  module %8.3f ms (grid %s)" % (r["m_step"], r.get("m_grid"))
     elif "m_fail" in r:
@@ -416,15 +423,19 @@ def table(rows, notes, opt, bm, prop):
         "SwiGLU, `_grouped_mm` for W2, scale by the weights, `index_add` back "
         "(torchtitan's bf16 path, no group padding); dW bf16",
         "- headroom: `Moe.forward_grid` (barrier kernel, all SMs, clusters of 2) + "
-        "`Moe.backward_grid` (all SMs), dW bf16 and fp32 (one fp32 sum per element "
-        "either way, rounded once for bf16); module: `headroom.nn.MegaMoE` + autograd "
-        "on the lease's grid (column `grid`)",
-        "- FLOPs, P = T k: forward 6 P H I; backward 12 P H I (autograd) or 16 P H I "
-        "(the kernel recomputes GEMM1); fwd/bwd TFLOP/s count what each side executes "
-        "(bwd ms = step - fwd); model TFLOP/s = 18 P H I / step for both",
+        "`Moe.backward_grid` (all SMs), g and u kept by the forward for the backward "
+        "(`gate_up`, what headroom.nn does when training), dW bf16 and fp32 (one fp32 "
+        "sum per element either way, rounded once for bf16); beside it the same step "
+        "with g and u recomputed by the backward (nothing kept); module: "
+        "`headroom.nn.MegaMoE` + autograd on the lease's grid (column `grid`)",
+        "- FLOPs, P = T k: forward 6 P H I; backward 12 P H I (autograd, and the "
+        "kernel reading g and u; 16 P H I recomputing them); fwd/bwd TFLOP/s count "
+        "what each side executes (bwd ms = step - fwd); model TFLOP/s = 18 P H I / "
+        "step for both",
         "- kept = memory_allocated after an eager forward with grad, less before and "
-        "less y (torch's allocator); headroom's context workspace (forward + backward, "
-        "cudaMalloc'd by the C library, sized for max_tokens = %d) is its own column"
+        "less y (torch's allocator: the module's; gate_up's size where the module did "
+        "not run); headroom's context workspace (forward + backward, cudaMalloc'd by "
+        "the C library, sized for max_tokens = %d) is its own column"
         % max(int(t) for t in opt.tokens.split(",")),
         "- rel diff: ||headroom - torch|| / ||torch|| of dx, dW1, dW2 (the experts "
         "sampled: the first and last three with pairs) and d(weights); a sanity check, "
@@ -435,12 +446,13 @@ def table(rows, notes, opt, bm, prop):
     lines += [
         "",
         "| shape | T | torch step ms | headroom step ms (dW bf16) | torch / headroom "
+        "| headroom step ms, g u recomputed (dW bf16) "
         "| headroom step ms (dW fp32) | module step ms | module grid "
         "| torch fwd ms | headroom fwd ms | torch fwd TFLOP/s | headroom fwd TFLOP/s "
         "| torch bwd TFLOP/s | headroom bwd TFLOP/s | model TFLOP/s torch / headroom "
         "| kept torch MiB | kept headroom MiB | headroom workspace MiB "
         "| rel diff dx / dW1 / dW2 / dw (bf16 dW) | how (torch; headroom; module) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         e = r["h16_err"]
@@ -449,11 +461,12 @@ def table(rows, notes, opt, bm, prop):
         mod_ms = fmt_ms(r.get("m_step")) if "m_fail" not in r else "failed"
         kept_h = r["h_kept"] if "m_kept" not in r else r["m_kept"]
         lines.append(
-            "| %s%s | %d | %.3f | %.3f | %.2fx | %.3f | %s | %s | %.3f | %.3f | %s | %s "
+            "| %s%s | %d | %.3f | %.3f | %.2fx | %.3f | %.3f | %s | %s | %.3f | %.3f | %s | %s "
             "| %s | %s | %s / %s | %.0f | %.0f | %.0f | %.1e / %.1e / %.1e / %.1e%s "
             "| %s; %s; %s |"
             % (r["shape"], "" if r["E"] == SHAPES[r["shape"]][0] else " (E=%d)" % r["E"],
-               r["T"], r["t_step"], r["h16"], r["t_step"] / r["h16"], r["h32"], mod_ms,
+               r["T"], r["t_step"], r["h16"], r["t_step"] / r["h16"], r["h16r"], r["h32"],
+               mod_ms,
                r.get("m_grid", "-"), r["t_fwd"], r["h_fwd"],
                tflops(r["fl_fwd"], r["t_fwd"]), tflops(r["fl_fwd"], r["h_fwd"]),
                tflops(r["fl_bwd_auto"], tb), tflops(r["fl_bwd_ours"], hb),

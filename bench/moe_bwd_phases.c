@@ -7,7 +7,9 @@
  * and its TFLOP/s are its FLOPs over that time (P = T k pairs: dgu
  * 6 P H I, the dx rows 4 P H I, dW 6 P H I), so the distance of each GEMM
  * stage to the H200's bf16 rate shows. Then the agnostic kernel's whole
- * backward. Best of `--reps` launches after one warm-up, CUDA events.
+ * backward. Each cell twice, side by side: with g and u recomputed by the
+ * backward, and kept by the forward (hr_moe_args.gate_up; dgu is then
+ * 2 P H I). Best of `--reps` launches after one warm-up, CUDA events.
  *
  *   moe_bwd_phases [--shapes a,b] [--tokens T,T] [--reps N] [--out FILE]
  *
@@ -30,6 +32,8 @@ typedef struct bench {
   uint16_t *dy, *dx;
   void *dw1, *dw2;
   float *dtw;
+  float *gu;             /* [T k, 2I]: g and u, where kept */
+  int keep;              /* the forward keeps g and u for the backward */
   hr_moe_grad_args a;
   cudaEvent_t e0, e1;
 } bench;
@@ -45,6 +49,7 @@ static void bench_init(bench *b, const gt_shape *s, int T)
   GT_CUDA(cudaMalloc(&b->dw1, E * 2 * I * H * 2));
   GT_CUDA(cudaMalloc(&b->dw2, E * H * I * 2));
   GT_CUDA(cudaMalloc((void **)&b->dtw, (size_t)T * k * 4));
+  GT_CUDA(cudaMalloc((void **)&b->gu, (size_t)T * k * 2 * I * 4));
   GT_CUDA(gt_fill_bf16(b->dy, (size_t)T * H, 77, 1.0f, b->g.stream));
   GT_CUDA(cudaStreamSynchronize((cudaStream_t)b->g.stream));
   b->a.fwd = gt_args(&b->g, 10000);
@@ -65,12 +70,20 @@ static void bench_free(bench *b)
   cudaFree(b->dw1);
   cudaFree(b->dw2);
   cudaFree(b->dtw);
+  cudaFree(b->gu);
   cudaEventDestroy(b->e0);
   cudaEventDestroy(b->e1);
   gt_moe_free(&b->g);
 }
 
 enum { RUN_FORWARD, RUN_BACKWARD, RUN_AGNOSTIC };
+
+/* g and u kept by the forward (and read by the backward), or not. */
+static void bench_keep(bench *b, int keep)
+{
+  b->keep = keep;
+  b->a.fwd.gate_up = keep ? b->gu : NULL;
+}
 
 /* Best of reps launches of one kind (after a warm-up), in ms; skip: the
  * stages the backward leaves out. Exits on a failed launch. */
@@ -86,6 +99,7 @@ static float bench_time(bench *b, int kind, unsigned skip, int reps)
   h.skip = skip;
   for(r = 0; r <= reps; r++) {
     hr_moe_args fa = gt_args(&b->g, 10000);
+    fa.gate_up = b->a.fwd.gate_up;
     GT_CUDA(cudaEventRecord(b->e0, st));
     if(kind == RUN_FORWARD)
       rc = hr_moe_forward_grid(b->g.m, sms, HR_MODE_HEADROOM, 2, &fa, st);
@@ -122,7 +136,7 @@ int main(int argc, char **argv)
 {
   const char *shapes = "qwen3-30b-a3b,deepseek-v3", *tokens = "1024,8192", *outp = NULL;
   const struct { const char *name; unsigned skip; double flops; } st[] = {
-    { "dgu (GEMM1 again, q, SwiGLU')", HR__MOE_PHASE_GEMM1, 6 },
+    { "dgu", HR__MOE_PHASE_GEMM1, 6 },
     { "dx rows", HR__MOE_PHASE_GEMM2, 4 },
     { "dW1 + dW2", HR__MOE_PHASE_DW, 6 },
     { "combine", HR__MOE_PHASE_COMBINE, 0 },
@@ -170,9 +184,12 @@ int main(int argc, char **argv)
       fprintf(f, "%s%s", i ? " " : "", argv[i]);
     fprintf(f, "`\n- barrier kernel, all SMs, dW bf16, random routing (k distinct experts a "
                "token); a stage's ms = the backward's less the backward without it "
-               "(the benchmark hook); best of %d\n\n", reps);
-    fprintf(f, "| shape | T | forward ms | backward ms | agnostic backward ms | stage | "
-               "stage ms | stage TFLOP/s |\n|---|---|---|---|---|---|---|---|\n");
+               "(the benchmark hook); best of %d\n"
+               "- g, u: recomputed by the backward (dgu = GEMM1 again, q and SwiGLU', "
+               "6 P H I FLOPs), or kept by the forward (hr_moe_args.gate_up: its "
+               "forward ms include writing them; dgu = q and SwiGLU', 2 P H I)\n\n", reps);
+    fprintf(f, "| shape | T | g, u | forward ms | backward ms | agnostic backward ms | "
+               "stage | stage ms | stage TFLOP/s |\n|---|---|---|---|---|---|---|---|---|\n");
   }
   snprintf(sbuf, sizeof(sbuf), "%s", shapes);
   for(sv = strtok_r(sbuf, ",", &sp); sv; sv = strtok_r(NULL, ",", &sp)) {
@@ -182,25 +199,30 @@ int main(int argc, char **argv)
       const int T = atoi(tv);
       const double P = (double)T * s->k, phi = P * s->H * s->I;
       bench b;
-      float fw, bw, agn, left[4];
+      int keep;
       bench_init(&b, s, T);
-      fw = bench_time(&b, RUN_FORWARD, 0, reps);
-      bw = bench_time(&b, RUN_BACKWARD, 0, reps);
-      agn = bench_time(&b, RUN_AGNOSTIC, 0, reps);
-      for(i = 0; i < 4; i++)
-        left[i] = bench_time(&b, RUN_BACKWARD, st[i].skip, reps);
-      for(i = 0; i < 4; i++) {
-        const double ms = bw - left[i];
-        for(j = 0; j < 2; j++) {
-          FILE *f = j ? out : stdout;
-          if(!f)
-            continue;
-          fprintf(f, "| %s | %d | %.3f | %.3f | %.3f | %s | %.3f | ", s->name, T, fw, bw, agn,
-                  st[i].name, ms);
-          if(st[i].flops > 0 && ms > 0)
-            fprintf(f, "%.0f |\n", st[i].flops * phi / ms / 1e9);
-          else
-            fprintf(f, "- |\n");
+      for(keep = 0; keep < 2; keep++) {
+        float fw, bw, agn, left[4];
+        bench_keep(&b, keep);
+        fw = bench_time(&b, RUN_FORWARD, 0, reps);   /* fills gu where kept */
+        bw = bench_time(&b, RUN_BACKWARD, 0, reps);
+        agn = bench_time(&b, RUN_AGNOSTIC, 0, reps);
+        for(i = 0; i < 4; i++)
+          left[i] = bench_time(&b, RUN_BACKWARD, st[i].skip, reps);
+        for(i = 0; i < 4; i++) {
+          const double ms = bw - left[i];
+          const double flops = i == 0 && keep ? 2 : st[i].flops;
+          for(j = 0; j < 2; j++) {
+            FILE *f = j ? out : stdout;
+            if(!f)
+              continue;
+            fprintf(f, "| %s | %d | %s | %.3f | %.3f | %.3f | %s | %.3f | ", s->name, T,
+                    keep ? "kept" : "recomputed", fw, bw, agn, st[i].name, ms);
+            if(flops > 0 && ms > 0)
+              fprintf(f, "%.0f |\n", flops * phi / ms / 1e9);
+            else
+              fprintf(f, "- |\n");
+          }
         }
       }
       fflush(stdout);

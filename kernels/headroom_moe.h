@@ -110,6 +110,13 @@ typedef struct hr_moe_args {
   const void *w1;             /* [E, 2I, H] bf16 */
   const void *w2;             /* [E, H, I] bf16 */
   void *y;                    /* [T, H] bf16 */
+  /* Optional, for training: [T k, 2I] fp32, 16-byte aligned, or NULL.
+   * A forward given it also writes GEMM1's sums there (each pair's gate
+   * and up, in the kernel's expert order, 8 k I bytes a token); a
+   * backward given the same buffer (fwd.gate_up), filled by a forward of
+   * the same x, ids and W1, reads them instead of recomputing GEMM1. The
+   * backward does not check where they came from. */
+  float *gate_up;
   int timeout_ms;             /* per barrier wait; 0: the default */
 } hr_moe_args;
 
@@ -227,10 +234,12 @@ int hr_moe_abort(hr_moe *m);
  *
  * with the math and the roundings of hr_moe_ref_backward (kernels/moe_ref.h;
  * d(w) for an id outside [0, E) is 0, an expert without pairs gets dW 0).
- * The forward saves nothing for it: the backward recomputes the routing
- * and GEMM1 (g, u) from x, ids and W1, which costs a third more backward
- * FLOPs and no activation memory (docs/decisions.md, "The backward
- * recomputes GEMM1"). Every output element is written by one CTA from
+ * With fwd.gate_up NULL the forward saves nothing for it: the backward
+ * recomputes the routing and GEMM1 (g, u) from x, ids and W1, a third
+ * more backward FLOPs and no activation memory. With fwd.gate_up the
+ * buffer the forward filled, it recomputes the routing only and reads g
+ * and u (docs/decisions.md, "g and u kept by the forward"); the results
+ * are the same either way. Every output element is written by one CTA from
  * sums in a fixed order, so the results are bitwise the same for every
  * grid and in both kernels.
  *
@@ -359,7 +368,8 @@ int hr_moe_backward_grid(hr_moe *m, int grid, hr_mode mode,
  * one CTA (the exchanges with the peers), so a rank short of SMs
  * completes late and its peers wait for it (bounded by the timeout);
  * bitwise the same results. The grid is each rank's own (ranks may
- * differ). No CUDA graph capture (HR_EUNSUPPORTED).
+ * differ). No CUDA graph capture, and no gate_up (its backward
+ * recomputes GEMM1): HR_EUNSUPPORTED.
  *
  *     hr_moe_ep_bootstrap b = { my_allgather, my_ctx, HR_MOE_EP_EXCHANGE_AUTO, 0 };
  *     hr_moe_ep_create(&ep, dev, &global_shape, rank, nranks, &b);

@@ -483,7 +483,8 @@ static int inputs_ok(const hr_moe *m, const hr_moe_args *a, int with_y)
     return 0;
   return pointer_ok(m, a->x, 16) && pointer_ok(m, a->w1, 16) &&
          pointer_ok(m, a->w2, 16) && (!with_y || pointer_ok(m, a->y, 16)) &&
-         pointer_ok(m, a->topk_ids, 4) && pointer_ok(m, a->topk_weights, 4);
+         pointer_ok(m, a->topk_ids, 4) && pointer_ok(m, a->topk_weights, 4) &&
+         (!a->gate_up || pointer_ok(m, a->gate_up, 16));
 }
 
 static int args_ok(const hr_moe *m, const hr_moe_args *a)
@@ -596,6 +597,7 @@ static int launch(hr_moe *m, const hr_lease *lease, int grid, int mode,
   p.sorted_tok = m->sorted_tok;
   p.pos_of = m->pos_of;
   p.h = m->h;
+  p.gu = a->gate_up;
   p.ypair = m->ypair;
   err = tmap_weights(m, a->w1, a->w2);
   if(err)

@@ -39,6 +39,11 @@
 #define BWD_DGU_ROWS (HR__MOE_BWD_TILE_M * BWD_BK * 2)
 #define BWD_DGU_W (HR__MOE_BWD_DGU_N * BWD_BK * 2)
 #define BWD_DGU_STAGE (2 * BWD_DGU_ROWS + 3 * BWD_DGU_W)
+/* The q-only dgu tile's stage (g and u kept by the forward): the dy rows
+ * and W2's, 24 KiB; 6 of them, one step's wgmma in flight. */
+#define BWD_DQ_STAGE (BWD_DGU_ROWS + BWD_DGU_W)
+#define BWD_DQ_STAGES 6
+#define BWD_DQ_DEPTH 1
 /* The grads tiles' stage: A and B, each 128 x 64 (BWD_MN_TILE). */
 #define BWD_GRAD_STAGE (2 * BWD_MN_TILE)
 /* A finished dW tile's staging, past the grads ring (from the ring's
@@ -56,6 +61,7 @@
  * tile_off and the agnostic route's cursor */
 #define BWD_SMEM_BYTES (BWD_RING_BYTES + 5 * HR__MOE_ROUTE_INTS * 4)
 static_assert(BWD_SMEM_BYTES + 256 <= 227 * 1024, "fits an SM");
+static_assert(1024 + BWD_DQ_STAGES * BWD_DQ_STAGE <= BWD_RING_BYTES, "the q ring fits");
 
 /* The ring's start: the first 1024-byte boundary in smem. */
 static __device__ __forceinline__ uint32_t bwd_ring(const uint8_t *smem)
@@ -109,15 +115,70 @@ static __device__ __forceinline__ int bwd_expert_of(const moe_route &rt, int E, 
 
 /* ---- stage 2: dgu ------------------------------------------------------ */
 
-/* dgu tile `unit` (M tile unit / ni, features it * 64 of I): g and u
- * (the x rows by W1's gate and up rows, both K-major) and q (the dy rows
- * by W2, MN-major) on wgmma m64n64k16 over K = H; then the SwiGLU's
- * backward: dh = (dg, du) and w a for the pair's rows, and the row's
- * d(w) partial <q, a> over these 64 features. Warpgroup w takes pairs
- * 64 w..64 w + 63 of the tile, all 64 features, so a row's partial is
- * one warp's (4 lanes'), summed in a fixed order. */
-static __device__ void bwd_dgu_tile(const hr__moe_bwd_params &p, const moe_route &rt,
-                                    const bwd_plan &q, uint8_t *smem, int unit)
+/* The dgu tile's epilogue, from the final g, u and q of its rows (the
+ * wgmma m64n64 layout: warpgroup wg's pairs 64 wg .. 64 wg + 63, two rows
+ * a thread, 16 features each): the SwiGLU's backward, dh = (dg, du) and
+ * w a for the pair's rows, and the row's d(w) partial <q, a> over the
+ * tile's 64 features, one warp's (4 lanes') in a fixed order. */
+static __device__ __forceinline__ void bwd_dgu_out(const hr__moe_bwd_params &p, int m0, int cnt,
+                                                   int off, int i0, int it, int ni,
+                                                   const float (&ag)[8][4],
+                                                   const float (&au)[8][4],
+                                                   const float (&aq)[8][4])
+{
+  const hr__moe_params &f = p.f;
+  const int I = f.I;
+  const int wg = (int)threadIdx.x >> 7, lane = (int)threadIdx.x & 31;
+  const int w4 = ((int)threadIdx.x >> 5) & 3;
+#pragma unroll
+  for(int half = 0; half < 2; half++) {
+    const int row = wg * 64 + w4 * 16 + (lane >> 2) + 8 * half;
+    const int valid = m0 + row < cnt;
+    const int pos = off + m0 + row;
+    /* .cg, not __ldg: in the EP backward the weights were written by
+     * peers during this launch */
+    const float w = valid ? __ldcg(f.wts + p.sorted_pair[pos]) : 0.0f;
+    float dsum = 0.0f;
+#pragma unroll
+    for(int j = 0; j < 8; j++) {
+      float dg[2], du[2], wa[2];
+#pragma unroll
+      for(int c = 0; c < 2; c++) {
+        const float gv = ag[j][half * 2 + c], uv = au[j][half * 2 + c];
+        const float qv = aq[j][half * 2 + c];
+        const float ex = expf(-gv);
+        const float sg = __fdividef(1.0f, 1.0f + ex);
+        const float silu = __fdividef(gv, 1.0f + ex);
+        const float a = bf16_lo(to_bf16(silu * uv));
+        const float da = w * qv;
+        dsum = __fmaf_rn(qv, a, dsum);
+        du[c] = da * silu;
+        dg[c] = da * uv * sg * (1.0f + gv * (1.0f - sg));
+        wa[c] = w * a;
+      }
+      if(valid) {
+        const int i = i0 + j * 8 + 2 * (lane & 3);
+        uint16_t *dh = p.dh + (size_t)pos * 2 * I;
+        *(uint32_t *)(dh + i) = pack_bf16x2(dg[0], dg[1]);
+        *(uint32_t *)(dh + I + i) = pack_bf16x2(du[0], du[1]);
+        *(uint32_t *)(p.wa + (size_t)pos * I + i) = pack_bf16x2(wa[0], wa[1]);
+      }
+    }
+    dsum += __shfl_xor_sync(0xffffffffu, dsum, 1);
+    dsum += __shfl_xor_sync(0xffffffffu, dsum, 2);
+    if(valid && (lane & 3) == 0)
+      p.dwp[(size_t)pos * ni + it] = dsum;
+  }
+}
+
+/* dgu tile `unit` (M tile unit / ni, features it * 64 of I) with GEMM1
+ * recomputed: g and u (the x rows by W1's gate and up rows, both K-major)
+ * and q (the dy rows by W2, MN-major) on wgmma m64n64k16 over K = H, then
+ * bwd_dgu_out. Warpgroup w takes pairs 64 w..64 w + 63 of the tile, all
+ * 64 features. */
+static __device__ __forceinline__ void bwd_dgu_full_tile(const hr__moe_bwd_params &p,
+                                                         const moe_route &rt, const bwd_plan &q,
+                                                         uint8_t *smem, int unit)
 {
   const hr__moe_params &f = p.f;
   const int mt_all = unit / q.ni, it = unit - mt_all * q.ni;
@@ -125,8 +186,7 @@ static __device__ void bwd_dgu_tile(const hr__moe_bwd_params &p, const moe_route
   const int m0 = (mt_all - rt.tile_off[e]) * HR__MOE_BWD_TILE_M;
   const int cnt = rt.cnt[e], off = rt.off[e];
   const int H = f.H, I = f.I, i0 = it * HR__MOE_BWD_DGU_N;
-  const int wg = (int)threadIdx.x >> 7, lane = (int)threadIdx.x & 31;
-  const int w4 = ((int)threadIdx.x >> 5) & 3;
+  const int wg = (int)threadIdx.x >> 7;
   const uint32_t ring = bwd_ring(smem);
   const uint16_t *w1e = f.w1 + (size_t)e * 2 * I * H;
   const uint16_t *w2e = f.w2 + (size_t)e * H * I + i0;
@@ -202,46 +262,107 @@ static __device__ void bwd_dgu_tile(const hr__moe_bwd_params &p, const moe_route
   wgmma_fence_acc(au);
   wgmma_fence_acc(aq);
 
-  /* the epilogue: two rows a thread (half), 16 features each */
+  bwd_dgu_out(p, m0, cnt, off, i0, it, q.ni, ag, au, aq);
+}
+
+/* The same tile where the forward kept g and u (f.gu): q alone on the
+ * pipeline (a third of the MMAs; x and W1 are not read), its stages a
+ * third the size, so more of them and one step's wgmma in flight; g and
+ * u read from f.gu for the epilogue. The sums are the forward's GEMM1's,
+ * in the same K order, so the outputs are the same as with recompute. */
+static __device__ __forceinline__ void bwd_dq_tile(const hr__moe_bwd_params &p, const moe_route &rt,
+                                                   const bwd_plan &q, uint8_t *smem, int unit)
+{
+  const hr__moe_params &f = p.f;
+  const int mt_all = unit / q.ni, it = unit - mt_all * q.ni;
+  const int e = bwd_expert_of(rt, f.E, mt_all);
+  const int m0 = (mt_all - rt.tile_off[e]) * HR__MOE_BWD_TILE_M;
+  const int cnt = rt.cnt[e], off = rt.off[e];
+  const int H = f.H, I = f.I, i0 = it * HR__MOE_BWD_DGU_N;
+  const int wg = (int)threadIdx.x >> 7, lane = (int)threadIdx.x & 31;
+  const int w4 = ((int)threadIdx.x >> 5) & 3;
+  const uint32_t ring = bwd_ring(smem);
+  const uint16_t *w2e = f.w2 + (size_t)e * H * I + i0;
+  constexpr int PR = 128 * 8 / HR__MOE_THREADS, PW = 64 * 8 / HR__MOE_THREADS;
+  const uint16_t *dr[PR];
+  uint32_t rdst[PR], wdst[PW];
+  int qk[PW], qc[PW];
+  float ag[8][4], au[8][4], aq[8][4];
+
+#pragma unroll
+  for(int j = 0; j < 8; j++)
+#pragma unroll
+    for(int c = 0; c < 4; c++)
+      aq[j][c] = 0.0f;
+#pragma unroll
+  for(int i = 0; i < PR; i++) {               /* 128 rows x 8 chunks */
+    const int c = (int)threadIdx.x + i * HR__MOE_THREADS, r = c >> 3, ch = c & 7;
+    const int tok = m0 + r < cnt ? f.sorted_tok[off + m0 + r] : -1;
+    dr[i] = tok >= 0 ? p.dy + (size_t)tok * H + ch * 8 : nullptr;
+    rdst[i] = bwd_k_sw128(r, ch);
+  }
+#pragma unroll
+  for(int i = 0; i < PW; i++) {               /* 64 K rows x 8 chunks */
+    const int c = (int)threadIdx.x + i * HR__MOE_THREADS, r = c >> 3, ch = c & 7;
+    wdst[i] = bwd_k_sw128(r, ch);
+    qk[i] = r;
+    qc[i] = ch * 8;
+  }
+  bwd_pipeline<BWD_DQ_STAGES, BWD_DQ_STAGE, BWD_DQ_DEPTH>(
+      H / BWD_BK, ring,
+      [&](uint32_t st, int s) {
+        const int k0 = s * BWD_BK;
+#pragma unroll
+        for(int i = 0; i < PR; i++)
+          cp_async16_zfill(st + rdst[i], dr[i] ? (const void *)(dr[i] + k0) : p.dy,
+                           dr[i] != nullptr);
+#pragma unroll
+        for(int i = 0; i < PW; i++)
+          cp_async16(st + BWD_DGU_ROWS + wdst[i], w2e + (size_t)(k0 + qk[i]) * I + qc[i]);
+      },
+      [&](uint32_t st, int) {
+        const uint64_t ddy = wgmma_desc_sw128(st + wg * 64 * 128);
+        const uint64_t dq = wgmma_desc_mn_sw128(st + BWD_DGU_ROWS, BWD_BK * 128, 1024);
+        wgmma_fence();
+#pragma unroll
+        for(int ks = 0; ks < BWD_BK / 16; ks++)
+          wgmma_m64k16_t<64, 0, 1>(aq, wgmma_desc_add(ddy, ks * 32),
+                                   wgmma_desc_add(dq, ks * 2048));
+        wgmma_commit();
+        wgmma_wait<BWD_DQ_DEPTH>();
+        wgmma_fence_acc(aq);
+      });
+  wgmma_fence_acc(aq);
+
+  /* g and u of this thread's q elements: rows as bwd_dgu_out's, two
+   * adjacent features at i0 + 8 j + 2 (lane & 3) */
 #pragma unroll
   for(int half = 0; half < 2; half++) {
     const int row = wg * 64 + w4 * 16 + (lane >> 2) + 8 * half;
-    const int valid = m0 + row < cnt;
-    const int pos = off + m0 + row;
-    /* .cg, not __ldg: in the EP backward the weights were written by
-     * peers during this launch */
-    const float w = valid ? __ldcg(f.wts + p.sorted_pair[pos]) : 0.0f;
-    float dsum = 0.0f;
+    const float *gu = m0 + row < cnt ? f.gu + (size_t)(off + m0 + row) * 2 * I : nullptr;
 #pragma unroll
     for(int j = 0; j < 8; j++) {
-      float dg[2], du[2], wa[2];
-#pragma unroll
-      for(int c = 0; c < 2; c++) {
-        const float gv = ag[j][half * 2 + c], uv = au[j][half * 2 + c];
-        const float qv = aq[j][half * 2 + c];
-        const float ex = expf(-gv);
-        const float sg = __fdividef(1.0f, 1.0f + ex);
-        const float silu = __fdividef(gv, 1.0f + ex);
-        const float a = bf16_lo(to_bf16(silu * uv));
-        const float da = w * qv;
-        dsum = __fmaf_rn(qv, a, dsum);
-        du[c] = da * silu;
-        dg[c] = da * uv * sg * (1.0f + gv * (1.0f - sg));
-        wa[c] = w * a;
-      }
-      if(valid) {
-        const int i = i0 + j * 8 + 2 * (lane & 3);
-        uint16_t *dh = p.dh + (size_t)pos * 2 * I;
-        *(uint32_t *)(dh + i) = pack_bf16x2(dg[0], dg[1]);
-        *(uint32_t *)(dh + I + i) = pack_bf16x2(du[0], du[1]);
-        *(uint32_t *)(p.wa + (size_t)pos * I + i) = pack_bf16x2(wa[0], wa[1]);
-      }
+      const int i = i0 + j * 8 + 2 * (lane & 3);
+      const float2 g2 = gu ? __ldcs((const float2 *)(gu + i)) : make_float2(0.0f, 0.0f);
+      const float2 u2 = gu ? __ldcs((const float2 *)(gu + I + i)) : make_float2(0.0f, 0.0f);
+      ag[j][half * 2] = g2.x;
+      ag[j][half * 2 + 1] = g2.y;
+      au[j][half * 2] = u2.x;
+      au[j][half * 2 + 1] = u2.y;
     }
-    dsum += __shfl_xor_sync(0xffffffffu, dsum, 1);
-    dsum += __shfl_xor_sync(0xffffffffu, dsum, 2);
-    if(valid && (lane & 3) == 0)
-      p.dwp[(size_t)pos * q.ni + it] = dsum;
   }
+  bwd_dgu_out(p, m0, cnt, off, i0, it, q.ni, ag, au, aq);
+}
+
+/* dgu tile `unit`: from the kept g and u where the forward kept them,
+ * else with GEMM1 recomputed. */
+static __device__ void bwd_dgu_tile(const hr__moe_bwd_params &p, const moe_route &rt,
+                                    const bwd_plan &q, uint8_t *smem, int unit)
+{
+  if(p.f.gu)
+    bwd_dq_tile(p, rt, q, smem, unit);
+  else
+    bwd_dgu_full_tile(p, rt, q, smem, unit);
 }
 
 /* ---- stage 3: the dx rows, dW1, dW2 ------------------------------------ */

@@ -399,6 +399,8 @@ static int launch(hr_moe_ep *ep, const hr_lease *lease, int grid, int mode, int 
   }
   if(cap != cudaStreamCaptureStatusNone)
     return HR_EUNSUPPORTED;            /* an epoch a launch: no replays */
+  if(a->gate_up)
+    return HR_EUNSUPPORTED;            /* the EP backward recomputes GEMM1 */
 
   err = hr__moe_device_enter(ep->device, &prev);
   if(err)

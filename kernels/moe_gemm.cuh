@@ -646,6 +646,25 @@ static __device__ __forceinline__ uint8_t *moe_pipe(uint8_t *smem)
     return smem;
 }
 
+/* GEMM1's gate and up sums of one feature for tokens n and n + 1 of a
+ * unit (c[0], c[1]: gate; c[2], c[3]: up, the MMA layouts' order), kept
+ * for the backward where the caller asked (p.gu, hr_moe_args.gate_up):
+ * row pos0 + n of [pairs][2I] fp32, gate at `feat`, up at I + feat.
+ * Tokens at and past nvalid are another unit's or none. */
+static __device__ __forceinline__ void moe_save_gu(const hr__moe_params &p, const moe_unit &un,
+                                                   int n, int feat, const float *c)
+{
+  float *row = p.gu + (size_t)(un.pos0 + n) * 2 * p.I + feat;
+  if(n < un.nvalid) {
+    row[0] = c[0];
+    row[p.I] = c[2];
+  }
+  if(n + 1 < un.nvalid) {
+    row[2 * p.I] = c[1];
+    row[3 * p.I] = c[3];
+  }
+}
+
 /* The unit's results to global memory: the K-split partial sums added in
  * shared memory (slice 0 + 1 + 2 ..., in that order), then staged so that
  * the stores are whole 16-byte chunks of output rows. mma.sync tiles stage
@@ -722,6 +741,8 @@ __device__ void tile_store(const hr__moe_params &p, const moe_unit &un,
             const int f = m16 * 8 + g - f0;
             out[n * stride + f] = to_bf16(hr__swiglu(c[0], c[2]));
             out[(n + 1) * stride + f] = to_bf16(hr__swiglu(c[1], c[3]));
+            if(p.gu)
+              moe_save_gu(p, un, n, un.ft * cols + m16 * 8 + g, c);
           } else {
             const int f = m16 * 16 + g - f0;
             out[n * stride + f] = to_bf16(c[0]);

@@ -377,6 +377,8 @@ static __device__ __forceinline__ void tma_tile_store(const hr__moe_params &p,
         if(STAGE == 1) {
           buf[n * F + g] = to_bf16(hr__swiglu(c[0], c[2]));
           buf[(n + 1) * F + g] = to_bf16(hr__swiglu(c[1], c[3]));
+          if(p.gu)
+            moe_save_gu(p, un, jb * 8 + n, un.ft * (C::BM / 2) + m16 * 8 + g, c);
         } else {
           buf[n * F + g] = to_bf16(c[0]);
           buf[(n + 1) * F + g] = to_bf16(c[1]);

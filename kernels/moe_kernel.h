@@ -180,6 +180,9 @@ typedef struct hr__moe_params {
   int32_t *sorted_tok;  /* [pairs]: token of each pair, in expert order */
   int32_t *pos_of;      /* [T*k]: where pair (t, j) landed, -1 if skipped */
   uint16_t *h;          /* [pairs, I] bf16: SwiGLU output, expert order */
+  float *gu;            /* [pairs, 2I] fp32 or NULL: GEMM1's gate and up
+                           sums, expert order (hr_moe_args.gate_up): the
+                           forward writes them, the backward reads them */
   uint16_t *ypair;      /* [pairs, H] bf16: GEMM2 output, expert order;
                            before GEMM2, with the TMA tiles, the x rows
                            in expert order (xs) that GEMM1 reads */

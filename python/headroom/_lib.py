@@ -217,6 +217,7 @@ class MoeArgs_t(Structure):
         ("w1", c_void_p),
         ("w2", c_void_p),
         ("y", c_void_p),
+        ("gate_up", c_void_p),
         ("timeout_ms", c_int),
     ]
 

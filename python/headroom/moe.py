@@ -202,20 +202,31 @@ def _in_context(fn, *args):
         ctx.restore(before)
 
 
+def _gate_up_want(shape: MoeShape, T: int) -> tuple:
+    """gate_up's (shape, dtype, alignment): each pair's g and u, fp32."""
+    return ((T * shape.topk, 2 * shape.inter), _torch().float32, 16)
+
+
 def check_moe_tensors(shape: MoeShape, device: int, x, ids, weights, w1, w2,
-                      y) -> int:
+                      y, gate_up=None) -> int:
     """Check the tensors of one forward against `shape` and CUDA device
-    index `device`; return the token count T. Raises ValueError (or
-    TypeError for a non-tensor) naming the first tensor that is wrong."""
+    index `device` (gate_up too, unless None); return the token count T.
+    Raises ValueError (or TypeError for a non-tensor) naming the first
+    tensor that is wrong."""
     named = (("x", x), ("ids", ids), ("weights", weights), ("w1", w1),
              ("w2", w2), ("y", y))
+    if gate_up is not None:
+        named += (("gate_up", gate_up),)
     T = _tensors_and_tokens(shape, named)
-    _check_tensors(device, named, _forward_want(shape, T))
+    want = _forward_want(shape, T)
+    want["gate_up"] = _gate_up_want(shape, T)
+    _check_tensors(device, named, want)
     return T
 
 
 def check_moe_grad_tensors(shape: MoeShape, device: int, x, ids, weights,
-                           w1, w2, dy, dx, dw1, dw2, dweights) -> tuple:
+                           w1, w2, dy, dx, dw1, dw2, dweights,
+                           gate_up=None) -> tuple:
     """Check the tensors of one backward (the forward's inputs, then dy
     and the four outputs) as check_moe_tensors does; return (T, dw_dtype).
     dw1 and dw2 are both fp32 or both bf16 (HR_MOE_DW_FP32 / _BF16: the
@@ -224,6 +235,8 @@ def check_moe_grad_tensors(shape: MoeShape, device: int, x, ids, weights,
     named = (("x", x), ("ids", ids), ("weights", weights), ("w1", w1),
              ("w2", w2), ("dy", dy), ("dx", dx), ("dw1", dw1), ("dw2", dw2),
              ("dweights", dweights))
+    if gate_up is not None:
+        named += (("gate_up", gate_up),)
     T = _tensors_and_tokens(shape, named)
     dw_types = {torch.float32: _lib.HR_MOE_DW_FP32,
                 torch.bfloat16: _lib.HR_MOE_DW_BF16}
@@ -242,6 +255,7 @@ def check_moe_grad_tensors(shape: MoeShape, device: int, x, ids, weights,
         "dw1": ((E, 2 * I, H), dw1.dtype, 16),
         "dw2": ((E, H, I), dw1.dtype, 16),
         "dweights": ((T, k), torch.float32, 4),
+        "gate_up": _gate_up_want(shape, T),
     })
     _check_tensors(device, named, want)
     return T, dw_types[dw1.dtype]
@@ -341,30 +355,35 @@ class Moe(_Closable):
         a.w2 = w2.data_ptr()
         a.timeout_ms = int(timeout_ms)
 
-    def _args(self, x, ids, weights, w1, w2, y, timeout_ms):
+    def _args(self, x, ids, weights, w1, w2, y, timeout_ms, gate_up):
         T = check_moe_tensors(self.shape, self.device, x, ids, weights, w1,
-                              w2, y)
+                              w2, y, gate_up)
         if timeout_ms < 0:
             raise ValueError("timeout_ms must be >= 0 (0: the default, %d ms)"
                              % _lib.HR_MOE_DEFAULT_TIMEOUT_MS)
         a = _lib.MoeArgs_t()
         self._fill_inputs(a, T, x, ids, weights, w1, w2, timeout_ms)
         a.y = y.data_ptr()
+        a.gate_up = None if gate_up is None else gate_up.data_ptr()
         return a
 
     def _stream(self, stream):
         return _cuda_stream(self.device, stream)
 
     def forward(self, lease: Lease, x, ids, weights, w1, w2, y,
-                timeout_ms: int = 0, stream=None, _keep: bool = True) -> None:
+                timeout_ms: int = 0, stream=None, gate_up=None,
+                _keep: bool = True) -> None:
         """Launch the forward with the grid `lease` holds now, in its mode
         and cluster size (hr_moe_forward), on `stream` (default: torch's
         current stream on the device). Returns once launched; sync() waits.
         timeout_ms: each barrier waits at most this long (0: 10 s).
+        gate_up: None, or [T k, 2I] fp32 that the forward fills with GEMM1's
+        gate and up sums for a backward given the same tensor (8 k I bytes
+        a token; the backward then does not recompute GEMM1).
         The lease and the tensors are kept alive until the next sync()."""
         if not isinstance(lease, Lease):
             raise TypeError("lease must be a headroom.Lease")
-        a = self._args(x, ids, weights, w1, w2, y, timeout_ms)
+        a = self._args(x, ids, weights, w1, w2, y, timeout_ms, gate_up)
         st = self._stream(stream)
         rc = _in_context(self._lib.hr_moe_forward, self._handle(),
                          lease._handle(), ctypes.byref(a), st)
@@ -373,16 +392,17 @@ class Moe(_Closable):
         # stream-ordered allocator, which already keeps their memory from
         # reuse by later work until the launch is done.
         if _keep:
-            self._keep = (lease, x, ids, weights, w1, w2, y)
+            self._keep = (lease, x, ids, weights, w1, w2, y, gate_up)
 
     def forward_grid(self, grid: int, x, ids, weights, w1, w2, y,
                      mode=Mode.HEADROOM, cluster: int = 1,
-                     timeout_ms: int = 0, stream=None) -> None:
+                     timeout_ms: int = 0, stream=None,
+                     gate_up=None) -> None:
         """The same launch without a lease (hr_moe_forward_grid), for
         benchmarks and tests: `grid` CTAs (1..sms in headroom mode, a
         multiple of `cluster`), `cluster` 1 or 2. A barrier timeout is not
         reported to any daemon."""
-        a = self._args(x, ids, weights, w1, w2, y, timeout_ms)
+        a = self._args(x, ids, weights, w1, w2, y, timeout_ms, gate_up)
         m = Mode.of(mode)
         st = self._stream(stream)
         rc = _in_context(self._lib.hr_moe_forward_grid, self._handle(),
@@ -390,19 +410,20 @@ class Moe(_Closable):
                          st)
         check(rc, "hr_moe_forward_grid(grid %d, %s, cluster %d)"
               % (grid, m.name.lower(), cluster))
-        self._keep = (x, ids, weights, w1, w2, y)
+        self._keep = (x, ids, weights, w1, w2, y, gate_up)
 
     def _grad_args(self, x, ids, weights, w1, w2, dy, dx, dw1, dw2, dweights,
-                   timeout_ms):
+                   timeout_ms, gate_up):
         T, dw_dtype = check_moe_grad_tensors(self.shape, self.device, x, ids,
                                              weights, w1, w2, dy, dx, dw1,
-                                             dw2, dweights)
+                                             dw2, dweights, gate_up)
         if timeout_ms < 0:
             raise ValueError("timeout_ms must be >= 0 (0: the default, %d ms)"
                              % _lib.HR_MOE_DEFAULT_TIMEOUT_MS)
         g = _lib.MoeGradArgs_t()
         self._fill_inputs(g.fwd, T, x, ids, weights, w1, w2, timeout_ms)
         g.fwd.y = None                     # not read by the backward
+        g.fwd.gate_up = None if gate_up is None else gate_up.data_ptr()
         g.dy = dy.data_ptr()
         g.dx = dx.data_ptr()
         g.dw1 = dw1.data_ptr()
@@ -421,44 +442,47 @@ class Moe(_Closable):
 
     def backward(self, lease: Lease, x, ids, weights, w1, w2, dy, dx, dw1,
                  dw2, dweights, timeout_ms: int = 0, stream=None,
-                 _keep: bool = True) -> None:
+                 gate_up=None, _keep: bool = True) -> None:
         """Launch the backward of the forward of (x, ids, weights, w1, w2)
         for the gradient dy at y, with the grid and mode `lease` holds now
         (hr_moe_backward), on `stream` (default: torch's current stream).
         Writes dx [T,H] bf16, dw1 [E,2I,H] and dw2 [E,H,I] (both fp32 or
         both bf16: the dtype of the tensors given decides) and dweights
         [T,k] fp32, each in full; a pair whose id is outside [0, E) gets
-        dweights 0, an expert without pairs dW 0. Nothing of the forward
-        is needed: the kernel recomputes it. Returns once launched; sync()
-        waits, and raises BarrierTimeout as after a forward."""
+        dweights 0, an expert without pairs dW 0. gate_up: None (the
+        kernel recomputes GEMM1), or the tensor a forward of the same x,
+        ids and w1 filled (it reads g and u there; the same results).
+        Returns once launched; sync() waits, and raises BarrierTimeout as
+        after a forward."""
         if not isinstance(lease, Lease):
             raise TypeError("lease must be a headroom.Lease")
         g = self._grad_args(x, ids, weights, w1, w2, dy, dx, dw1, dw2,
-                            dweights, timeout_ms)
+                            dweights, timeout_ms, gate_up)
         st = self._stream(stream)
         rc = _in_context(self._lib.hr_moe_backward, self._handle(),
                          lease._handle(), ctypes.byref(g), st)
         check(rc, "hr_moe_backward")
         if _keep:
             self._keep = (lease, x, ids, weights, w1, w2, dy, dx, dw1, dw2,
-                          dweights)
+                          dweights, gate_up)
 
     def backward_grid(self, grid: int, mode, x, ids, weights, w1, w2, dy, dx,
                       dw1, dw2, dweights, timeout_ms: int = 0,
-                      stream=None) -> None:
+                      stream=None, gate_up=None) -> None:
         """The same launch without a lease (hr_moe_backward_grid): `grid`
         CTAs (1..sms), `mode` Mode.HEADROOM or COOPERATIVE (the barrier
         kernel) or AGNOSTIC. The results are bitwise the same for every
         grid and mode. A barrier timeout is not reported to any daemon."""
         g = self._grad_args(x, ids, weights, w1, w2, dy, dx, dw1, dw2,
-                            dweights, timeout_ms)
+                            dweights, timeout_ms, gate_up)
         m = Mode.of(mode)
         st = self._stream(stream)
         rc = _in_context(self._lib.hr_moe_backward_grid, self._handle(),
                          int(grid), int(m), ctypes.byref(g), st)
         check(rc, "hr_moe_backward_grid(grid %d, %s)"
               % (grid, m.name.lower()))
-        self._keep = (x, ids, weights, w1, w2, dy, dx, dw1, dw2, dweights)
+        self._keep = (x, ids, weights, w1, w2, dy, dx, dw1, dw2, dweights,
+                      gate_up)
 
     def poll(self) -> bool:
         """Look once at the last launch, without waiting

@@ -1151,6 +1151,9 @@ static void bad_args(void)
     x = a; x.fwd.w1 = NULL; expect_refused(&b, x, sms, m, "w1 NULL");
     x = a; x.fwd.topk_ids = NULL; expect_refused(&b, x, sms, m, "ids NULL");
     x = a; x.fwd.timeout_ms = -1; expect_refused(&b, x, sms, m, "negative timeout");
+    x = a; x.fwd.gate_up = (float *)((char *)b.dw1 + 4);
+    expect_refused(&b, x, sms, m, "gate_up misaligned");
+    x = a; x.fwd.gate_up = host_buf; expect_refused(&b, x, sms, m, "gate_up in pinned host memory");
     expect_refused(&b, a, 0, m, "grid 0");
     expect_refused(&b, a, -1, m, "grid -1");
     expect_refused(&b, a, sms + 1, m, "grid over the SMs");
@@ -1259,6 +1262,171 @@ static void interleaved(void)
   gt_moe_free(&g);
 }
 
+/* ---- 6. g and u kept by the forward ------------------------------------------- */
+
+/* The forward into y with gate_up = gu (poisoned first), synchronized; y
+ * copied to y_h. The launch's or hr_moe_sync's code. */
+static int kept_forward(gt_moe *g, hr_mode mode, float *gu, size_t gubytes)
+{
+  cudaStream_t st = (cudaStream_t)g->stream;
+  const int sms = hr_moe_sms(g->m);
+  hr_moe_args fa = gt_args(g, TIMEOUT_MS);
+  int rc;
+
+  fa.gate_up = gu;
+  GT_CUDA(cudaMemsetAsync(gu, 0xff, gubytes, st));
+  GT_CUDA(cudaMemsetAsync(g->y, 0xff, (size_t)g->T * g->s.H * 2, st));
+  rc = mode == HR_MODE_AGNOSTIC ? hr_moe_forward_agnostic_grid(g->m, sms, &fa, st)
+                                : hr_moe_forward_grid(g->m, sms, mode, 2, &fa, st);
+  if(rc == HR_OK)
+    rc = hr_moe_sync(g->m);
+  GT_CUDA(cudaStreamSynchronize(st));
+  GT_CUDA(cudaMemcpy(g->y_h, g->y, (size_t)g->T * g->s.H * 2, cudaMemcpyDeviceToHost));
+  return rc;
+}
+
+/* The backward reading gu; the launch's or hr_moe_sync's code. */
+static int kept_backward(gb *b, float *gu, int grid, hr_mode mode, float *ms)
+{
+  hr_moe_grad_args a = gb_args(b, HR_MOE_DW_FP32, TIMEOUT_MS);
+  cudaStream_t st = (cudaStream_t)b->g->stream;
+  cudaEvent_t e0, e1;
+  int rc;
+
+  a.fwd.gate_up = gu;
+  GT_CUDA(cudaEventCreate(&e0));
+  GT_CUDA(cudaEventCreate(&e1));
+  gb_poison(b);
+  GT_CUDA(cudaEventRecord(e0, st));
+  rc = hr_moe_backward_grid(b->g->m, grid, mode, &a, st);
+  if(rc == HR_OK) {
+    GT_CUDA(cudaEventRecord(e1, st));
+    rc = hr_moe_sync(b->g->m);
+  }
+  *ms = -1;
+  if(rc == HR_OK) {
+    GT_CUDA(cudaEventSynchronize(e1));
+    GT_CUDA(cudaEventElapsedTime(ms, e0, e1));
+  }
+  GT_CUDA(cudaStreamSynchronize(st));
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return rc;
+}
+
+/* One routing: the forwards keeping g and u (barrier and agnostic, whose
+ * tiles differ at some T) give y as without and the same g and u, every
+ * valid pair's row written and no other; the backwards reading them
+ * (barrier at two grids, agnostic) give the recomputing backward's
+ * results, bitwise: the sums are GEMM1's in the same K order. */
+static void kept_case(gb *b, float *gu, float *gu2)
+{
+  gt_moe *g = b->g;
+  const int sms = hr_moe_sms(g->m), T = g->T;
+  const size_t H = g->s.H, I = g->s.I, k = g->s.k;
+  const size_t gubytes = (size_t)T * k * 2 * I * 4, ybytes = (size_t)T * H * 2;
+  const int grids_[] = { sms, 7 };
+  const hr_mode bmodes[] = { HR_MODE_HEADROOM, HR_MODE_HEADROOM, HR_MODE_AGNOSTIC };
+  uint16_t *y0 = malloc(ybytes);
+  gb_snap ref;
+  size_t d[4], bad, rest, diff, gdiff, bsum = 0;
+  float ms_re, ms_kept = -1;
+  int rc, npairs = 0, i;
+
+  GT_EXPECT(y0 != NULL, "host memory");
+  if(!y0)
+    return;
+  for(i = 0; i < T * (int)k; i++)
+    npairs += valid_id(g, g->ids_h[i]);
+  gb_fresh_dy(b);
+  snap_alloc(b, &ref);
+  rc = gb_run(b, sms, HR_MODE_HEADROOM, HR_MOE_DW_FP32, TIMEOUT_MS);
+  GT_EXPECT(rc == HR_OK, "%s T=%d: the recomputing backward: %s", g->s.name, T,
+            hr_strerror(rc));
+  ms_re = b->last_ms;
+  snap_take(b, &ref, HR_MOE_DW_FP32);
+  rc = gt_run(g, sms, HR_MODE_HEADROOM, 2, TIMEOUT_MS);
+  GT_EXPECT(rc == HR_OK, "%s T=%d: forward: %s", g->s.name, T, hr_strerror(rc));
+  memcpy(y0, g->y_h, ybytes);
+
+  rc = kept_forward(g, HR_MODE_HEADROOM, gu, gubytes);
+  GT_EXPECT(rc == HR_OK && memcmp(y0, g->y_h, ybytes) == 0, "%s T=%d: forward keeping "
+            "g, u: %s, y %s", g->s.name, T, hr_strerror(rc),
+            memcmp(y0, g->y_h, ybytes) ? "differs" : "the same");
+  GT_CUDA(gt_dev_count_nonfinite(gu, (size_t)npairs * 2 * I, 0, g->stream, &bad));
+  GT_CUDA(gt_dev_count_nonfinite(gu + (size_t)npairs * 2 * I,
+                                 ((size_t)T * k - npairs) * 2 * I, 0, g->stream, &rest));
+  GT_EXPECT(bad == 0, "%s T=%d: %zu g, u values of the %d pairs not written", g->s.name,
+            T, bad, npairs);
+  GT_EXPECT(rest == ((size_t)T * k - npairs) * 2 * I, "%s T=%d: %zu values written past "
+            "the %d pairs' rows", g->s.name, T, ((size_t)T * k - npairs) * 2 * I - rest,
+            npairs);
+  rc = kept_forward(g, HR_MODE_AGNOSTIC, gu2, gubytes);
+  GT_CUDA(gt_dev_count_diff(gu, gu2, gubytes, g->stream, &gdiff));
+  GT_EXPECT(rc == HR_OK && gdiff == 0 && memcmp(y0, g->y_h, ybytes) == 0,
+            "%s T=%d: the agnostic forward keeping g, u: %s, %zu words of g, u "
+            "differ from the barrier kernel's, y %s", g->s.name, T, hr_strerror(rc),
+            gdiff, memcmp(y0, g->y_h, ybytes) ? "differs" : "the same");
+
+  for(i = 0; i < 3; i++) {
+    const int grid = i < 2 ? grids_[i] : sms;
+    float ms;
+    rc = kept_backward(b, gu, grid, bmodes[i], &ms);
+    GT_EXPECT(rc == HR_OK, "%s T=%d: backward reading g, u: %s", g->s.name, T,
+              hr_strerror(rc));
+    if(i == 0)
+      ms_kept = ms;
+    diff = snap_diff(b, &ref, d);
+    bsum += diff;
+    GT_EXPECT(diff == 0, "%s T=%d grid %d %s: reading g, u differs from recomputing: "
+              "words dx %zu dW1 %zu dW2 %zu d(w) %zu", g->s.name, T, grid,
+              mode_name(bmodes[i]), d[0], d[1], d[2], d[3]);
+  }
+  printf("  %-14s T=%-5d %6d pairs: y the same keeping g, u: %s; agnostic g, u the "
+         "same: %s; backward reading them = recomputing: %s (%.2f against %.2f ms)\n",
+         g->s.name, T, npairs, memcmp(y0, g->y_h, ybytes) ? "NO" : "yes",
+         gdiff == 0 ? "yes" : "NO", bsum ? "NO" : "yes", ms_kept, ms_re);
+  snap_free(&ref);
+  free(y0);
+}
+
+/* Every forward tile's epilogue (the tile follows the pairs per expert:
+ * docs/kernels.md) and both of the big tile's token paths. */
+static void kept(void)
+{
+  static const struct { int shape, max_T, T[6], n; } cases[] = {
+    { GT_SMALL, 300, { 300, 7 }, 2 },
+    { GT_QWEN3, 4096, { 64, 300, 700, 1024, 1200, 4096 }, 6 },
+    { GT_DSV3, 3072, { 1024, 3072 }, 2 },
+  };
+  size_t c;
+  int i;
+
+  for(c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+    const gt_shape *s = &gt_shapes[cases[c].shape];
+    const size_t gubytes = (size_t)cases[c].max_T * s->k * 2 * s->I * 4;
+    gt_moe g;
+    gb b;
+    float *gu, *gu2;
+    gt_moe_init(&g, s, cases[c].max_T);
+    gb_init(&b, &g);
+    GT_CUDA(cudaMalloc((void **)&gu, gubytes));
+    GT_CUDA(cudaMalloc((void **)&gu2, gubytes));
+    for(i = 0; i < cases[c].n; i++) {
+      gt_route_random(&g, cases[c].T[i]);
+      kept_case(&b, gu, gu2);
+    }
+    if(cases[c].shape == GT_QWEN3) {
+      route_bad_ids(&g, 300);
+      kept_case(&b, gu, gu2);
+    }
+    cudaFree(gu);
+    cudaFree(gu2);
+    gb_free(&b);
+    gt_moe_free(&g);
+  }
+}
+
 int main(void)
 {
   double t0;
@@ -1278,6 +1446,8 @@ int main(void)
   bad_args();
   printf("5. forward and backward interleaved (%.1f s)\n", (gt_now_ms() - t0) / 1e3);
   interleaved();
+  printf("6. g and u kept by the forward (%.1f s)\n", (gt_now_ms() - t0) / 1e3);
+  kept();
   printf("%s: %.1f s\n", NAME, (gt_now_ms() - t0) / 1e3);
   return gt_finish(NAME);
 }

@@ -161,6 +161,12 @@ static void failures(int sms)
     rc[r] = hr_moe_ep_forward_grid(G.ep[r], grid, (hr_mode)99, &a, G.st[r]);
     GT_EXPECT(rc[r] == HR_EINVAL, "mode 99: rank %d: %s", r, hr_strerror(rc[r]));
   }
+  for(r = 0; r < R; r++) {              /* the EP backward recomputes GEMM1 */
+    a = rank_args(&g, &G, cnt, r, EP_TIMEOUT_MS);
+    a.gate_up = (float *)g.y;
+    rc[r] = hr_moe_ep_forward_grid(G.ep[r], grid, HR_MODE_HEADROOM, &a, G.st[r]);
+    GT_EXPECT(rc[r] == HR_EUNSUPPORTED, "gate_up: rank %d: %s", r, hr_strerror(rc[r]));
+  }
   expect_bitwise(&g, &G, cnt, grid, "after refused calls on every rank");
 
   /* 1. The last rank's call refused (tokens < 0): it never launches. */

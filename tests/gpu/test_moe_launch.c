@@ -98,6 +98,10 @@ int main(void)
   expect_refused(&g, bad, sms, 1, "x in pinned host memory");
   bad = a; bad.timeout_ms = -1;
   expect_refused(&g, bad, sms, 1, "negative timeout");
+  bad = a; bad.gate_up = (float *)((char *)g.y + 4);
+  expect_refused(&g, bad, sms, 1, "gate_up not 16-byte aligned");
+  bad = a; bad.gate_up = host_buf;
+  expect_refused(&g, bad, sms, 1, "gate_up in pinned host memory");
   expect_refused(&g, a, 0, 1, "grid 0");
   expect_refused(&g, a, sms + 2, 1, "ordinary grid larger than the device");
   expect_refused(&g, a, sms - 1, 2, "odd grid with clusters of 2");

@@ -92,6 +92,17 @@ class TestArguments(unittest.TestCase):
         with self.assertRaisesRegex(TypeError, r"^lease must be a headroom"):
             hnn.MegaMoE(**ok, lease=3)
 
+    def test_keep_gate_up_argument(self):
+        self.assertTrue(hnn.MegaMoE(4, 256, 128, 2, 8).keep_gate_up)
+        self.assertFalse(hnn.MegaMoE(4, 256, 128, 2, 8,
+                                     keep_gate_up=False).keep_gate_up)
+        with self.assertRaisesRegex(TypeError, "keep_gate_up"):
+            hnn.MegaMoE(4, 256, 128, 2, 8, keep_gate_up=1)
+        group = hnn.VirtualGroup(2)
+        with self.assertRaisesRegex(ValueError, "ep_group"):
+            hnn.MegaMoE(4, 256, 128, 2, 8, ep_group=group, ep_rank=0,
+                        keep_gate_up=True)
+
     def test_parameters(self):
         m = hnn.MegaMoE(4, 256, 128, 2, 8)
         self.assertEqual(tuple(m.w1.shape), (4, 256, 256))
@@ -191,6 +202,28 @@ class TestOpsOnCpu(hrtest.MoeOpsChecks, unittest.TestCase):
         self.assertTrue(torch.equal(got[2][3], torch.zeros_like(got[2][3])))
         self.assertTrue(self.bad.any())
         self.assertTrue((got[3][self.bad] == 0).all())
+
+    def test_train_op(self):
+        # moe_forward_train: opcheck (autograd and fake included), y as
+        # moe_forward's; on the CPU gate_up is empty and the backward
+        # given it recomputes.
+        op = torch.ops.headroom.moe_forward_train
+        w1 = self.m.w1.detach().clone().requires_grad_()
+        w2 = self.m.w2.detach().clone().requires_grad_()
+        args = (self.x, self.ids, self.wts.clone().requires_grad_(), w1, w2,
+                self.m.key)
+        torch.library.opcheck(op.default, args)
+        y, gu = op(*args)
+        self.assertTrue(torch.equal(y, torch.ops.headroom.moe_forward(*args)))
+        self.assertEqual((tuple(gu.shape), gu.dtype),
+                         ((0, 2 * self.I), torch.float32))
+        bargs = (self.dy, self.x, self.ids, self.wts, w1.detach(),
+                 w2.detach(), self.m.key, gu)
+        torch.library.opcheck(torch.ops.headroom.moe_backward.default, bargs)
+        a = torch.ops.headroom.moe_backward(*bargs)
+        b = torch.ops.headroom.moe_backward(*bargs[:-1])
+        for u, v in zip(a, b):
+            self.assertTrue(torch.equal(u, v))
 
     def test_leading_dims_and_conversions(self):
         # x [2, 8, H] fp32, ids int64, weights bf16: flattened, converted,
@@ -310,6 +343,38 @@ class TestOnGpu(GpuCase):
         m.check()
         self.assertTrue(torch.equal(got[1], outs[0][1].bfloat16()))
         self.assertTrue(torch.equal(got[0], outs[0][0]))
+
+    def test_forward_train_keeps_gate_up(self):
+        # gate_up holds each valid pair's g and u (x W1^T), in the stable
+        # expert order; y is moe_forward's.
+        m, (x, ids, wts, dy, _) = self.module()
+        w1, w2 = m.w1.detach(), m.w2.detach()
+        y, gu = torch.ops.headroom.moe_forward_train(x, ids, wts, w1, w2,
+                                                     m.key)
+        y0 = torch.ops.headroom.moe_forward(x, ids, wts, w1, w2, m.key)
+        m.check()
+        self.assertTrue(torch.equal(y, y0))
+        self.assertEqual(tuple(gu.shape), (ids.numel(), 256))
+        flat = ids.flatten().long()
+        valid = (flat >= 0) & (flat < 8)
+        n = int(valid.sum())
+        order = torch.argsort(torch.where(valid, flat, 8), stable=True)[:n]
+        tok, e = order // ids.shape[1], flat[order]
+        want = torch.einsum("ph,pih->pi", x[tok].double(), w1[e].double())
+        self.assertLess(rel(gu[:n], want), 1e-5)
+
+    def test_kept_gate_up_gives_the_same_gradients(self):
+        # keep_gate_up (the default) and not: y and every gradient bitwise
+        # the same; the sums read are the ones the backward would make.
+        m, (x, ids, wts, dy, _) = self.module()
+        self.assertTrue(m.keep_gate_up)
+        y1, g1 = module_grads(m, x, ids, wts, dy)
+        m.keep_gate_up = False
+        y2, g2 = module_grads(m, x, ids, wts, dy)
+        m.check()
+        self.assertTrue(torch.equal(y1, y2))
+        for name, a, b in zip(("x", "w1", "w2", "weights"), g1, g2):
+            self.assertTrue(torch.equal(a, b), name)
 
     def test_cuda_graph_replay(self):
         m, (x, ids, wts, dy, _) = self.module()
