@@ -62,6 +62,7 @@ static __device__ __forceinline__ int bwd_start_ok(const hr__moe_params &f)
   return fail == 0;
 }
 
+template <int KEEP>
 __global__ void __launch_bounds__(HR__MOE_THREADS, 1)
 hr__moe_bwd_kernel(const __grid_constant__ hr__moe_bwd_params p)
 {
@@ -104,7 +105,7 @@ hr__moe_bwd_kernel(const __grid_constant__ hr__moe_bwd_params p)
   bwd_claimed(&f.sync->claim[1], q.n_grads, &s_unit, [&](int u) {
     /* the benchmark hook may leave the dx rows or the dW groups out */
     if(!(f.skip & (u < q.n_dx ? HR__MOE_PHASE_GEMM2 : HR__MOE_PHASE_DW)))
-      bwd_grads_tile<BWD_GRAD_DEPTH_BAR>(p, rt, q, smem, u);
+      bwd_grads_tile<BWD_GRAD_DEPTH_BAR, KEEP>(p, rt, q, smem, u);
   });
   if(!grid_barrier(f, HR__MOE_BWD_BARRIER_GRADS, &s_ok))
     return;
@@ -184,6 +185,7 @@ static __device__ __forceinline__ void bwd_done(unsigned *count)
  * The counts of finished tasks: scatter_done (route pieces), g1_total
  * (dgu tiles), combine_done (dx row tiles); the last CTA to leave puts
  * them and the ticket back to 0. */
+template <int KEEP>
 __global__ void __launch_bounds__(HR__MOE_THREADS, 1)
 hr__moe_bwd_agnostic_kernel(const __grid_constant__ hr__moe_bwd_params p)
 {
@@ -257,14 +259,14 @@ hr__moe_bwd_agnostic_kernel(const __grid_constant__ hr__moe_bwd_params p)
     } else if(u < at_dw) {                        /* a dx row tile */
       if(!bwd_wait(f, &agn->g1_total, (unsigned)q.n_dgu, HR__MOE_BWD_WAIT_DGU, &seen_dgu, &s_ok))
         return;
-      bwd_grads_tile<BWD_GRAD_DEPTH_AGN>(p, rt, q, smem, u - at_dx);
+      bwd_grads_tile<BWD_GRAD_DEPTH_AGN, KEEP>(p, rt, q, smem, u - at_dx);
       bwd_done(&agn->combine_done);
     } else if(u < at_comb) {                      /* a dW group */
       if(!bwd_wait(f, &agn->scatter_done, (unsigned)np, HR__MOE_BWD_WAIT_ROUTE, &seen_route,
                    &s_ok) ||
          !bwd_wait(f, &agn->g1_total, (unsigned)q.n_dgu, HR__MOE_BWD_WAIT_DGU, &seen_dgu, &s_ok))
         return;
-      bwd_dw_group<BWD_GRAD_DEPTH_AGN>(p, rt, q, smem, u - at_dw);
+      bwd_dw_group<BWD_GRAD_DEPTH_AGN, KEEP>(p, rt, q, smem, u - at_dw);
     } else {                                      /* a combine */
       if(!bwd_wait(f, &agn->scatter_done, (unsigned)np, HR__MOE_BWD_WAIT_ROUTE, &seen_route,
                    &s_ok) ||
@@ -296,12 +298,12 @@ hr__moe_bwd_agnostic_kernel(const __grid_constant__ hr__moe_bwd_params p)
 
 extern "C" cudaError_t hr__moe_bwd_prepare(void)
 {
-  cudaError_t e = cudaFuncSetAttribute(hr__moe_bwd_kernel,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       BWD_SMEM_BYTES);
-  if(e == cudaSuccess)
-    e = cudaFuncSetAttribute(hr__moe_bwd_agnostic_kernel,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, BWD_SMEM_BYTES);
+  const void *k[] = { (const void *)hr__moe_bwd_kernel<0>, (const void *)hr__moe_bwd_kernel<1>,
+                      (const void *)hr__moe_bwd_agnostic_kernel<0>,
+                      (const void *)hr__moe_bwd_agnostic_kernel<1> };
+  cudaError_t e = cudaSuccess;
+  for(int i = 0; i < 4 && e == cudaSuccess; i++)
+    e = cudaFuncSetAttribute(k[i], cudaFuncAttributeMaxDynamicSharedMemorySize, BWD_SMEM_BYTES);
   return e;
 }
 
@@ -321,7 +323,11 @@ extern "C" cudaError_t hr__moe_bwd_launch(const hr__moe_bwd_params *p, int grid,
     cfg.attrs = attr;
     cfg.numAttrs = 1;
   }
-  if(agnostic)
-    return cudaLaunchKernelEx(&cfg, hr__moe_bwd_agnostic_kernel, *p);
-  return cudaLaunchKernelEx(&cfg, hr__moe_bwd_kernel, *p);
+  /* the dW groups keep their shared operand where nearly every expert's
+   * pairs fit (bwd_dw_group) */
+  if((long long)p->f.T * p->f.k <= (long long)p->f.E * BWD_DW_KEEP_PAIRS)
+    return cudaLaunchKernelEx(&cfg, agnostic ? hr__moe_bwd_agnostic_kernel<1> : hr__moe_bwd_kernel<1>,
+                              *p);
+  return cudaLaunchKernelEx(&cfg, agnostic ? hr__moe_bwd_agnostic_kernel<0> : hr__moe_bwd_kernel<0>,
+                            *p);
 }

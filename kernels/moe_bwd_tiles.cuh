@@ -46,16 +46,25 @@
 #define BWD_DQ_DEPTH 1
 /* The grads tiles' stage: A and B, each 128 x 64 (BWD_MN_TILE). */
 #define BWD_GRAD_STAGE (2 * BWD_MN_TILE)
-/* A finished dW tile's staging, past the grads ring (from the ring's
- * start): the TMA boxes of the tile, each 128 rows of 128 bytes in the
- * 128-byte swizzle, 2 of them in bf16, 4 in fp32. */
+/* The dW groups' shared memory (bwd_dw_group), from the ring's start: a
+ * ring of the streamed operand's steps (BWD_MN_TILE each, up to
+ * BWD_GRAD_STAGES of them), the stationary operand's BWD_DW_KEEP_STEPS
+ * steps, then a finished tile's staging: its TMA boxes, each 128 rows of
+ * 128 bytes in the 128-byte swizzle, 2 of them in bf16, 4 in fp32. */
+#define BWD_DW_KEEP_STEPS 5
+/* The launches whose dW groups may keep it (KEEP 1): T k <= E times this
+ * many pairs an expert, where nearly every expert's K fits. Elsewhere the
+ * groups are built without the choice, which costs the loads' loop 5%
+ * where it is made and not taken (Qwen3-30B-A3B T = 8192). */
+#define BWD_DW_KEEP_PAIRS 256
+#define BWD_DW_KEEP (BWD_GRAD_STAGES * BWD_MN_TILE)
 #define BWD_DW_BOX (128 * 128)
-#define BWD_DW_STAGING (BWD_GRAD_STAGES * BWD_GRAD_STAGE)
+#define BWD_DW_STAGING (BWD_DW_KEEP + BWD_DW_KEEP_STEPS * BWD_MN_TILE)
 #define BWD_DW_END (1024 + BWD_DW_STAGING + 4 * BWD_DW_BOX)
 #define BWD_DGU_END (1024 + BWD_DGU_STAGES * BWD_DGU_STAGE)
 #define BWD_RING_BYTES (BWD_DGU_END > BWD_DW_END ? BWD_DGU_END : BWD_DW_END)
-/* dW tiles a unit of the grads stage runs in one pipeline (bwd_dw_group):
- * 8 against 1, docs/decisions.md "dW tiles in groups". */
+/* dW tiles a unit of the grads stage runs in one pipeline (bwd_dw_group),
+ * at most: 8 against 1, docs/decisions.md "dW tiles in groups". */
 #define BWD_DW_GROUP 8
 /* then five routing tables (E + 1 ints each, padded): cnt, pre, off,
  * tile_off and the agnostic route's cursor */
@@ -79,7 +88,8 @@ struct bwd_plan {
   int n_dx;      /* n_mt * nh */
   int w1_tiles;  /* per expert: (2I / 128) * nh */
   int w2_tiles;  /* per expert: nh * (I / 128) */
-  int n_dwg;     /* dW groups: E ceil((w1_tiles + w2_tiles) / BWD_DW_GROUP) */
+  int dw_gpr;    /* dW groups a run of nh tiles: ceil(nh / BWD_DW_GROUP) */
+  int n_dwg;     /* dW groups: E (3I / 128) dw_gpr */
   int n_grads;   /* n_dx + n_dwg */
 };
 
@@ -93,7 +103,8 @@ static __device__ __forceinline__ bwd_plan bwd_plan_of(const hr__moe_params &f, 
   q.n_dx = q.n_mt * q.nh;
   q.w1_tiles = (2 * f.I / 128) * q.nh;
   q.w2_tiles = q.nh * (f.I / 128);
-  q.n_dwg = f.E * ((q.w1_tiles + q.w2_tiles + BWD_DW_GROUP - 1) / BWD_DW_GROUP);
+  q.dw_gpr = (q.nh + BWD_DW_GROUP - 1) / BWD_DW_GROUP;
+  q.n_dwg = f.E * (3 * f.I / 128) * q.dw_gpr;
   q.n_grads = q.n_dx + q.n_dwg;
   return q;
 }
@@ -546,31 +557,50 @@ static __device__ void bwd_dx_tile(const hr__moe_bwd_params &p, const moe_route 
     }
 }
 
-/* dW group g: tiles [t0, t1) of one expert, BWD_DW_GROUP of them, in one
- * run of the pipeline: their K = the expert's pairs is short (64 at
- * Qwen3-30B-A3B T = 1024, 128 at DeepSeek-V3 T = 4096: a few steps), so a
- * tile on its own would be mostly the ring's fill and drain. Here the
- * next tile's first steps are in flight while a tile ends. The gathered
- * rows are the same in every tile of the group (the expert's pairs), so
- * each step's token rows are read one step ahead, whatever the tile.
+/* dW group g: up to BWD_DW_GROUP tiles of one expert that share one
+ * operand, in one run of the pipeline. Their K = the expert's pairs is
+ * short (64 at Qwen3-30B-A3B T = 1024, 256 at DeepSeek-V3 T = 8192: a
+ * few steps), so a tile on its own would be mostly the ring's fill and
+ * drain; here the next tile's first steps are in flight while a tile
+ * ends. The tiles of a run share the operand in expert order (its pos
+ * rows): dW1's A, dh^T over rows m0 of 2I (the tiles along H), and
+ * dW2's B, (w a)^T over columns n0 of I (the tiles down H); the other,
+ * the token rows gathered through sorted_tok (x, dy), is each tile's
+ * own. Where the K steps fit (nk <= BWD_DW_KEEP_STEPS, in a launch of
+ * the KEEP kernels) the shared operand is loaded once, by the group's
+ * first tile, and kept, so a step loads one operand instead of two: the
+ * stage's loads are what it waits on most (docs/kernels.md, "Where the
+ * dW time goes"). Elsewhere every step loads both, the shared operand's
+ * steps going round its slots as the ring's do. The tiles' sums are the
+ * same either way.
  * The MMAs are wgmma m64n128k16 with both operands MN-major (the
  * transpose bits): warpgroup w takes rows 64 w..64 w + 63 of the 128 x
  * 128 tile, all its columns. */
-template <int DEPTH>
+template <int DEPTH, int KEEP>
 static __device__ void bwd_dw_group(const hr__moe_bwd_params &p, const moe_route &rt,
                                     const bwd_plan &q, uint8_t *smem, int g)
 {
   const hr__moe_params &f = p.f;
-  const int per_e = q.w1_tiles + q.w2_tiles;
-  const int gpe = (per_e + BWD_DW_GROUP - 1) / BWD_DW_GROUP;
-  const int e = g / gpe, t0 = (g - e * gpe) * BWD_DW_GROUP;
-  const int t1 = min(per_e, t0 + BWD_DW_GROUP);
+  const int runs1 = 2 * f.I / 128, ni2 = f.I / 128;
+  const int gpe = (runs1 + ni2) * q.dw_gpr;
+  const int e = g / gpe, run = (g - e * gpe) / q.dw_gpr;
+  const int j0 = (g - e * gpe - run * q.dw_gpr) * BWD_DW_GROUP;
+  const int nt = min(q.nh, j0 + BWD_DW_GROUP) - j0;
+  const int dw1 = run < runs1;
+  /* tile number jj of the run: dW1 row block `run`, column block jj;
+   * dW2 row block jj, column block run - runs1 (bwd_dw_tile_of's t) */
+  auto tile_t = [&](int jj) {
+    return dw1 ? run * q.nh + j0 + jj : q.w1_tiles + (j0 + jj) * ni2 + (run - runs1);
+  };
   const int cnt = rt.cnt[e], off = rt.off[e];
   const int nk = (cnt + BWD_BK - 1) / BWD_BK;
+  const int keep = KEEP && nk <= BWD_DW_KEEP_STEPS;
   const int32_t *tok = f.sorted_tok + off;
   const int wg = (int)threadIdx.x >> 7;
   constexpr int PT = BWD_BK * 128 / 8 / HR__MOE_THREADS;
-  const uint32_t ring = bwd_ring(smem);
+  constexpr int STAGES = BWD_GRAD_STAGES_OF(DEPTH);
+  static_assert(STAGES <= BWD_DW_KEEP_STEPS, "the shared operand's slots go round as the ring");
+  const uint32_t ring = bwd_ring(smem), kept = ring + BWD_DW_KEEP;
   float acc[16][4];
   int kr[PT], col[PT], trow[PT];
   uint32_t dst[PT];
@@ -579,8 +609,8 @@ static __device__ void bwd_dw_group(const hr__moe_bwd_params &p, const moe_route
   for(int j = 0; j < 16; j++)
     acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
   if(nk == 0) {
-    for(int t = t0; t < t1; t++)
-      bwd_dw_zero(p, q, e, t);
+    for(int jj = 0; jj < nt; jj++)
+      bwd_dw_zero(p, q, e, tile_t(jj));
     return;
   }
 #pragma unroll
@@ -591,32 +621,41 @@ static __device__ void bwd_dw_group(const hr__moe_bwd_params &p, const moe_route
     dst[i] = bwd_mn_sw128(kr[i], col[i]);
     trow[i] = kr[i] < cnt ? tok[kr[i]] : 0;
   }
-  int is = 0, ct = t0, cs = 0;
-  bwd_dw_tile d = bwd_dw_tile_of(p, q, t0, off);
-  bwd_pipeline<BWD_GRAD_STAGES_OF(DEPTH), BWD_GRAD_STAGE, DEPTH>(
-      (t1 - t0) * nk, ring,
-      [&](uint32_t st, int) {
+  int is = 0, it = 0, cs = 0, ct = 0;
+  bwd_dw_tile d = bwd_dw_tile_of(p, q, tile_t(0), off);
+  /* the shared operand (pos rows) and the tile's own (token rows) */
+  const uint16_t *sh = dw1 ? d.a : d.b;
+  const int ld_sh = dw1 ? d.lda : d.ldb, ld_own = dw1 ? d.ldb : d.lda;
+  bwd_pipeline<STAGES, BWD_MN_TILE, DEPTH>(
+      nt * nk, ring,
+      [&](uint32_t st, int s) {
         const int sn = is + 1 == nk ? 0 : is + 1;
+        const uint16_t *own = dw1 ? d.b : d.a;
+        const int load_sh = !keep || it == 0;
+        const uint32_t sdst = kept + (keep ? is : s % STAGES) * BWD_MN_TILE;
 #pragma unroll
         for(int i = 0; i < PT; i++) {
           const int kk = is * BWD_BK + kr[i];
           const int valid = kk < cnt;
-          const long long ra = d.a_tok ? trow[i] : kk, rb = d.a_tok ? kk : trow[i];
-          cp_async16_zfill(st + dst[i], valid ? (const void *)(d.a + ra * d.lda + col[i]) : f.x,
-                           valid);
-          cp_async16_zfill(st + BWD_MN_TILE + dst[i],
-                           valid ? (const void *)(d.b + rb * d.ldb + col[i]) : f.x, valid);
+          cp_async16_zfill(st + dst[i], valid ? (const void *)(own + (long long)trow[i] * ld_own + col[i])
+                                              : f.x, valid);
+          if(load_sh)
+            cp_async16_zfill(sdst + dst[i],
+                             valid ? (const void *)(sh + (long long)kk * ld_sh + col[i]) : f.x,
+                             valid);
           const int kn = sn * BWD_BK + kr[i];
           trow[i] = kn < cnt ? tok[kn] : 0;
         }
         is = sn;
-        if(sn == 0 && ++d.t < t1)
-          d = bwd_dw_tile_of(p, q, d.t, off);
+        if(sn == 0 && ++it < nt)
+          d = bwd_dw_tile_of(p, q, tile_t(it), off);
       },
-      [&](uint32_t st, int) {
+      [&](uint32_t st, int s) {
         /* A: this warpgroup's 64 rows are the tile's block wg; B: both */
-        const uint64_t da = wgmma_desc_mn_sw128(st + wg * (BWD_BK * 128), BWD_BK * 128, 1024);
-        const uint64_t db = wgmma_desc_mn_sw128(st + BWD_MN_TILE, BWD_BK * 128, 1024);
+        const uint32_t ss = kept + (keep ? cs : s % STAGES) * BWD_MN_TILE;
+        const uint32_t a = dw1 ? ss : st, b = dw1 ? st : ss;
+        const uint64_t da = wgmma_desc_mn_sw128(a + wg * (BWD_BK * 128), BWD_BK * 128, 1024);
+        const uint64_t db = wgmma_desc_mn_sw128(b, BWD_BK * 128, 1024);
         wgmma_fence();
 #pragma unroll
         for(int ks = 0; ks < BWD_BK / 16; ks++)
@@ -628,7 +667,7 @@ static __device__ void bwd_dw_group(const hr__moe_bwd_params &p, const moe_route
         if(++cs == nk) {                 /* the tile's end */
           wgmma_wait<0>();
           wgmma_fence_acc(acc);
-          bwd_dw_store(p, q, e, ct, acc, smem);
+          bwd_dw_store(p, q, e, tile_t(ct), acc, smem);
 #pragma unroll
           for(int j = 0; j < 16; j++)
             acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
@@ -644,14 +683,14 @@ static __device__ void bwd_dw_group(const hr__moe_bwd_params &p, const moe_route
 
 /* grads unit `unit`: [0, n_dx) the dx rows of M tile unit / nh (dh W1,
  * K = 2I); then the dW groups (bwd_dw_group). */
-template <int DEPTH>
+template <int DEPTH, int KEEP>
 static __device__ void bwd_grads_tile(const hr__moe_bwd_params &p, const moe_route &rt,
                                       const bwd_plan &q, uint8_t *smem, int unit)
 {
   if(unit < q.n_dx)
     bwd_dx_tile<DEPTH>(p, rt, q, smem, unit);
   else
-    bwd_dw_group<DEPTH>(p, rt, q, smem, unit - q.n_dx);
+    bwd_dw_group<DEPTH, KEEP>(p, rt, q, smem, unit - q.n_dx);
 }
 
 /* ---- stage 4: combine -------------------------------------------------- */

@@ -98,7 +98,7 @@ hr__moe_ep_bwd_kernel(const __grid_constant__ hr__moe_ep_bwd_params ep)
 
   /* the dx rows, dW1, dW2 */
   bwd_claimed(&f.sync->claim[1], q.n_grads, &s_unit, [&](int u) {
-    bwd_grads_tile<BWD_GRAD_DEPTH_BAR>(b, rt, q, smem, u);
+    bwd_grads_tile<BWD_GRAD_DEPTH_BAR, 0>(b, rt, q, smem, u);
   });
   if(!ep_barrier(f, e, HR__MOE_BWD_BARRIER_GRADS, &s_ok))
     return;
