@@ -11,7 +11,9 @@ In one run on one GPU, per shape (Qwen3-30B-A3B, DeepSeek-V3) and T:
      gives dx, dW1, dW2 (bf16, the parameters' dtype) and d(weights);
   2. headroom through the lower-level path: Moe.forward_grid then
      Moe.backward_grid on the whole device (the barrier kernel, clusters
-     of 2 for the forward), dW in bf16 and in fp32;
+     of 2 for the forward), g and u kept by the forward for the backward
+     (gate_up, as headroom.nn does when training) with dW in bf16 and in
+     fp32, and beside it g and u recomputed by the backward (dW bf16);
   3. headroom through the module: headroom.nn.MegaMoE (its parameters
      the same weights), y = moe(x, ids, weights), y.backward(dy), on the
      lease's grid (no daemon: the process's fail-safe lease, full grid
@@ -29,9 +31,9 @@ the C library allocates outside torch), and the relative L2 difference
 of each gradient from torch's (a sanity check: torch rounds GEMM1's
 output to bf16, the kernel keeps it fp32, so ~1e-2 is expected).
 FLOPs: P = T k pairs; forward 6 P H I; backward 12 P H I as autograd
-does it, 16 P H I as the kernel does (it recomputes GEMM1); the table's
-TFLOP/s count the work each side executes, and "step model TFLOP/s"
-18 P H I for both.
+does it and as the kernel does reading g and u (16 P H I recomputing
+them); the table's TFLOP/s count the work each side executes, and "step
+model TFLOP/s" 18 P H I for both.
 
     python3 bench/bench_train.py --lib build/lib/libheadroom_moe.so --out FILE
 
