@@ -78,6 +78,24 @@ static __device__ __forceinline__ uint32_t bwd_ring(const uint8_t *smem)
   return (smem_addr(smem) + 1023u) & ~1023u;
 }
 
+/* One pipeline step of a single-GEMM tile: its BWD_BK / 16 wgmma (A and
+ * B K-major, TA / TB 0, or MN-major, 1: a k16 slice is 32 descriptor
+ * units further in a K-major tile, 2048 in an MN-major one), committed,
+ * then the wait for all but DEPTH steps' and the accumulators fenced. */
+template <int N, int TA, int TB, int DEPTH>
+static __device__ __forceinline__ void bwd_mma_step(float (&acc)[N / 8][4], uint64_t da,
+                                                    uint64_t db)
+{
+  constexpr int AS = TA ? 2048 : 32, BS = TB ? 2048 : 32;
+  wgmma_fence();
+#pragma unroll
+  for(int ks = 0; ks < BWD_BK / 16; ks++)
+    wgmma_m64k16_t<N, TA, TB>(acc, wgmma_desc_add(da, ks * AS), wgmma_desc_add(db, ks * BS));
+  wgmma_commit();
+  wgmma_wait<DEPTH>();
+  wgmma_fence_acc(acc);
+}
+
 /* ---- the plan: tiles and tasks, from the routing tables ---------------- */
 
 struct bwd_plan {
@@ -122,6 +140,22 @@ static __device__ __forceinline__ int bwd_expert_of(const moe_route &rt, int E, 
       hi = mid - 1;
   }
   return lo;
+}
+
+/* Global M tile mt of the dgu and dx stages: its expert, its first row
+ * among the expert's pairs, and the expert's pair count and first place. */
+struct bwd_mtile {
+  int e, m0, cnt, off;
+};
+
+static __device__ __forceinline__ bwd_mtile bwd_mtile_of(const moe_route &rt, int E, int mt)
+{
+  bwd_mtile t;
+  t.e = bwd_expert_of(rt, E, mt);
+  t.m0 = (mt - rt.tile_off[t.e]) * HR__MOE_BWD_TILE_M;
+  t.cnt = rt.cnt[t.e];
+  t.off = rt.off[t.e];
+  return t;
 }
 
 /* ---- stage 2: dgu ------------------------------------------------------ */
@@ -193,9 +227,8 @@ static __device__ __forceinline__ void bwd_dgu_full_tile(const hr__moe_bwd_param
 {
   const hr__moe_params &f = p.f;
   const int mt_all = unit / q.ni, it = unit - mt_all * q.ni;
-  const int e = bwd_expert_of(rt, f.E, mt_all);
-  const int m0 = (mt_all - rt.tile_off[e]) * HR__MOE_BWD_TILE_M;
-  const int cnt = rt.cnt[e], off = rt.off[e];
+  const bwd_mtile t = bwd_mtile_of(rt, f.E, mt_all);
+  const int e = t.e, m0 = t.m0, cnt = t.cnt, off = t.off;
   const int H = f.H, I = f.I, i0 = it * HR__MOE_BWD_DGU_N;
   const int wg = (int)threadIdx.x >> 7;
   const uint32_t ring = bwd_ring(smem);
@@ -286,9 +319,8 @@ static __device__ __forceinline__ void bwd_dq_tile(const hr__moe_bwd_params &p, 
 {
   const hr__moe_params &f = p.f;
   const int mt_all = unit / q.ni, it = unit - mt_all * q.ni;
-  const int e = bwd_expert_of(rt, f.E, mt_all);
-  const int m0 = (mt_all - rt.tile_off[e]) * HR__MOE_BWD_TILE_M;
-  const int cnt = rt.cnt[e], off = rt.off[e];
+  const bwd_mtile t = bwd_mtile_of(rt, f.E, mt_all);
+  const int e = t.e, m0 = t.m0, cnt = t.cnt, off = t.off;
   const int H = f.H, I = f.I, i0 = it * HR__MOE_BWD_DGU_N;
   const int wg = (int)threadIdx.x >> 7, lane = (int)threadIdx.x & 31;
   const int w4 = ((int)threadIdx.x >> 5) & 3;
@@ -332,16 +364,9 @@ static __device__ __forceinline__ void bwd_dq_tile(const hr__moe_bwd_params &p, 
           cp_async16(st + BWD_DGU_ROWS + wdst[i], w2e + (size_t)(k0 + qk[i]) * I + qc[i]);
       },
       [&](uint32_t st, int) {
-        const uint64_t ddy = wgmma_desc_sw128(st + wg * 64 * 128);
-        const uint64_t dq = wgmma_desc_mn_sw128(st + BWD_DGU_ROWS, BWD_BK * 128, 1024);
-        wgmma_fence();
-#pragma unroll
-        for(int ks = 0; ks < BWD_BK / 16; ks++)
-          wgmma_m64k16_t<64, 0, 1>(aq, wgmma_desc_add(ddy, ks * 32),
-                                   wgmma_desc_add(dq, ks * 2048));
-        wgmma_commit();
-        wgmma_wait<BWD_DQ_DEPTH>();
-        wgmma_fence_acc(aq);
+        bwd_mma_step<64, 0, 1, BWD_DQ_DEPTH>(
+            aq, wgmma_desc_sw128(st + wg * 64 * 128),
+            wgmma_desc_mn_sw128(st + BWD_DGU_ROWS, BWD_BK * 128, 1024));
       });
   wgmma_fence_acc(aq);
 
@@ -496,9 +521,8 @@ static __device__ void bwd_dx_tile(const hr__moe_bwd_params &p, const moe_route 
   const hr__moe_params &f = p.f;
   const int H = f.H, I = f.I;
   const int mt_all = unit / q.nh, h0 = (unit - mt_all * q.nh) * 128;
-  const int e = bwd_expert_of(rt, f.E, mt_all);
-  const int m0 = (mt_all - rt.tile_off[e]) * HR__MOE_BWD_TILE_M;
-  const int cnt = rt.cnt[e], off = rt.off[e];
+  const bwd_mtile t = bwd_mtile_of(rt, f.E, mt_all);
+  const int e = t.e, m0 = t.m0, cnt = t.cnt, off = t.off;
   const int wg = (int)threadIdx.x >> 7, lane = (int)threadIdx.x & 31;
   const int w4 = ((int)threadIdx.x >> 5) & 3;
   constexpr int PT = BWD_BK * 128 / 8 / HR__MOE_THREADS;   /* chunks a thread, each tile */
@@ -534,16 +558,9 @@ static __device__ void bwd_dx_tile(const hr__moe_bwd_params &p, const moe_route 
         }
       },
       [&](uint32_t st, int) {
-        const uint64_t da = wgmma_desc_sw128(st + wg * 64 * 128);
-        const uint64_t db = wgmma_desc_mn_sw128(st + BWD_MN_TILE, BWD_BK * 128, 1024);
-        wgmma_fence();
-#pragma unroll
-        for(int ks = 0; ks < BWD_BK / 16; ks++)
-          wgmma_m64k16_t<128, 0, 1>(acc, wgmma_desc_add(da, ks * 32),
-                                   wgmma_desc_add(db, ks * 2048));
-        wgmma_commit();
-        wgmma_wait<DEPTH>();
-        wgmma_fence_acc(acc);
+        bwd_mma_step<128, 0, 1, DEPTH>(
+            acc, wgmma_desc_sw128(st + wg * 64 * 128),
+            wgmma_desc_mn_sw128(st + BWD_MN_TILE, BWD_BK * 128, 1024));
       });
   wgmma_fence_acc(acc);                /* after the pipeline's last wait */
 #pragma unroll
@@ -654,16 +671,9 @@ static __device__ void bwd_dw_group(const hr__moe_bwd_params &p, const moe_route
         /* A: this warpgroup's 64 rows are the tile's block wg; B: both */
         const uint32_t ss = kept + (keep ? cs : s % STAGES) * BWD_MN_TILE;
         const uint32_t a = dw1 ? ss : st, b = dw1 ? st : ss;
-        const uint64_t da = wgmma_desc_mn_sw128(a + wg * (BWD_BK * 128), BWD_BK * 128, 1024);
-        const uint64_t db = wgmma_desc_mn_sw128(b, BWD_BK * 128, 1024);
-        wgmma_fence();
-#pragma unroll
-        for(int ks = 0; ks < BWD_BK / 16; ks++)
-          wgmma_m64k16_t<128, 1, 1>(acc, wgmma_desc_add(da, ks * 2048),
-                                   wgmma_desc_add(db, ks * 2048));
-        wgmma_commit();
-        wgmma_wait<DEPTH>();
-        wgmma_fence_acc(acc);
+        bwd_mma_step<128, 1, 1, DEPTH>(
+            acc, wgmma_desc_mn_sw128(a + wg * (BWD_BK * 128), BWD_BK * 128, 1024),
+            wgmma_desc_mn_sw128(b, BWD_BK * 128, 1024));
         if(++cs == nk) {                 /* the tile's end */
           wgmma_wait<0>();
           wgmma_fence_acc(acc);
