@@ -121,6 +121,17 @@ def _context():
     return _ctx
 
 
+def _int_arg(v, what, lo=1, hi=None) -> int:
+    """v, an int (not a bool) in lo..hi (hi None: no bound); TypeError or
+    ValueError naming `what` otherwise."""
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError("%s must be an int, not %s" % (what, type(v).__name__))
+    if v < lo or (hi is not None and v > hi):
+        raise ValueError("%s must be %s, got %d" % (
+            what, ">= %d" % lo if hi is None else "%d..%d" % (lo, hi), v))
+    return v
+
+
 def _check_tensors(device: int, named, want) -> None:
     """The checks every launch makes: `named` is ((name, tensor), ...),
     `want` name -> (shape, dtype, alignment in bytes). One property at a

@@ -51,7 +51,7 @@ from . import _lib
 from .client import Lease, Mode, _Closable
 from .errors import Aborted, BarrierTimeout, HeadroomError, check, error_class
 from .moe import (MoeFailure, MoeShape, _check_tensors, _context,
-                  _cuda_stream, _forward_want, _in_context)
+                  _cuda_stream, _forward_want, _in_context, _int_arg)
 
 __all__ = ["MoeEP", "MoeEPFailure", "VirtualGroup", "VirtualGroupError",
            "ProcessGroupBootstrap", "bootstrap_of", "ep_memory"]
@@ -60,15 +60,6 @@ __all__ = ["MoeEP", "MoeEPFailure", "VirtualGroup", "VirtualGroupError",
 def _torch():
     import torch
     return torch
-
-
-def _int_arg(v, what, lo, hi=None):
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise TypeError("%s must be an int, not %s" % (what, type(v).__name__))
-    if v < lo or (hi is not None and v > hi):
-        raise ValueError("%s must be %s, got %d" % (
-            what, ">= %d" % lo if hi is None else "%d..%d" % (lo, hi), v))
-    return v
 
 
 # ---- the failure record -----------------------------------------------------

@@ -68,7 +68,7 @@ import torch
 from . import _lib
 from . import ep_reference
 from .client import Client, Lease
-from .moe import Moe, MoeShape
+from .moe import Moe, MoeShape, _int_arg
 from .moe_ep import MoeEP, VirtualGroup
 
 __all__ = ["MegaMoE", "check", "reference_moe", "default_lease",
@@ -695,15 +695,6 @@ def check() -> None:
 # ---- the module --------------------------------------------------------------------
 
 
-def _positive_int(v, what, lo=1, hi=None):
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise TypeError("%s must be an int, not %s" % (what, type(v).__name__))
-    if v < lo or (hi is not None and v > hi):
-        raise ValueError("%s must be %s, got %d" % (
-            what, ">= %d" % lo if hi is None else "%d..%d" % (lo, hi), v))
-    return v
-
-
 class _Hold:
     """A module's strong reference to its ep_group: shared, not copied, by
     a deepcopy of the module; refused by pickle, as the config is."""
@@ -748,7 +739,7 @@ def _ep_rank_of(group, rank) -> tuple:
     if n > _lib.HR_MOE_EP_MAX_RANKS:
         raise ValueError("ep_group has %d ranks; the EP kernel takes 1..%d"
                          % (n, _lib.HR_MOE_EP_MAX_RANKS))
-    _positive_int(rank, "ep_rank", 0, n - 1)
+    _int_arg(rank, "ep_rank", 0, n - 1)
     return rank, n
 
 
@@ -825,12 +816,12 @@ class MegaMoE(torch.nn.Module):
                  ep_rank: Optional[int] = None,
                  keep_gate_up: Optional[bool] = None):
         super().__init__()
-        _positive_int(experts, "experts", 1, _lib.HR_MOE_MAX_EXPERTS)
-        _positive_int(hidden, "hidden")
-        _positive_int(inter, "inter")
-        _positive_int(topk, "topk", 1, _lib.HR_MOE_MAX_TOPK)
-        _positive_int(max_tokens, "max_tokens")
-        _positive_int(timeout_ms, "timeout_ms", 0)
+        _int_arg(experts, "experts", 1, _lib.HR_MOE_MAX_EXPERTS)
+        _int_arg(hidden, "hidden")
+        _int_arg(inter, "inter")
+        _int_arg(topk, "topk", 1, _lib.HR_MOE_MAX_TOPK)
+        _int_arg(max_tokens, "max_tokens")
+        _int_arg(timeout_ms, "timeout_ms", 0)
         if hidden % 256:
             raise ValueError("hidden must be a multiple of 256 (the kernel's "
                              "tiles), got %d" % hidden)
