@@ -157,9 +157,9 @@ def _check_tensors(device: int, named, want) -> None:
                              % (name, want[name][2], t.data_ptr()))
 
 
-def _tensors_and_tokens(shape: MoeShape, named) -> int:
+def _tensors_and_tokens(shape: MoeShape, named, least: int = 1) -> int:
     """Type-check `named` and return T from x, which must be [T, H] with
-    1 <= T <= max_tokens."""
+    least <= T <= max_tokens (least 0: an EP rank may bring none)."""
     torch = _torch()
     for name, t in named:
         if not isinstance(t, torch.Tensor):
@@ -169,9 +169,9 @@ def _tensors_and_tokens(shape: MoeShape, named) -> int:
     if x.dim() != 2:
         raise ValueError("x must be [T, H], got shape %s" % (tuple(x.shape),))
     T = x.shape[0]
-    if T < 1 or T > shape.max_tokens:
-        raise ValueError("x has %d tokens, must be 1..%d (max_tokens)"
-                         % (T, shape.max_tokens))
+    if T < least or T > shape.max_tokens:
+        raise ValueError("x has %d tokens, must be %d..%d (max_tokens)"
+                         % (T, least, shape.max_tokens))
     return T
 
 

@@ -51,7 +51,8 @@ from . import _lib
 from .client import Lease, Mode, _Closable
 from .errors import Aborted, BarrierTimeout, HeadroomError, check, error_class
 from .moe import (MoeFailure, MoeShape, _check_tensors, _context,
-                  _cuda_stream, _forward_want, _in_context, _int_arg)
+                  _cuda_stream, _forward_want, _in_context, _int_arg,
+                  _tensors_and_tokens)
 
 __all__ = ["MoeEP", "MoeEPFailure", "VirtualGroup", "VirtualGroupError",
            "ProcessGroupBootstrap", "bootstrap_of", "ep_memory"]
@@ -590,20 +591,7 @@ class MoeEP(_Closable):
     # ---- argument checks --------------------------------------------------
 
     def _tokens(self, named) -> int:
-        torch = _torch()
-        for name, t in named:
-            if not isinstance(t, torch.Tensor):
-                raise TypeError("%s must be a torch.Tensor, not %s"
-                                % (name, type(t).__name__))
-        x = named[0][1]
-        if x.dim() != 2:
-            raise ValueError("x must be [T, H], got shape %s"
-                             % (tuple(x.shape),))
-        T = x.shape[0]
-        if T > self.shape.max_tokens:
-            raise ValueError("x has %d tokens, must be 0..%d (max_tokens)"
-                             % (T, self.shape.max_tokens))
-        return T
+        return _tensors_and_tokens(self.shape, named, least=0)
 
     def _want(self, T: int) -> dict:
         return _forward_want(self.shape, T, self.local_experts)
