@@ -280,6 +280,27 @@ def ep_moe(x, topk_ids, topk_weights, w1, w2, group,
     return _combine(ob, r.order, topk_weights, T, k, x.dtype)
 
 
+def expert_backward(xs, dys, w, w1e, w2e):
+    """One expert's backward over its rows, as the kernel computes it
+    (kernels/moe_ref.h: d(w) = <W2^T dy, a>, the SwiGLU's derivative by
+    hand) in the inputs' dtype with nothing rounded: xs, dys [n, H] and w
+    [n, 1] the rows' x, dy and routing weights, w1e [2I, H] and w2e [H, I]
+    the expert's. Returns (dx rows [n, H], dW1 [2I, H], dW2 [H, I], d(w)
+    [n]). The ops' CPU backward (headroom.nn) and the EP one share it."""
+    I = w1e.shape[0] // 2
+    g = xs @ w1e[:I].t()
+    u = xs @ w1e[I:].t()
+    s = torch.sigmoid(g)
+    silu = g * s
+    a = silu * u
+    q = dys @ w2e                               # [n, I]: W2^T dy
+    da = w * q
+    du = da * silu
+    dg = da * u * s * (1 + g * (1 - s))
+    dw1 = torch.cat([dg.t() @ xs, du.t() @ xs])
+    return dg @ w1e[:I] + du @ w1e[I:], dw1, dys.t() @ (w * a), (q * a).sum(1)
+
+
 def ep_moe_backward(dy, x, topk_ids, topk_weights, w1, w2, group,
                     rank: Optional[int] = None):
     """The gradient of ep_moe for dy at y, written out (no autograd, in
@@ -311,20 +332,8 @@ def ep_moe_backward(dy, x, topk_ids, topk_weights, w1, w2, group,
     back = []
     for e, part in enumerate(got.split(per_e)):
         xs, dys, w = part[:, :H], part[:, H:2 * H], part[:, 2 * H:]
-        g = xs @ w1f[e, :I].t()
-        u = xs @ w1f[e, I:].t()
-        s = torch.sigmoid(g)
-        silu = g * s
-        a = silu * u
-        q = dys @ w2f[e]                       # [n, I]: W2^T dy
-        dwt = (q * a).sum(1, keepdim=True)
-        da = w * q
-        du = da * silu
-        dg = da * u * s * (1 + g * (1 - s))
-        dw2[e] = dys.t() @ (w * a)
-        dw1[e, :I] = dg.t() @ xs
-        dw1[e, I:] = du.t() @ xs
-        back.append(torch.cat([dg @ w1f[e, :I] + du @ w1f[e, I:], dwt], 1))
+        dxs, dw1[e], dw2[e], dwt = expert_backward(xs, dys, w, w1f[e], w2f[e])
+        back.append(torch.cat([dxs, dwt.unsqueeze(1)], 1))
     back = torch.cat(back).index_select(0, inv)
     ret = comm.all_to_all(back, r.send, r.recv)
     dx = torch.zeros(T, H, dtype=f, device=x.device)

@@ -458,20 +458,9 @@ def _reference_backward(dy, x, ids, weights, w1, w2):
             continue
         xs, dys = xf.index_select(0, tok), dyf.index_select(0, tok)
         w = weights[tok, slot].to(f).unsqueeze(1)
-        g = xs @ w1f[e, :I].t()
-        u = xs @ w1f[e, I:].t()
-        s = torch.sigmoid(g)
-        silu = g * s
-        a = silu * u
-        q = dys @ w2f[e]                      # [n, I]: W2^T dy
-        dwt[tok, slot] = (q * a).sum(1)
-        da = w * q
-        du = da * silu
-        dg = da * u * s * (1 + g * (1 - s))
-        dw2[e] = dys.t() @ (w * a)
-        dw1[e, :I] = dg.t() @ xs
-        dw1[e, I:] = du.t() @ xs
-        dx.index_add_(0, tok, dg @ w1f[e, :I] + du @ w1f[e, I:])
+        dxs, dw1[e], dw2[e], dwt[tok, slot] = ep_reference.expert_backward(
+            xs, dys, w, w1f[e], w2f[e])
+        dx.index_add_(0, tok, dxs)
     return (dx.to(x.dtype), dw1.to(w1.dtype), dw2.to(w2.dtype),
             dwt.to(weights.dtype))
 
