@@ -105,7 +105,6 @@ struct bwd_plan {
   int n_dgu;     /* n_mt * ni */
   int n_dx;      /* n_mt * nh */
   int w1_tiles;  /* per expert: (2I / 128) * nh */
-  int w2_tiles;  /* per expert: nh * (I / 128) */
   int dw_gpr;    /* dW groups a run of nh tiles: ceil(nh / BWD_DW_GROUP) */
   int n_dwg;     /* dW groups: E (3I / 128) dw_gpr */
   int n_grads;   /* n_dx + n_dwg */
@@ -120,7 +119,6 @@ static __device__ __forceinline__ bwd_plan bwd_plan_of(const hr__moe_params &f, 
   q.n_dgu = q.n_mt * q.ni;
   q.n_dx = q.n_mt * q.nh;
   q.w1_tiles = (2 * f.I / 128) * q.nh;
-  q.w2_tiles = q.nh * (f.I / 128);
   q.dw_gpr = (q.nh + BWD_DW_GROUP - 1) / BWD_DW_GROUP;
   q.n_dwg = f.E * (3 * f.I / 128) * q.dw_gpr;
   q.n_grads = q.n_dx + q.n_dwg;
