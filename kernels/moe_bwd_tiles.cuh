@@ -81,16 +81,18 @@ static __device__ __forceinline__ uint32_t bwd_ring(const uint8_t *smem)
 /* One pipeline step of a single-GEMM tile: its BWD_BK / 16 wgmma (A and
  * B K-major, TA / TB 0, or MN-major, 1: a k16 slice is 32 descriptor
  * units further in a K-major tile, 2048 in an MN-major one), committed,
- * then the wait for all but DEPTH steps' and the accumulators fenced. */
+ * then the wait for all but DEPTH steps' and the accumulators fenced.
+ * add 0: the step is its tile's first, and overwrites acc. */
 template <int N, int TA, int TB, int DEPTH>
 static __device__ __forceinline__ void bwd_mma_step(float (&acc)[N / 8][4], uint64_t da,
-                                                    uint64_t db)
+                                                    uint64_t db, int add = 1)
 {
   constexpr int AS = TA ? 2048 : 32, BS = TB ? 2048 : 32;
   wgmma_fence();
 #pragma unroll
   for(int ks = 0; ks < BWD_BK / 16; ks++)
-    wgmma_m64k16_t<N, TA, TB>(acc, wgmma_desc_add(da, ks * AS), wgmma_desc_add(db, ks * BS));
+    wgmma_m64k16_t<N, TA, TB>(acc, wgmma_desc_add(da, ks * AS), wgmma_desc_add(db, ks * BS),
+                              ks ? 1 : add);
   wgmma_commit();
   wgmma_wait<DEPTH>();
   wgmma_fence_acc(acc);
@@ -401,108 +403,76 @@ static __device__ void bwd_dgu_tile(const hr__moe_bwd_params &p, const moe_route
 
 /* ---- stage 3: the dx rows, dW1, dW2 ------------------------------------ */
 
-/* Where dW tile t of an expert (its pairs from place `off`) reads and
- * writes: dW1[e][m0 + r][n0 + c] = sum over pairs of dh[m0 + r] x[n0 + c]
- * (M = 2I, N = H) for t < w1_tiles, then dW2[e][m0 + r][n0 + c] = sum of
- * dy[m0 + r] (w a)[n0 + c] (M = H, N = I). Both operands MN-major, one of
- * them gathered (the pair's token row). */
-struct bwd_dw_tile {
-  const uint16_t *a, *b;
-  int lda, ldb;
-  int a_tok;              /* 1: A's rows are token rows (else B's) */
+/* Where a dW tile writes: dW1 [E][2I][H] or dW2 [E][H][I] (dw1 0) as
+ * rows of ld elements of esize bytes, the tile's 128 x 128 block from
+ * `row` (e 2I + m0, or e H + m0) and column col. dW1[e][m][n] = sum over
+ * the expert's pairs of dh[m] x[n]; dW2[e][m][n] = sum of dy[m] (w a)[n]. */
+struct bwd_dw_out {
   int dw1;
-  int m0, n0;
-  int t;                  /* the tile */
+  int row, col;
 };
 
-static __device__ __forceinline__ bwd_dw_tile bwd_dw_tile_of(const hr__moe_bwd_params &p,
-                                                             const bwd_plan &q, int t, int off)
+/* A dW tile as zeros (an expert with no pairs). */
+static __device__ void bwd_dw_zero(const hr__moe_bwd_params &p, bwd_dw_out o)
 {
   const hr__moe_params &f = p.f;
-  bwd_dw_tile d;
-  d.t = t;
-  if(t < q.w1_tiles) {
-    d.m0 = (t / q.nh) * 128;
-    d.n0 = (t % q.nh) * 128;
-    d.a = p.dh + (size_t)off * 2 * f.I + d.m0;
-    d.lda = 2 * f.I;
-    d.b = f.x + d.n0;
-    d.ldb = f.H;
-    d.a_tok = 0;
-    d.dw1 = 1;
-  } else {
-    const int t2 = t - q.w1_tiles, ni = f.I / 128;
-    d.m0 = (t2 / ni) * 128;
-    d.n0 = (t2 % ni) * 128;
-    d.a = p.dy + d.m0;
-    d.lda = f.H;
-    d.b = p.wa + (size_t)off * f.I + d.n0;
-    d.ldb = f.I;
-    d.a_tok = 1;
-    d.dw1 = 0;
-  }
-  return d;
-}
-
-/* dW tile t of expert e as zeros (an expert with no pairs). */
-static __device__ void bwd_dw_zero(const hr__moe_bwd_params &p, const bwd_plan &q, int e, int t)
-{
-  const hr__moe_params &f = p.f;
-  const bwd_dw_tile d = bwd_dw_tile_of(p, q, t, 0);
-  const int ldo = d.dw1 ? f.H : f.I, esize = p.dw_bf16 ? 2 : 4, cpr = 128 * esize / 16;
-  const size_t base = d.dw1 ? (size_t)e * 2 * f.I * f.H : (size_t)e * f.H * f.I;
-  char *out = (char *)(d.dw1 ? p.dw1 : p.dw2) + (base + (size_t)d.m0 * ldo + d.n0) * esize;
+  const int ldo = o.dw1 ? f.H : f.I, esize = p.dw_bf16 ? 2 : 4, cpr = 128 * esize / 16;
+  char *out = (char *)(o.dw1 ? p.dw1 : p.dw2) + ((size_t)o.row * ldo + o.col) * esize;
 
   for(int i = (int)threadIdx.x; i < 128 * cpr; i += HR__MOE_THREADS)
     *(uint4 *)(out + (size_t)(i / cpr) * ldo * esize + (i % cpr) * 16) = make_uint4(0, 0, 0, 0);
 }
 
-/* dW tile t of expert e from the wgmma accumulators (warp w of warpgroup
- * g holds rows 64 g + 16 (w % 4) .. + 15, all 128 columns), as fp32 or
- * rounded to bf16: staged in shared memory as the TMA boxes of tm_dw1 or
- * tm_dw2, which thread 0 then stores. dW is the backward's one large
- * output (21 GiB at DeepSeek-V3 in bf16); the threads' own stores of it
- * (2048 16-byte stores a tile) kept them from the next tile's MMAs. The
- * staging is free again once the previous tile's stores have read it:
- * thread 0 waits for that first (a tile later, long done as a rule). */
-static __device__ void bwd_dw_store(const hr__moe_bwd_params &p, const bwd_plan &q, int e, int t,
+/* A dW tile from the wgmma accumulators (warp w of warpgroup g holds rows
+ * 64 g + 16 (w % 4) .. + 15, all 128 columns), as fp32 or rounded to
+ * bf16: staged in shared memory as the TMA boxes of tm_dw1 or tm_dw2,
+ * which thread 0 then stores. dW is the backward's one large output
+ * (21 GiB at DeepSeek-V3 in bf16); the threads' own stores of it (2048
+ * 16-byte stores a tile) kept them from the next tile's MMAs. The staging
+ * is free again once the previous tile's stores have read it: thread 0
+ * waits for that first (a tile later, long done as a rule).
+ * A thread's rows r and r + 8 sit at the same place in the 128-byte
+ * swizzle (r & 7 is lane / 4 for both), so its 16-byte chunk of column
+ * block j is chunk j ^ (lane / 4) & 7 of either row: the addresses are
+ * its row's base and one XOR a column block. The two element sizes are
+ * two loops, not one with a test in it, which the compiler turned into
+ * both loops' instructions, predicated. */
+static __device__ void bwd_dw_store(const hr__moe_bwd_params &p, bwd_dw_out o,
                                     const float (&acc)[16][4], uint8_t *smem)
 {
-  const hr__moe_params &f = p.f;
   const int wg = (int)threadIdx.x >> 7, lane = (int)threadIdx.x & 31;
   const int w4 = ((int)threadIdx.x >> 5) & 3;
-  const int bf = p.dw_bf16;
-  const bwd_dw_tile d = bwd_dw_tile_of(p, q, t, 0);
+  const int r = wg * 64 + w4 * 16 + (lane >> 2), x = (lane >> 2) & 7;
   const uint32_t stage = bwd_ring(smem) + BWD_DW_STAGING;
-  uint8_t *st = smem + (stage - smem_addr(smem));
+  uint8_t *row = smem + (stage - smem_addr(smem)) + r * 128;
 
   if(threadIdx.x == 0)
     bulk_wait_read<0>();
   __syncthreads();
+  if(p.dw_bf16) {                        /* boxes of 64 columns, 8 chunks of 8 */
+    uint8_t *b = row + (lane & 3) * 4;
 #pragma unroll
-  for(int j = 0; j < 16; j++)
-#pragma unroll
-    for(int half = 0; half < 2; half++) {
-      const int r = wg * 64 + w4 * 16 + (lane >> 2) + 8 * half, c = j * 8 + 2 * (lane & 3);
-      const float v0 = acc[j][half * 2], v1 = acc[j][half * 2 + 1];
-      if(bf) {                           /* boxes of 64 columns */
-        const int cc = c & 63;
-        *(uint32_t *)(st + (c >> 6) * BWD_DW_BOX + r * 128 + (((cc >> 3) ^ (r & 7)) << 4) +
-                      (cc & 7) * 2) = pack_bf16x2(v0, v1);
-      } else {                           /* boxes of 32 */
-        const int cc = c & 31;
-        *(float2 *)(st + (c >> 5) * BWD_DW_BOX + r * 128 + (((cc >> 2) ^ (r & 7)) << 4) +
-                    (cc & 3) * 4) = make_float2(v0, v1);
-      }
+    for(int j = 0; j < 16; j++) {
+      uint8_t *c = b + (j >> 3) * BWD_DW_BOX + (((j & 7) ^ x) << 4);
+      *(uint32_t *)c = pack_bf16x2(acc[j][0], acc[j][1]);
+      *(uint32_t *)(c + 8 * 128) = pack_bf16x2(acc[j][2], acc[j][3]);
     }
+  } else {                               /* boxes of 32 columns, 8 chunks of 4 */
+    uint8_t *b = row + (lane & 1) * 8;
+#pragma unroll
+    for(int j = 0; j < 16; j++) {
+      uint8_t *c = b + (j >> 2) * BWD_DW_BOX + ((((j & 3) * 2 + ((lane >> 1) & 1)) ^ x) << 4);
+      *(float2 *)c = make_float2(acc[j][0], acc[j][1]);
+      *(float2 *)(c + 8 * 128) = make_float2(acc[j][2], acc[j][3]);
+    }
+  }
   fence_proxy_async_shared();            /* the TMA reads what the threads wrote */
   __syncthreads();
   if(threadIdx.x == 0) {
-    const void *map = d.dw1 ? (const void *)&p.tm_dw1 : (const void *)&p.tm_dw2;
-    const int row = (d.dw1 ? e * 2 * f.I : e * f.H) + d.m0;
-    const int boxes = bf ? 2 : 4, cols = bf ? 64 : 32;
+    const void *map = o.dw1 ? (const void *)&p.tm_dw1 : (const void *)&p.tm_dw2;
+    const int boxes = p.dw_bf16 ? 2 : 4, cols = p.dw_bf16 ? 64 : 32;
     for(int b = 0; b < boxes; b++)
-      tma_store_2d(map, stage + b * BWD_DW_BOX, d.n0 + b * cols, row);
+      tma_store_2d(map, stage + b * BWD_DW_BOX, o.col + b * cols, o.row);
     bulk_commit();
   }
 }
@@ -580,17 +550,21 @@ static __device__ void bwd_dx_tile(const hr__moe_bwd_params &p, const moe_route 
  * ends. The tiles of a run share the operand in expert order (its pos
  * rows): dW1's A, dh^T over rows m0 of 2I (the tiles along H), and
  * dW2's B, (w a)^T over columns n0 of I (the tiles down H); the other,
- * the token rows gathered through sorted_tok (x, dy), is each tile's
- * own. Where the K steps fit (nk <= BWD_DW_KEEP_STEPS, in a launch of
- * the KEEP kernels) the shared operand is loaded once, by the group's
- * first tile, and kept, so a step loads one operand instead of two: the
- * stage's loads are what it waits on most (docs/kernels.md, "Where the
- * dW time goes"). Elsewhere every step loads both, the shared operand's
- * steps going round its slots as the ring's do. The tiles' sums are the
- * same either way.
+ * the token rows gathered through sorted_tok (x for dW1, dy for dW2,
+ * both rows of H), is each tile's own, 128 columns further along H
+ * each tile. Where the K steps fit (nk <= BWD_DW_KEEP_STEPS, in a launch
+ * of the KEEP kernels) the shared operand is loaded once, by the
+ * group's first tile, and kept, so a step loads one operand instead of
+ * two: the stage's loads are what it waits on most (docs/kernels.md,
+ * "Where the dW time goes"). Elsewhere every step loads both, the shared
+ * operand's steps going round its slots as the ring's do. The tiles'
+ * sums are the same either way.
  * The MMAs are wgmma m64n128k16 with both operands MN-major (the
  * transpose bits): warpgroup w takes rows 64 w..64 w + 63 of the 128 x
- * 128 tile, all its columns. */
+ * 128 tile, all its columns; a tile's first step overwrites the
+ * accumulators. At small T a tile is a step or two, so what a tile costs
+ * beside its MMAs is the stage's time: every tile of the group reads the
+ * same pairs, so the token rows are read once where a tile is one step. */
 template <int DEPTH, int KEEP>
 static __device__ void bwd_dw_group(const hr__moe_bwd_params &p, const moe_route &rt,
                                     const bwd_plan &q, uint8_t *smem, int g)
@@ -602,11 +576,6 @@ static __device__ void bwd_dw_group(const hr__moe_bwd_params &p, const moe_route
   const int j0 = (g - e * gpe - run * q.dw_gpr) * BWD_DW_GROUP;
   const int nt = min(q.nh, j0 + BWD_DW_GROUP) - j0;
   const int dw1 = run < runs1;
-  /* tile number jj of the run: dW1 row block `run`, column block jj;
-   * dW2 row block jj, column block run - runs1 (bwd_dw_tile_of's t) */
-  auto tile_t = [&](int jj) {
-    return dw1 ? run * q.nh + j0 + jj : q.w1_tiles + (j0 + jj) * ni2 + (run - runs1);
-  };
   const int cnt = rt.cnt[e], off = rt.off[e];
   const int nk = (cnt + BWD_BK - 1) / BWD_BK;
   const int keep = KEEP && nk <= BWD_DW_KEEP_STEPS;
@@ -616,8 +585,21 @@ static __device__ void bwd_dw_group(const hr__moe_bwd_params &p, const moe_route
   constexpr int STAGES = BWD_GRAD_STAGES_OF(DEPTH);
   static_assert(STAGES <= BWD_DW_KEEP_STEPS, "the shared operand's slots go round as the ring");
   const uint32_t ring = bwd_ring(smem), kept = ring + BWD_DW_KEEP;
+  /* the shared operand (pos rows), the first tile's own (token rows) */
+  const uint16_t *sh = dw1 ? p.dh + (size_t)off * 2 * f.I + run * 128
+                           : p.wa + (size_t)off * f.I + (run - runs1) * 128;
+  const int ld_sh = dw1 ? 2 * f.I : f.I;
+  const uint16_t *own0 = (dw1 ? f.x : p.dy) + j0 * 128;
+  /* tile jj's output */
+  auto out_of = [&](int jj) {
+    bwd_dw_out o;
+    o.dw1 = dw1;
+    o.row = dw1 ? e * 2 * f.I + run * 128 : e * f.H + (j0 + jj) * 128;
+    o.col = dw1 ? (j0 + jj) * 128 : (run - runs1) * 128;
+    return o;
+  };
   float acc[16][4];
-  int kr[PT], col[PT], trow[PT];
+  int kr[PT], col[PT], trow[PT];        /* trow: this step's token row, -1 past cnt */
   uint32_t dst[PT];
 
 #pragma unroll
@@ -625,7 +607,7 @@ static __device__ void bwd_dw_group(const hr__moe_bwd_params &p, const moe_route
     acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
   if(nk == 0) {
     for(int jj = 0; jj < nt; jj++)
-      bwd_dw_zero(p, q, e, tile_t(jj));
+      bwd_dw_zero(p, out_of(jj));
     return;
   }
 #pragma unroll
@@ -634,36 +616,41 @@ static __device__ void bwd_dw_group(const hr__moe_bwd_params &p, const moe_route
     kr[i] = c / (128 / 8);
     col[i] = (c % (128 / 8)) * 8;
     dst[i] = bwd_mn_sw128(kr[i], col[i]);
-    trow[i] = kr[i] < cnt ? tok[kr[i]] : 0;
+    trow[i] = kr[i] < cnt ? tok[kr[i]] : -1;
   }
   int is = 0, it = 0, cs = 0, ct = 0;
-  bwd_dw_tile d = bwd_dw_tile_of(p, q, tile_t(0), off);
-  /* the shared operand (pos rows) and the tile's own (token rows) */
-  const uint16_t *sh = dw1 ? d.a : d.b;
-  const int ld_sh = dw1 ? d.lda : d.ldb, ld_own = dw1 ? d.ldb : d.lda;
   bwd_pipeline<STAGES, BWD_MN_TILE, DEPTH>(
       nt * nk, ring,
       [&](uint32_t st, int s) {
         const int sn = is + 1 == nk ? 0 : is + 1;
-        const uint16_t *own = dw1 ? d.b : d.a;
+        const uint16_t *own = own0 + it * 128;
         const int load_sh = !keep || it == 0;
         const uint32_t sdst = kept + (keep ? is : s % STAGES) * BWD_MN_TILE;
 #pragma unroll
         for(int i = 0; i < PT; i++) {
-          const int kk = is * BWD_BK + kr[i];
-          const int valid = kk < cnt;
-          cp_async16_zfill(st + dst[i], valid ? (const void *)(own + (long long)trow[i] * ld_own + col[i])
-                                              : f.x, valid);
-          if(load_sh)
+          const int valid = trow[i] >= 0;
+          cp_async16_zfill(st + dst[i],
+                           valid ? (const void *)(own + (long long)trow[i] * f.H + col[i]) : f.x,
+                           valid);
+          if(load_sh) {
+            const int kk = is * BWD_BK + kr[i];
             cp_async16_zfill(sdst + dst[i],
                              valid ? (const void *)(sh + (long long)kk * ld_sh + col[i]) : f.x,
                              valid);
-          const int kn = sn * BWD_BK + kr[i];
-          trow[i] = kn < cnt ? tok[kn] : 0;
+          }
         }
+        /* The next step's rows, read now and used a step later (so the
+         * read's latency is not in this step); with one step a tile,
+         * every step reads the same rows. */
+        if(nk > 1)
+#pragma unroll
+          for(int i = 0; i < PT; i++) {
+            const int kn = sn * BWD_BK + kr[i];
+            trow[i] = kn < cnt ? tok[kn] : -1;
+          }
         is = sn;
-        if(sn == 0 && ++it < nt)
-          d = bwd_dw_tile_of(p, q, tile_t(it), off);
+        if(sn == 0)
+          it++;
       },
       [&](uint32_t st, int s) {
         /* A: this warpgroup's 64 rows are the tile's block wg; B: both */
@@ -671,14 +658,11 @@ static __device__ void bwd_dw_group(const hr__moe_bwd_params &p, const moe_route
         const uint32_t a = dw1 ? ss : st, b = dw1 ? st : ss;
         bwd_mma_step<128, 1, 1, DEPTH>(
             acc, wgmma_desc_mn_sw128(a + wg * (BWD_BK * 128), BWD_BK * 128, 1024),
-            wgmma_desc_mn_sw128(b, BWD_BK * 128, 1024));
+            wgmma_desc_mn_sw128(b, BWD_BK * 128, 1024), cs != 0);
         if(++cs == nk) {                 /* the tile's end */
           wgmma_wait<0>();
           wgmma_fence_acc(acc);
-          bwd_dw_store(p, q, e, tile_t(ct), acc, smem);
-#pragma unroll
-          for(int j = 0; j < 16; j++)
-            acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+          bwd_dw_store(p, out_of(ct), acc, smem);
           cs = 0;
           ct++;
         }

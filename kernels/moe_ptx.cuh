@@ -314,14 +314,16 @@ static __device__ __forceinline__ void wgmma_m64k16(float (&d)[NT][4], uint64_t 
  * (wgmma_desc_mn_sw128; the transpose bit set), bf16 in, fp32
  * accumulators in wgmma_m64k16's layout. The backward's GEMMs, whose
  * operands run along their M or N (the weights along their other
- * dimension, everything along the pairs). */
+ * dimension, everything along the pairs). With add 0 the product
+ * replaces d instead (wgmma's scale-d): a tile's first MMA, so its
+ * accumulators need no zeroing. */
 template <int N, int TA, int TB>
 static __device__ __forceinline__ void wgmma_m64k16_t(float (&d)[N / 8][4], uint64_t da,
-                                                      uint64_t db)
+                                                      uint64_t db, int add = 1)
 {
   static_assert(N == 64 || N == 128, "the backward's two widths");
   if constexpr(N == 128)
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %68, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
                  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
                  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
@@ -329,15 +331,15 @@ static __device__ __forceinline__ void wgmma_m64k16_t(float (&d)[N / 8][4], uint
                  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
                  "%64, %65, p, 1, 1, %66, %67;\n}\n"
                  : HR__WGMMA_ACC16(0)
-                 : "l"(da), "l"(db), "n"(TA), "n"(TB));
+                 : "l"(da), "l"(db), "n"(TA), "n"(TB), "r"(add));
   else
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %36, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
                  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
                  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
                  "%32, %33, p, 1, 1, %34, %35;\n}\n"
                  : HR__WGMMA_ACC8(0)
-                 : "l"(da), "l"(db), "n"(TA), "n"(TB));
+                 : "l"(da), "l"(db), "n"(TA), "n"(TB), "r"(add));
 }
 
 #undef HR__WGMMA_ACC16
