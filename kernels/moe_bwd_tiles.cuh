@@ -106,7 +106,6 @@ struct bwd_plan {
   int nh;        /* H / 128 */
   int n_dgu;     /* n_mt * ni */
   int n_dx;      /* n_mt * nh */
-  int w1_tiles;  /* per expert: (2I / 128) * nh */
   int dw_gpr;    /* dW groups a run of nh tiles: ceil(nh / BWD_DW_GROUP) */
   int n_dwg;     /* dW groups: E (3I / 128) dw_gpr */
   int n_grads;   /* n_dx + n_dwg */
@@ -120,7 +119,6 @@ static __device__ __forceinline__ bwd_plan bwd_plan_of(const hr__moe_params &f, 
   q.nh = f.H / 128;
   q.n_dgu = q.n_mt * q.ni;
   q.n_dx = q.n_mt * q.nh;
-  q.w1_tiles = (2 * f.I / 128) * q.nh;
   q.dw_gpr = (q.nh + BWD_DW_GROUP - 1) / BWD_DW_GROUP;
   q.n_dwg = f.E * (3 * f.I / 128) * q.dw_gpr;
   q.n_grads = q.n_dx + q.n_dwg;
@@ -403,10 +401,10 @@ static __device__ void bwd_dgu_tile(const hr__moe_bwd_params &p, const moe_route
 
 /* ---- stage 3: the dx rows, dW1, dW2 ------------------------------------ */
 
-/* Where a dW tile writes: dW1 [E][2I][H] or dW2 [E][H][I] (dw1 0) as
- * rows of ld elements of esize bytes, the tile's 128 x 128 block from
- * `row` (e 2I + m0, or e H + m0) and column col. dW1[e][m][n] = sum over
- * the expert's pairs of dh[m] x[n]; dW2[e][m][n] = sum of dy[m] (w a)[n]. */
+/* Where a dW tile writes: its 128 x 128 block of dW1 [E][2I][H] (dw1 1)
+ * or dW2 [E][H][I], seen as rows of H (or I), from row `row` (e 2I + m0,
+ * or e H + m0) and column col. dW1[e][m][n] = sum over the expert's
+ * pairs of dh[m] x[n]; dW2[e][m][n] = sum of dy[m] (w a)[n]. */
 struct bwd_dw_out {
   int dw1;
   int row, col;
