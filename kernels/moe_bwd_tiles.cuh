@@ -426,27 +426,37 @@ static __device__ void bwd_dw_zero(const hr__moe_bwd_params &p, bwd_dw_out o)
  * bf16: staged in shared memory as the TMA boxes of tm_dw1 or tm_dw2,
  * which thread 0 then stores. dW is the backward's one large output
  * (21 GiB at DeepSeek-V3 in bf16); the threads' own stores of it (2048
- * 16-byte stores a tile) kept them from the next tile's MMAs. The staging
- * is free again once the previous tile's stores have read it: thread 0
- * waits for that first (a tile later, long done as a rule).
+ * 16-byte stores a tile) kept them from the next tile's MMAs. In bf16
+ * the staging holds two tiles (`half`: the tile's parity) so a tile's
+ * staging waits only for the stores of the tile two before it; in fp32
+ * one. bwd_dw_staging_wait is that wait, made before the tile's MMAs
+ * are waited for so the two waits overlap.
  * A thread's rows r and r + 8 sit at the same place in the 128-byte
  * swizzle (r & 7 is lane / 4 for both), so its 16-byte chunk of column
  * block j is chunk j ^ (lane / 4) & 7 of either row: the addresses are
  * its row's base and one XOR a column block. The two element sizes are
  * two loops, not one with a test in it, which the compiler turned into
  * both loops' instructions, predicated. */
-static __device__ void bwd_dw_store(const hr__moe_bwd_params &p, bwd_dw_out o,
+static __device__ __forceinline__ void bwd_dw_staging_wait(const hr__moe_bwd_params &p)
+{
+  if(threadIdx.x == 0) {
+    if(p.dw_bf16)
+      bulk_wait_read<1>();
+    else
+      bulk_wait_read<0>();
+  }
+}
+
+static __device__ void bwd_dw_store(const hr__moe_bwd_params &p, bwd_dw_out o, int half,
                                     const float (&acc)[16][4], uint8_t *smem)
 {
   const int wg = (int)threadIdx.x >> 7, lane = (int)threadIdx.x & 31;
   const int w4 = ((int)threadIdx.x >> 5) & 3;
   const int r = wg * 64 + w4 * 16 + (lane >> 2), x = (lane >> 2) & 7;
-  const uint32_t stage = bwd_ring(smem) + BWD_DW_STAGING;
+  const uint32_t stage = bwd_ring(smem) + BWD_DW_STAGING + (p.dw_bf16 ? half * 2 * BWD_DW_BOX : 0);
   uint8_t *row = smem + (stage - smem_addr(smem)) + r * 128;
 
-  if(threadIdx.x == 0)
-    bulk_wait_read<0>();
-  __syncthreads();
+  __syncthreads();                       /* bwd_dw_staging_wait's */
   if(p.dw_bf16) {                        /* boxes of 64 columns, 8 chunks of 8 */
     uint8_t *b = row + (lane & 3) * 4;
 #pragma unroll
@@ -658,9 +668,10 @@ static __device__ void bwd_dw_group(const hr__moe_bwd_params &p, const moe_route
             acc, wgmma_desc_mn_sw128(a + wg * (BWD_BK * 128), BWD_BK * 128, 1024),
             wgmma_desc_mn_sw128(b, BWD_BK * 128, 1024), cs != 0);
         if(++cs == nk) {                 /* the tile's end */
+          bwd_dw_staging_wait(p);
           wgmma_wait<0>();
           wgmma_fence_acc(acc);
-          bwd_dw_store(p, out_of(ct), acc, smem);
+          bwd_dw_store(p, out_of(ct), ct & 1, acc, smem);
           cs = 0;
           ct++;
         }
