@@ -27,15 +27,18 @@
 /* How many steps' wgmma may still run when a step's are issued (DEPTH;
  * the loads then run STAGES - 1 - DEPTH steps ahead; docs/decisions.md,
  * "wgmma in flight in the backward"). The dgu tiles: 0, 3 stages (their
- * 56 KiB stages leave no room for a fourth). The grads tiles: 1 with 4
- * stages in the barrier kernel; 0 with 3 in the agnostic kernel, where
- * DEPTH 1 spills (its task loop keeps more registers live). */
+ * 56 KiB stages leave no room for a fourth). The grads tiles: 1 in the
+ * barrier kernel; 0 in the agnostic kernel, where DEPTH 1 spills (its
+ * task loop keeps more registers live). The dW groups then take 4 or 3
+ * stages (their staging needs the rest), the dx tiles 6 or 5 ("The dx
+ * tiles' stages"). */
 #define BWD_DGU_DEPTH 0
 #define BWD_DGU_STAGES 3
 #define BWD_GRAD_DEPTH_BAR 1
 #define BWD_GRAD_DEPTH_AGN 0
 #define BWD_GRAD_STAGES_OF(depth) ((depth) ? 4 : 3)
 #define BWD_GRAD_STAGES BWD_GRAD_STAGES_OF(1)
+#define BWD_DX_STAGES_OF(depth) ((depth) ? 6 : 5)
 #define BWD_DGU_ROWS (HR__MOE_BWD_TILE_M * BWD_BK * 2)
 #define BWD_DGU_W (HR__MOE_BWD_DGU_N * BWD_BK * 2)
 #define BWD_DGU_STAGE (2 * BWD_DGU_ROWS + 3 * BWD_DGU_W)
@@ -71,6 +74,7 @@
 #define BWD_SMEM_BYTES (BWD_RING_BYTES + 5 * HR__MOE_ROUTE_INTS * 4)
 static_assert(BWD_SMEM_BYTES + 256 <= 227 * 1024, "fits an SM");
 static_assert(1024 + BWD_DQ_STAGES * BWD_DQ_STAGE <= BWD_RING_BYTES, "the q ring fits");
+static_assert(1024 + BWD_DX_STAGES_OF(1) * BWD_GRAD_STAGE <= BWD_RING_BYTES, "the dx ring fits");
 
 /* The ring's start: the first 1024-byte boundary in smem. */
 static __device__ __forceinline__ uint32_t bwd_ring(const uint8_t *smem)
@@ -522,7 +526,7 @@ static __device__ void bwd_dx_tile(const hr__moe_bwd_params &p, const moe_route 
     bc[i] = (c % 16) * 8;
     bdst[i] = bwd_mn_sw128(bk[i], bc[i]);
   }
-  bwd_pipeline<BWD_GRAD_STAGES_OF(DEPTH), BWD_GRAD_STAGE, DEPTH>(
+  bwd_pipeline<BWD_DX_STAGES_OF(DEPTH), BWD_GRAD_STAGE, DEPTH>(
       2 * I / BWD_BK, ring,
       [&](uint32_t st, int s) {
 #pragma unroll
