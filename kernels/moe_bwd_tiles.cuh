@@ -15,6 +15,8 @@
 #include "moe_ptx.cuh"
 #include "moe_route.cuh"
 
+#include <type_traits>
+
 /* ---- shared memory ----------------------------------------------------- */
 
 /* Every operand tile sits in the 128-byte swizzle wgmma reads, so a ring
@@ -630,56 +632,113 @@ static __device__ void bwd_dw_group(const hr__moe_bwd_params &p, const moe_route
     dst[i] = bwd_mn_sw128(kr[i], col[i]);
     trow[i] = kr[i] < cnt ? tok[kr[i]] : -1;
   }
-  int is = 0, it = 0, cs = 0, ct = 0;
-  bwd_pipeline<STAGES, BWD_MN_TILE, DEPTH>(
-      nt * nk, ring,
-      [&](uint32_t st, int s) {
-        const int sn = is + 1 == nk ? 0 : is + 1;
-        const uint16_t *own = own0 + it * 128;
-        const int load_sh = !keep || it == 0;
-        const uint32_t sdst = kept + (keep ? is : s % STAGES) * BWD_MN_TILE;
+  int is = 0, it = 0;
+  /* starts step s's copies into stage st (steps in order) */
+  auto issue = [&](uint32_t st, int s) {
+    const int sn = is + 1 == nk ? 0 : is + 1;
+    const uint16_t *own = own0 + it * 128;
+    const int load_sh = !keep || it == 0;
+    const uint32_t sdst = kept + (keep ? is : s % STAGES) * BWD_MN_TILE;
 #pragma unroll
-        for(int i = 0; i < PT; i++) {
-          const int valid = trow[i] >= 0;
-          cp_async16_zfill(st + dst[i],
-                           valid ? (const void *)(own + (long long)trow[i] * f.H + col[i]) : f.x,
-                           valid);
-          if(load_sh) {
-            const int kk = is * BWD_BK + kr[i];
-            cp_async16_zfill(sdst + dst[i],
-                             valid ? (const void *)(sh + (long long)kk * ld_sh + col[i]) : f.x,
-                             valid);
-          }
-        }
-        /* The next step's rows, read now and used a step later (so the
-         * read's latency is not in this step); with one step a tile,
-         * every step reads the same rows. */
-        if(nk > 1)
+    for(int i = 0; i < PT; i++) {
+      const int valid = trow[i] >= 0;
+      cp_async16_zfill(st + dst[i],
+                       valid ? (const void *)(own + (long long)trow[i] * f.H + col[i]) : f.x,
+                       valid);
+      if(load_sh) {
+        const int kk = is * BWD_BK + kr[i];
+        cp_async16_zfill(sdst + dst[i],
+                         valid ? (const void *)(sh + (long long)kk * ld_sh + col[i]) : f.x,
+                         valid);
+      }
+    }
+    /* The next step's rows, read now and used a step later (so the
+     * read's latency is not in this step); with one step a tile,
+     * every step reads the same rows. */
+    if(nk > 1)
 #pragma unroll
-          for(int i = 0; i < PT; i++) {
-            const int kn = sn * BWD_BK + kr[i];
-            trow[i] = kn < cnt ? tok[kn] : -1;
-          }
-        is = sn;
-        if(sn == 0)
-          it++;
-      },
-      [&](uint32_t st, int s) {
-        /* A: this warpgroup's 64 rows are the tile's block wg; B: both */
-        const uint32_t ss = kept + (keep ? cs : s % STAGES) * BWD_MN_TILE;
-        const uint32_t a = dw1 ? ss : st, b = dw1 ? st : ss;
-        bwd_mma_step<128, 1, 1, DEPTH>(
-            acc, wgmma_desc_mn_sw128(a + wg * (BWD_BK * 128), BWD_BK * 128, 1024),
-            wgmma_desc_mn_sw128(b, BWD_BK * 128, 1024), cs != 0);
-        if(++cs == nk) {                 /* the tile's end */
-          bwd_dw_staging_wait(p);
-          wgmma_wait<0>();
-          wgmma_fence_acc(acc);
-          bwd_dw_store(p, out_of(ct), ct & 1, acc, smem);
-          cs = 0;
-          ct++;
-        }
-      });
+      for(int i = 0; i < PT; i++) {
+        const int kn = sn * BWD_BK + kr[i];
+        trow[i] = kn < cnt ? tok[kn] : -1;
+      }
+    is = sn;
+    if(sn == 0)
+      it++;
+  };
+  /* step s's MMAs, the tile's step cs: A, this warpgroup's 64 rows of the
+   * tile (its block wg); B, all 128 columns */
+  auto mma = [&](float (&ac)[16][4], uint32_t st, int s, int cs) {
+    const uint32_t ss = kept + (keep ? cs : s % STAGES) * BWD_MN_TILE;
+    const uint32_t a = dw1 ? ss : st, b = dw1 ? st : ss;
+    bwd_mma_step<128, 1, 1, DEPTH>(
+        ac, wgmma_desc_mn_sw128(a + wg * (BWD_BK * 128), BWD_BK * 128, 1024),
+        wgmma_desc_mn_sw128(b, BWD_BK * 128, 1024), cs != 0);
+  };
+  if constexpr(DEPTH == 0) {
+    int cs = 0, ct = 0;
+    bwd_pipeline<STAGES, BWD_MN_TILE, DEPTH>(nt * nk, ring, issue, [&](uint32_t st, int s) {
+      mma(acc, st, s, cs);
+      if(++cs == nk) {                   /* the tile's end */
+        bwd_dw_staging_wait(p);
+        wgmma_wait<0>();
+        wgmma_fence_acc(acc);
+        bwd_dw_store(p, out_of(ct), ct & 1, acc, smem);
+        cs = 0;
+        ct++;
+      }
+    });
+  } else {
+    /* One step's wgmma in flight, and two tiles' accumulators, so a
+     * tile is staged while the next one's MMAs run: the tiles go in
+     * pairs, the even one in acc, the odd one in acc2 (chosen at run
+     * time, the accumulators would serialize every wgmma). The steps
+     * are bwd_pipeline's, written out. */
+    float acc2[16][4];
+    constexpr int AHEAD = STAGES - 1 - DEPTH;
+    const int n = nt * nk;
+    int s = 0;
+#pragma unroll
+    for(int i = 0; i < AHEAD; i++) {
+      if(i < n)
+        issue(ring + i * BWD_MN_TILE, i);
+      cp_async_commit();
+    }
+    auto tile = [&](float (&ac)[16][4]) {
+      for(int cs = 0; cs < nk; cs++, s++) {
+        cp_async_wait<AHEAD - 1>();
+        fence_proxy_async_shared();
+        __syncthreads();
+        if(s + AHEAD < n)
+          issue(ring + ((s + AHEAD) % STAGES) * BWD_MN_TILE, s + AHEAD);
+        cp_async_commit();
+        mma(ac, ring + (s % STAGES) * BWD_MN_TILE, s, cs);
+      }
+    };
+    /* tile t's end, its MMAs complete but for the last W groups */
+    auto finish = [&](float (&ac)[16][4], int t, auto w) {
+      bwd_dw_staging_wait(p);
+      wgmma_wait<decltype(w)::value>();
+      wgmma_fence_acc(ac);
+      bwd_dw_store(p, out_of(t), t & 1, ac, smem);
+    };
+    using one = std::integral_constant<int, 1>;
+    using none = std::integral_constant<int, 0>;
+    for(int ct = 0; ct < nt; ct += 2) {
+      tile(acc);
+      if(ct > 0)
+        finish(acc2, ct - 1, one{});
+      if(ct + 1 == nt)
+        break;
+      tile(acc2);
+      finish(acc, ct, one{});
+    }
+    if((nt - 1) & 1)
+      finish(acc2, nt - 1, none{});
+    else
+      finish(acc, nt - 1, none{});
+    cp_async_wait<0>();
+    __syncthreads();
+  }
   /* The staging free for whatever the CTA runs next. */
   if(threadIdx.x == 0)
     bulk_wait_read<0>();
