@@ -44,9 +44,11 @@
 #define BWD_DGU_ROWS (HR__MOE_BWD_TILE_M * BWD_BK * 2)
 #define BWD_DGU_W (HR__MOE_BWD_DGU_N * BWD_BK * 2)
 #define BWD_DGU_STAGE (2 * BWD_DGU_ROWS + 3 * BWD_DGU_W)
-/* The q-only dgu tile's stage (g and u kept by the forward): the dy rows
- * and W2's, 24 KiB; 6 of them, one step's wgmma in flight. */
-#define BWD_DQ_STAGE (BWD_DGU_ROWS + BWD_DGU_W)
+/* The q-only dgu tile's stage (g and u kept by the forward): 64 dy rows
+ * and W2's 64 K rows of 128 features, 24 KiB; 6 of them, one step's
+ * wgmma in flight. */
+#define BWD_DQ_ROWS (64 * BWD_BK * 2)
+#define BWD_DQ_STAGE (BWD_DQ_ROWS + BWD_MN_TILE)
 #define BWD_DQ_STAGES 6
 #define BWD_DQ_DEPTH 1
 /* The grads tiles' stage: A and B, each 128 x 64 (BWD_MN_TILE). */
@@ -110,7 +112,7 @@ struct bwd_plan {
   int n_mt;      /* M tiles of 128 pairs, over all experts */
   int ni;        /* I / 64: dgu tiles (and d(w) partials) per M tile */
   int nh;        /* H / 128 */
-  int n_dgu;     /* n_mt * ni */
+  int n_dgu;     /* n_mt * ni: 128 pairs x 64 features, or 64 x 128 (bwd_dq_tile) */
   int n_dx;      /* n_mt * nh */
   int dw_gpr;    /* dW groups a run of nh tiles: ceil(nh / BWD_DW_GROUP) */
   int n_dwg;     /* dW groups: E (3I / 128) dw_gpr */
@@ -164,11 +166,12 @@ static __device__ __forceinline__ bwd_mtile bwd_mtile_of(const moe_route &rt, in
 
 /* ---- stage 2: dgu ------------------------------------------------------ */
 
-/* The dgu tile's epilogue, from the final g, u and q of its rows (the
- * wgmma m64n64 layout: warpgroup wg's pairs 64 wg .. 64 wg + 63, two rows
- * a thread, 16 features each): the SwiGLU's backward, dh = (dg, du) and
- * w a for the pair's rows, and the row's d(w) partial <q, a> over the
- * tile's 64 features, one warp's (4 lanes') in a fixed order. */
+/* A dgu tile's epilogue, from the final g, u and q of one warpgroup's
+ * 64 x 64 block (the wgmma m64n64 layout: two rows a thread, 16 features
+ * each): pairs m0 .. m0 + 63 of the expert's, features i0 .. i0 + 63,
+ * d(w) partial it of ni. The SwiGLU's backward, dh = (dg, du) and w a
+ * for the pair's rows, and the row's d(w) partial <q, a> over the 64
+ * features, one warp's (4 lanes') in a fixed order. */
 static __device__ __forceinline__ void bwd_dgu_out(const hr__moe_bwd_params &p, int m0, int cnt,
                                                    int off, int i0, int it, int ni,
                                                    const float (&ag)[8][4],
@@ -177,11 +180,11 @@ static __device__ __forceinline__ void bwd_dgu_out(const hr__moe_bwd_params &p, 
 {
   const hr__moe_params &f = p.f;
   const int I = f.I;
-  const int wg = (int)threadIdx.x >> 7, lane = (int)threadIdx.x & 31;
+  const int lane = (int)threadIdx.x & 31;
   const int w4 = ((int)threadIdx.x >> 5) & 3;
 #pragma unroll
   for(int half = 0; half < 2; half++) {
-    const int row = wg * 64 + w4 * 16 + (lane >> 2) + 8 * half;
+    const int row = w4 * 16 + (lane >> 2) + 8 * half;
     const int valid = m0 + row < cnt;
     const int pos = off + m0 + row;
     /* .cg, not __ldg: in the EP backward the weights were written by
@@ -310,27 +313,38 @@ static __device__ __forceinline__ void bwd_dgu_full_tile(const hr__moe_bwd_param
   wgmma_fence_acc(au);
   wgmma_fence_acc(aq);
 
-  bwd_dgu_out(p, m0, cnt, off, i0, it, q.ni, ag, au, aq);
+  bwd_dgu_out(p, m0 + wg * 64, cnt, off, i0, it, q.ni, ag, au, aq);
 }
 
-/* The same tile where the forward kept g and u (f.gu): q alone on the
- * pipeline (a third of the MMAs; x and W1 are not read), its stages a
- * third the size, so more of them and one step's wgmma in flight; g and
- * u read from f.gu for the epilogue. The sums are the forward's GEMM1's,
- * in the same K order, so the outputs are the same as with recompute. */
+/* The dgu tile where the forward kept g and u (f.gu): q alone on the
+ * pipeline (a third of the MMAs; x and W1 are not read), g and u read
+ * from f.gu for the epilogue. Its unit is half an M tile, 64 pairs, by
+ * 128 features: warpgroup w takes features 64 w .. 64 w + 63 of the
+ * same pairs, so where an expert has 64 pairs or fewer (Qwen3-30B-A3B
+ * at T = 1024, DeepSeek-V3 up to T = 2048) its empty half is no unit's
+ * work, not half of every unit's (docs/decisions.md, "The q tile").
+ * The two halves of an M tile's features are adjacent units, so they
+ * read W2's columns from L2 together. A stage is the 64 dy rows and W2's
+ * 64 K rows of the 128 features (MN-major, two blocks), 24 KiB; 6 of
+ * them, one step's wgmma in flight. Each q sum is the forward's GEMM1's
+ * K order on the same m64n64k16 wgmma, so the outputs are the same as
+ * with recompute. */
 static __device__ __forceinline__ void bwd_dq_tile(const hr__moe_bwd_params &p, const moe_route &rt,
                                                    const bwd_plan &q, uint8_t *smem, int unit)
 {
   const hr__moe_params &f = p.f;
-  const int mt_all = unit / q.ni, it = unit - mt_all * q.ni;
+  const int ni2 = f.I / 128, half = unit & 1;
+  const int mt_all = (unit >> 1) / ni2, it2 = (unit >> 1) - mt_all * ni2;
   const bwd_mtile t = bwd_mtile_of(rt, f.E, mt_all);
-  const int e = t.e, m0 = t.m0, cnt = t.cnt, off = t.off;
-  const int H = f.H, I = f.I, i0 = it * HR__MOE_BWD_DGU_N;
+  const int e = t.e, m0 = t.m0 + 64 * half, cnt = t.cnt, off = t.off;
+  if(m0 >= cnt)                               /* the expert's empty half */
+    return;
+  const int H = f.H, I = f.I, i0 = it2 * 128;
   const int wg = (int)threadIdx.x >> 7, lane = (int)threadIdx.x & 31;
   const int w4 = ((int)threadIdx.x >> 5) & 3;
   const uint32_t ring = bwd_ring(smem);
   const uint16_t *w2e = f.w2 + (size_t)e * H * I + i0;
-  constexpr int PR = 128 * 8 / HR__MOE_THREADS, PW = 64 * 8 / HR__MOE_THREADS;
+  constexpr int PR = 64 * 8 / HR__MOE_THREADS, PW = 64 * 16 / HR__MOE_THREADS;
   const uint16_t *dr[PR];
   uint32_t rdst[PR], wdst[PW];
   int qk[PW], qc[PW];
@@ -342,18 +356,18 @@ static __device__ __forceinline__ void bwd_dq_tile(const hr__moe_bwd_params &p, 
     for(int c = 0; c < 4; c++)
       aq[j][c] = 0.0f;
 #pragma unroll
-  for(int i = 0; i < PR; i++) {               /* 128 rows x 8 chunks */
+  for(int i = 0; i < PR; i++) {               /* 64 rows x 8 chunks */
     const int c = (int)threadIdx.x + i * HR__MOE_THREADS, r = c >> 3, ch = c & 7;
     const int tok = m0 + r < cnt ? f.sorted_tok[off + m0 + r] : -1;
     dr[i] = tok >= 0 ? p.dy + (size_t)tok * H + ch * 8 : nullptr;
     rdst[i] = bwd_k_sw128(r, ch);
   }
 #pragma unroll
-  for(int i = 0; i < PW; i++) {               /* 64 K rows x 8 chunks */
-    const int c = (int)threadIdx.x + i * HR__MOE_THREADS, r = c >> 3, ch = c & 7;
-    wdst[i] = bwd_k_sw128(r, ch);
-    qk[i] = r;
-    qc[i] = ch * 8;
+  for(int i = 0; i < PW; i++) {               /* 64 K rows x 16 chunks */
+    const int c = (int)threadIdx.x + i * HR__MOE_THREADS;
+    qk[i] = c >> 4;
+    qc[i] = (c & 15) * 8;
+    wdst[i] = bwd_mn_sw128(qk[i], qc[i]);
   }
   bwd_pipeline<BWD_DQ_STAGES, BWD_DQ_STAGE, BWD_DQ_DEPTH>(
       H / BWD_BK, ring,
@@ -365,33 +379,34 @@ static __device__ __forceinline__ void bwd_dq_tile(const hr__moe_bwd_params &p, 
                            dr[i] != nullptr);
 #pragma unroll
         for(int i = 0; i < PW; i++)
-          cp_async16(st + BWD_DGU_ROWS + wdst[i], w2e + (size_t)(k0 + qk[i]) * I + qc[i]);
+          cp_async16(st + BWD_DQ_ROWS + wdst[i], w2e + (size_t)(k0 + qk[i]) * I + qc[i]);
       },
       [&](uint32_t st, int) {
         bwd_mma_step<64, 0, 1, BWD_DQ_DEPTH>(
-            aq, wgmma_desc_sw128(st + wg * 64 * 128),
-            wgmma_desc_mn_sw128(st + BWD_DGU_ROWS, BWD_BK * 128, 1024));
+            aq, wgmma_desc_sw128(st),
+            wgmma_desc_mn_sw128(st + BWD_DQ_ROWS + wg * (BWD_BK * 128), BWD_BK * 128, 1024));
       });
   wgmma_fence_acc(aq);
 
   /* g and u of this thread's q elements: rows as bwd_dgu_out's, two
-   * adjacent features at i0 + 8 j + 2 (lane & 3) */
+   * adjacent features at iw + 8 j + 2 (lane & 3) */
+  const int iw = i0 + wg * 64;
 #pragma unroll
-  for(int half = 0; half < 2; half++) {
-    const int row = wg * 64 + w4 * 16 + (lane >> 2) + 8 * half;
+  for(int h = 0; h < 2; h++) {
+    const int row = w4 * 16 + (lane >> 2) + 8 * h;
     const float *gu = m0 + row < cnt ? f.gu + (size_t)(off + m0 + row) * 2 * I : nullptr;
 #pragma unroll
     for(int j = 0; j < 8; j++) {
-      const int i = i0 + j * 8 + 2 * (lane & 3);
+      const int i = iw + j * 8 + 2 * (lane & 3);
       const float2 g2 = gu ? __ldcs((const float2 *)(gu + i)) : make_float2(0.0f, 0.0f);
       const float2 u2 = gu ? __ldcs((const float2 *)(gu + I + i)) : make_float2(0.0f, 0.0f);
-      ag[j][half * 2] = g2.x;
-      ag[j][half * 2 + 1] = g2.y;
-      au[j][half * 2] = u2.x;
-      au[j][half * 2 + 1] = u2.y;
+      ag[j][h * 2] = g2.x;
+      ag[j][h * 2 + 1] = g2.y;
+      au[j][h * 2] = u2.x;
+      au[j][h * 2 + 1] = u2.y;
     }
   }
-  bwd_dgu_out(p, m0, cnt, off, i0, it, q.ni, ag, au, aq);
+  bwd_dgu_out(p, m0, cnt, off, iw, 2 * it2 + wg, q.ni, ag, au, aq);
 }
 
 /* dgu tile `unit`: from the kept g and u where the forward kept them,
