@@ -347,7 +347,7 @@ static __device__ __forceinline__ void bwd_dq_tile(const hr__moe_bwd_params &p, 
   constexpr int PR = 64 * 8 / HR__MOE_THREADS, PW = 64 * 16 / HR__MOE_THREADS;
   const uint16_t *dr[PR];
   uint32_t rdst[PR], wdst[PW];
-  int qk[PW], qc[PW];
+  int rok[PR], woff[PW];
   float ag[8][4], au[8][4], aq[8][4];
 
 #pragma unroll
@@ -359,27 +359,27 @@ static __device__ __forceinline__ void bwd_dq_tile(const hr__moe_bwd_params &p, 
   for(int i = 0; i < PR; i++) {               /* 64 rows x 8 chunks */
     const int c = (int)threadIdx.x + i * HR__MOE_THREADS, r = c >> 3, ch = c & 7;
     const int tok = m0 + r < cnt ? f.sorted_tok[off + m0 + r] : -1;
-    dr[i] = tok >= 0 ? p.dy + (size_t)tok * H + ch * 8 : nullptr;
+    rok[i] = tok >= 0;                        /* else row 0, zero-filled */
+    dr[i] = p.dy + (size_t)(tok >= 0 ? tok : 0) * H + ch * 8;
     rdst[i] = bwd_k_sw128(r, ch);
   }
 #pragma unroll
   for(int i = 0; i < PW; i++) {               /* 64 K rows x 16 chunks */
     const int c = (int)threadIdx.x + i * HR__MOE_THREADS;
-    qk[i] = c >> 4;
-    qc[i] = (c & 15) * 8;
-    wdst[i] = bwd_mn_sw128(qk[i], qc[i]);
+    woff[i] = (c >> 4) * I + (c & 15) * 8;
+    wdst[i] = bwd_mn_sw128(c >> 4, (c & 15) * 8);
   }
   bwd_pipeline<BWD_DQ_STAGES, BWD_DQ_STAGE, BWD_DQ_DEPTH>(
       H / BWD_BK, ring,
       [&](uint32_t st, int s) {
         const int k0 = s * BWD_BK;
+        const uint16_t *wk = w2e + (size_t)k0 * I;
 #pragma unroll
         for(int i = 0; i < PR; i++)
-          cp_async16_zfill(st + rdst[i], dr[i] ? (const void *)(dr[i] + k0) : p.dy,
-                           dr[i] != nullptr);
+          cp_async16_zfill(st + rdst[i], dr[i] + k0, rok[i]);
 #pragma unroll
         for(int i = 0; i < PW; i++)
-          cp_async16(st + BWD_DQ_ROWS + wdst[i], w2e + (size_t)(k0 + qk[i]) * I + qc[i]);
+          cp_async16(st + BWD_DQ_ROWS + wdst[i], wk + woff[i]);
       },
       [&](uint32_t st, int) {
         bwd_mma_step<64, 0, 1, BWD_DQ_DEPTH>(
