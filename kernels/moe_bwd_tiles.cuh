@@ -323,8 +323,8 @@ static __device__ __forceinline__ void bwd_dgu_full_tile(const hr__moe_bwd_param
  * same pairs, so where an expert has 64 pairs or fewer (Qwen3-30B-A3B
  * at T = 1024, DeepSeek-V3 up to T = 2048) its empty half is no unit's
  * work, not half of every unit's (docs/decisions.md, "The q tile").
- * The two halves of an M tile's features are adjacent units, so they
- * read W2's columns from L2 together. A stage is the 64 dy rows and W2's
+ * An M tile's two halves, for the same features, are adjacent units, so
+ * they read W2's columns from L2 together. A stage is the 64 dy rows and W2's
  * 64 K rows of the 128 features (MN-major, two blocks), 24 KiB; 6 of
  * them, one step's wgmma in flight. Each q sum is the forward's GEMM1's
  * K order on the same m64n64k16 wgmma, so the outputs are the same as
