@@ -22,7 +22,9 @@
  * expert's pairs): cp.async, not TMA, which cannot gather rows on sm_90.
  *
  * Every tile of the backward is one run of bwd_pipeline: STAGES - 1 steps
- * of BK in flight, one __syncthreads a step. A tile shares nothing with
+ * of BK in flight, one __syncthreads a step (the barrier kernel's dW
+ * groups write the same steps out, to take their tiles in pairs with an
+ * accumulator set each: moe_bwd_tiles.cuh). A tile shares nothing with
  * another CTA and waits for nothing but its own copies, so the stages'
  * barriers (moe_backward.cu) are the only waits on other CTAs.
  */
@@ -62,7 +64,7 @@ static __device__ __forceinline__ uint32_t bwd_k_sw128(int r, int ch)
  * has seen the wgmma of DEPTH + 1 steps before complete, so that step's
  * stage is free. wgmma reads shared memory through the async proxy: the
  * fence after the copies land. The steps may span several tiles
- * (moe_backward.cu, the dW groups): compute ends a tile where its last
+ * (moe_bwd_tiles.cuh, the dW groups): compute ends a tile where its last
  * step is (waiting for all of its wgmma first), while the next tile's
  * first steps are already in flight. Ends with every wgmma complete, the
  * ring drained and the CTA synchronized, so the next tile (or an
