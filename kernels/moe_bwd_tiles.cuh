@@ -689,15 +689,21 @@ static __device__ void bwd_dw_group(const hr__moe_bwd_params &p, const moe_route
         ac, wgmma_desc_mn_sw128(a + wg * (BWD_BK * 128), BWD_BK * 128, 1024),
         wgmma_desc_mn_sw128(b, BWD_BK * 128, 1024), cs != 0);
   };
+  /* tile t's end, its MMAs complete but for the last W groups */
+  auto finish = [&](float (&ac)[16][4], int t, auto w) {
+    bwd_dw_staging_wait(p);
+    wgmma_wait<decltype(w)::value>();
+    wgmma_fence_acc(ac);
+    bwd_dw_store(p, out_of(t), t & 1, ac, smem);
+  };
+  using one = std::integral_constant<int, 1>;
+  using none = std::integral_constant<int, 0>;
   if constexpr(DEPTH == 0) {
     int cs = 0, ct = 0;
     bwd_pipeline<STAGES, BWD_MN_TILE, DEPTH>(nt * nk, ring, issue, [&](uint32_t st, int s) {
       mma(acc, st, s, cs);
       if(++cs == nk) {                   /* the tile's end */
-        bwd_dw_staging_wait(p);
-        wgmma_wait<0>();
-        wgmma_fence_acc(acc);
-        bwd_dw_store(p, out_of(ct), ct & 1, acc, smem);
+        finish(acc, ct, none{});
         cs = 0;
         ct++;
       }
@@ -729,15 +735,6 @@ static __device__ void bwd_dw_group(const hr__moe_bwd_params &p, const moe_route
         mma(ac, ring + (s % STAGES) * BWD_MN_TILE, s, cs);
       }
     };
-    /* tile t's end, its MMAs complete but for the last W groups */
-    auto finish = [&](float (&ac)[16][4], int t, auto w) {
-      bwd_dw_staging_wait(p);
-      wgmma_wait<decltype(w)::value>();
-      wgmma_fence_acc(ac);
-      bwd_dw_store(p, out_of(t), t & 1, ac, smem);
-    };
-    using one = std::integral_constant<int, 1>;
-    using none = std::integral_constant<int, 0>;
     for(int ct = 0; ct < nt; ct += 2) {
       tile(acc);
       if(ct > 0)
