@@ -5,12 +5,16 @@
  * 1024 and 8192, with fresh random inputs each time, launched as in
  * production (the whole device, clusters of 2): every element of y
  * written (y is NaN before), and the relative L2 error on sampled tokens
- * under GT_REL_L2_BOUND (gpu_util.h states the bound and why). Then the
- * routing corner cases: experts with no tokens (whose weights are NaN, so
- * a kernel that reads them fails) and every slot of every token routed to
- * one expert.
+ * under GT_REL_L2_BOUND (gpu_util.h states the bound and why), and
+ * bitwise the same launched without clusters (which CTA computes a unit
+ * never changes its sums, so any difference is a bug in how the CTAs of
+ * a cluster work together). Then the routing corner
+ * cases: experts with no tokens (whose weights are NaN, so a kernel that
+ * reads them fails) and every slot of every token routed to one expert.
  */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "gpu_util.h"
 
@@ -22,11 +26,27 @@ static const int token_counts[] = { 1, 16, 128, 300, 1024, 8192 };
 
 static void run_and_check(gt_moe *g, int sms, const char *what)
 {
+  const size_t bytes = (size_t)g->T * g->s.H * 2;
+  uint16_t *paired;
   int rc = gt_run(g, sms, HR_MODE_HEADROOM, 2, TIMEOUT_MS);
   GT_EXPECT(rc == HR_OK, "%s %s T=%d: %s", g->s.name, what, g->T,
             hr_strerror(rc));
+  if(rc != HR_OK)
+    return;
+  gt_expect_correct(g, what);
+  paired = malloc(bytes);
+  if(!paired) {
+    GT_EXPECT(paired != NULL, "out of memory");
+    return;
+  }
+  memcpy(paired, g->y_h, bytes);
+  rc = gt_run(g, sms, HR_MODE_HEADROOM, 1, TIMEOUT_MS);
+  GT_EXPECT(rc == HR_OK, "%s %s T=%d, no clusters: %s", g->s.name, what, g->T,
+            hr_strerror(rc));
   if(rc == HR_OK)
-    gt_expect_correct(g, what);
+    GT_EXPECT(memcmp(paired, g->y_h, bytes) == 0,
+              "%s %s T=%d: clusters of 2 and no clusters differ", g->s.name, what, g->T);
+  free(paired);
 }
 
 int main(void)

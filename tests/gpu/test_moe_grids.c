@@ -10,8 +10,11 @@
  *
  * Cases cover every tile shape: Qwen3 at T = 128, 300 and 1024 (about 8,
  * 19 and 64 tokens per expert), the small shape at T = 16, 1024 and 8192
- * (up to 2048 per expert); grid 2 only where it is quick (a grid of 2
- * streams every weight through two SMs). Each grid runs twice: as a user
+ * (up to 2048 per expert), and a shape whose experts have an odd number
+ * of GEMM1 row tiles (2I / 256 = 3) at T = 1024 and 8192, so that units
+ * taken two by two (a cluster's CTAs) do not line up with experts; grid 2
+ * only where it is quick (a grid of 2 streams every weight through two
+ * SMs). Each grid runs twice: as a user
  * launches it, and with the cp.async tiles claiming their units (which
  * they do by default only from H = 4096, HR__MOE_CLAIM_MIN_H: these
  * shapes are smaller), so the claimed stage is checked on every tile and
@@ -27,6 +30,9 @@
 
 #define NAME "test_moe_grids"
 #define TIMEOUT_MS 30000
+
+/* E, H, I, k as the small shape's but for I: 384, three GEMM1 row tiles */
+static const gt_shape odd_rows = { "odd-rows", 8, 512, 384, 2, 256 };
 
 /* The barrier kernel on a grid of *(int *)ctx CTAs, clusters of 2, its
  * cp.async tiles claiming their units at any H. */
@@ -120,6 +126,11 @@ int main(void)
   grids_case(&g, 1024, 1);
   grids_case(&g, 8192, 1);
   grids_case(&g, 16, 1);
+  gt_moe_free(&g);
+
+  gt_moe_init(&g, &odd_rows, 8192);
+  grids_case(&g, 1024, 1);
+  grids_case(&g, 8192, 1);
   gt_moe_free(&g);
 
   return gt_finish(NAME);
