@@ -31,7 +31,7 @@
 #define NAME "test_moe_grids"
 #define TIMEOUT_MS 30000
 
-/* E, H, I, k as the small shape's but for I: 384, three GEMM1 row tiles */
+/* E and k as the small shape's; I = 384: three GEMM1 row tiles an expert */
 static const gt_shape odd_rows = { "odd-rows", 8, 512, 384, 2, 256 };
 
 /* The barrier kernel on a grid of *(int *)ctx CTAs, clusters of 2, its
