@@ -45,6 +45,11 @@
  * median of the reps. Prints a markdown table with the date, machine and
  * command.
  *
+ * --balanced routes every expert the same number of pairs
+ * (gt_route_balanced) instead of k distinct experts a token at random:
+ * beside a random run it shows what the experts' part-filled last tiles
+ * cost.
+ *
  * --patterns times instead, per shape, every expert's weights read in a
  * GEMM tile's access pattern with no math (gt_tile_stream_launch): a few
  * bytes of each of 128 rows per step, with and without token rows beside
@@ -53,7 +58,7 @@
  *
  *     build/tests/moe_phases [--reps N] [--shapes a,b] [--tokens 1,16,..]
  *                            [--no-phases] [--no-floor] [--trace PREFIX]
- *                            [--patterns] [--out FILE]
+ *                            [--balanced] [--patterns] [--out FILE]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -438,6 +443,7 @@ int main(int argc, char **argv)
   const char *shapes = "qwen3-30b-a3b,deepseek-v3", *out_path = NULL;
   int tokens[MAX_TOKENS], ntok, reps = 20, i, si, ti, kk, ph, phases = 1, patterns = 0;
   int with_floor = 1;             /* 0: --no-floor */
+  int balanced = 0;               /* 1: --balanced */
   const char *trace_prefix = NULL;
   char mach[256], date[64], cmd[1024] = "";
   char *table = NULL, *vtable = NULL, *ftable = NULL;
@@ -461,12 +467,14 @@ int main(int argc, char **argv)
       with_floor = 0;
     else if(strcmp(argv[i], "--patterns") == 0)
       patterns = 1;
+    else if(strcmp(argv[i], "--balanced") == 0)
+      balanced = 1;
     else if(strcmp(argv[i], "--trace") == 0 && i + 1 < argc)
       trace_prefix = argv[++i];
     else {
       fprintf(stderr, "usage: %s [--reps N] [--shapes a,b] [--tokens 1,16,...] "
-                      "[--no-phases] [--no-floor] [--trace PREFIX] [--patterns] "
-                      "[--out FILE]\n", argv[0]);
+                      "[--no-phases] [--no-floor] [--trace PREFIX] [--balanced] "
+                      "[--patterns] [--out FILE]\n", argv[0]);
       return 2;
     }
   }
@@ -528,6 +536,9 @@ int main(int argc, char **argv)
             set_aside ? "; it slows every launch: these times are not comparable" : "");
   }
   fprintf(tf, "- command: `%s` (through `make bench-phases`)\n", cmd);
+  fprintf(tf, "- routing: %s\n", balanced ?
+              "balanced (slot j of token t to expert (t k + j) mod E)" :
+              "k distinct experts a token, uniformly at random");
   fprintf(tf, "- ms, medians of %d reps (CUDA events per rep, inputs rotating); "
               "grid = all SMs (barrier kernel: clusters of 2)\n", reps);
   fprintf(tf, "- per phase: +rep = t(phase run twice) - t(normal); -skip = "
@@ -629,7 +640,10 @@ int main(int argc, char **argv)
       b.T = T;
       b.nsets = T <= 128 ? 8 : 2;
       for(i = 0; i < b.nsets; i++) {
-        gt_route_random(&b.g, T);
+        if(balanced)
+          gt_route_balanced(&b.g, T);
+        else
+          gt_route_random(&b.g, T);
         GT_CUDA(cudaMalloc((void **)&b.set[i].x, (size_t)T * s->H * 2));
         GT_CUDA(cudaMalloc((void **)&b.set[i].ids, (size_t)T * s->k * 4));
         GT_CUDA(cudaMalloc((void **)&b.set[i].wts, (size_t)T * s->k * 4));

@@ -262,6 +262,15 @@ void gt_route_subset(gt_moe *g, int T, int stride)
   route_distinct(g, T, stride);
 }
 
+void gt_route_balanced(gt_moe *g, int T)
+{
+  size_t i;
+  fresh_x_and_weights(g, T);
+  for(i = 0; i < (size_t)T * g->s.k; i++)
+    g->ids_h[i] = (int)(i % (size_t)g->s.E);
+  upload(g);
+}
+
 void gt_route_one(gt_moe *g, int T, int e)
 {
   size_t i;

@@ -102,8 +102,12 @@ void gt_moe_free(gt_moe *g);
  *   random:   k distinct experts per token, uniformly
  *   subset:   only experts e with e % stride == 0 receive tokens
  *   one:      every slot of every token goes to expert e
+ *   balanced: slot j of token t to expert (t k + j) mod E: every expert
+ *             gets T k / E pairs (one more for the first T k mod E), so
+ *             no expert has a part-filled last tile beyond the remainder
  * then uploaded. */
 void gt_route_random(gt_moe *g, int T);
+void gt_route_balanced(gt_moe *g, int T);
 void gt_route_subset(gt_moe *g, int T, int stride);
 void gt_route_one(gt_moe *g, int T, int e);
 
