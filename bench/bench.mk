@@ -59,6 +59,16 @@ MOE_PHASES := $(TESTBIN)/moe_phases
 bench-phases: $(MOE_PHASES)
 	$(MOE_PHASES) --out $(BENCH_PHASES_OUT) $(BENCH_PHASES_ARGS)
 
+# `make bench-routing` (an H200): the same normal launches under random
+# and under balanced routing, side by side (bench/routing_ab.sh): what the
+# experts' part-filled last tiles cost.
+BENCH_ROUTING_OUT ?= $(BUILD)/bench-routing.md
+BENCH_ROUTING_ARGS ?= --shapes deepseek-v3,qwen3-30b-a3b --tokens 2048,4096,8192,16384
+
+.PHONY: bench-routing
+bench-routing: $(MOE_PHASES)
+	sh bench/routing_ab.sh $(MOE_PHASES) $(BENCH_ROUTING_OUT) $(BENCH_ROUTING_ARGS)
+
 $(OBJDIR)/bench/moe_phases.o: CPPFLAGS += -I$(CUDA_HOME)/include -Itests/gpu
 
 $(MOE_PHASES): $(OBJDIR)/bench/moe_phases.o $(OBJDIR)/tests/gpu/gpu_util.o \

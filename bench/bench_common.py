@@ -56,9 +56,14 @@ def commit(override=None):
     return "%s (kernels digest %s)" % (head, digest) if digest else head
 
 
-def routing(T, E, k, gen, device="cuda"):
-    """k distinct experts per token, uniformly; weights in [0.05, 1)."""
-    ids = torch.rand(T, E, generator=gen, device=device).topk(k, dim=1).indices
+def routing(T, E, k, gen, device="cuda", balanced=False):
+    """k distinct experts per token, uniformly; weights in [0.05, 1).
+    balanced: slot j of token t to expert (t k + j) mod E instead, every
+    expert T k / E pairs (as gt_route_balanced in tests/gpu/gpu_util.c)."""
+    if balanced:
+        ids = (torch.arange(T * k, device=device) % E).view(T, k)
+    else:
+        ids = torch.rand(T, E, generator=gen, device=device).topk(k, dim=1).indices
     w = torch.rand(T, k, generator=gen, device=device) * 0.95 + 0.05
     return ids.to(torch.int32).contiguous(), w.float().contiguous()
 

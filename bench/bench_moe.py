@@ -143,7 +143,7 @@ def ref_moe(x, ids, w, w1t, w2t, E, I):
 
 
 def bench_shape(libs, name, tokens, reps, copy_bw, gemm, l2_bytes, rows,
-                variants, variant_tokens, use_triton=True):
+                variants, variant_tokens, use_triton=True, balanced=False):
     E, H, I, k = SHAPES[name]
     gen = torch.Generator(device="cuda")
     gen.manual_seed(1234)
@@ -175,7 +175,7 @@ def bench_shape(libs, name, tokens, reps, copy_bw, gemm, l2_bytes, rows,
         data = []
         for s in range(sets):
             x = (torch.rand(T, H, generator=gen, device="cuda") * 2 - 1).to(torch.bfloat16)
-            ids, w = routing(T, E, k, gen)
+            ids, w = routing(T, E, k, gen, balanced=balanced)
             data.append((x, ids, w, w1s[s % nw], w2s[s % nw],
                          torch.empty(T, H, dtype=torch.bfloat16, device="cuda")))
         touched = statistics.mean(len(torch.unique(d[1])) for d in data)
@@ -328,6 +328,9 @@ def main():
     ap.add_argument("--variants", default="",
                     help="NAME=LIB,...: also time these builds of the kernel")
     ap.add_argument("--variant-tokens", default="1,16,128")
+    ap.add_argument("--balanced", action="store_true",
+                    help="every expert T k / E pairs (slot j of token t to expert "
+                    "(t k + j) mod E) instead of random routing")
     ap.add_argument("--no-triton", action="store_true",
                     help="leave out the tuned Triton baseline (bench/triton_moe.py)")
     opt = ap.parse_args()
@@ -355,7 +358,7 @@ def main():
     rows = []
     for name in opt.shapes.split(","):
         bench_shape(libs, name, tokens, opt.reps, copy_bw, gemm, l2, rows,
-                    variants, variant_tokens, not opt.no_triton)
+                    variants, variant_tokens, not opt.no_triton, opt.balanced)
 
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
@@ -367,6 +370,8 @@ def main():
         f"- command: `{' '.join(['python3'] + sys.argv)}` (`make bench-gpu` runs this script)",
         f"- ceilings measured in the same run: copy {copy_bw / 1e12:.2f} TB/s "
         f"(read + write), bf16 GEMM 8192^3 {gemm / 1e12:.0f} TFLOP/s",
+        "- routing: " + ("balanced, slot j of token t to expert (t k + j) mod E"
+                         if opt.balanced else "k distinct experts a token, uniformly"),
         "- floor = max(bytes of the experts touched / copy rate, FLOPs / GEMM "
         "rate); times are medians of per-rep CUDA events, inputs rotating",
         "- barrier: hr_moe_forward_grid, grid = all SMs, clusters of 2; "
