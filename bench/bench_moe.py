@@ -21,6 +21,9 @@ Each rep is timed alone; the host gets a head start (a sleep kernel) so
 that launch overhead never shows in the events.
 
     python3 bench/bench_moe.py --lib build/lib/libheadroom_moe.so --out FILE
+
+Without a GPU (or PyTorch, or torch._grouped_mm) it says it needs one
+and exits 0, measuring nothing.
 """
 import argparse
 import ctypes
@@ -30,11 +33,17 @@ import statistics
 import subprocess
 import sys
 
-import torch
-import torch.nn.functional as F
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:                    # main says it needs one (check_gpu)
+    torch = F = None
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import emit, routing  # noqa: E402  (beside this script)
+sys.path.insert(1, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "python"))
+from headroom._lib import MoeArgs_t, MoeShape_t  # noqa: E402
+from bench_common import check_gpu, emit, routing  # noqa: E402  (beside this script)
 
 try:                                   # the tuned Triton baseline, beside this file
     import triton_moe
@@ -59,20 +68,19 @@ PUBLISHED_T = [1, 16, 128, 1024, 8192]
 HR_MODE_HEADROOM = 0
 
 
-class Shape(ctypes.Structure):
-    _fields_ = [("experts", ctypes.c_int), ("hidden", ctypes.c_int),
-                ("inter", ctypes.c_int), ("topk", ctypes.c_int),
-                ("max_tokens", ctypes.c_int)]
+# The C structs as the Python package declares them (python/headroom/_lib.py,
+# checked field for field against the headers by its tests), so that a
+# field the API grows cannot shift the ones after it here.
+Shape = MoeShape_t
+Args = MoeArgs_t
 
 
-class Args(ctypes.Structure):
-    _fields_ = [("tokens", ctypes.c_int), ("experts", ctypes.c_int),
-                ("hidden", ctypes.c_int), ("inter", ctypes.c_int),
-                ("topk", ctypes.c_int), ("x", ctypes.c_void_p),
-                ("topk_ids", ctypes.c_void_p),
-                ("topk_weights", ctypes.c_void_p), ("w1", ctypes.c_void_p),
-                ("w2", ctypes.c_void_p), ("y", ctypes.c_void_p),
-                ("timeout_ms", ctypes.c_int)]
+def make_args(T, E, H, I, k, x, ids, w, w1, w2, y, timeout_ms=10000):
+    """One forward's hr_moe_args for these tensors (no gate_up)."""
+    return Args(tokens=T, experts=E, hidden=H, inter=I, topk=k,
+                x=x.data_ptr(), topk_ids=ids.data_ptr(),
+                topk_weights=w.data_ptr(), w1=w1.data_ptr(), w2=w2.data_ptr(),
+                y=y.data_ptr(), timeout_ms=timeout_ms)
 
 
 def load_lib(path):
@@ -209,9 +217,7 @@ def bench_shape(libs, name, tokens, reps, copy_bw, gemm, l2_bytes, rows,
         # Ours.
         args = []
         for (x, ids, w, w1, w2, y) in data:
-            args.append(Args(T, E, H, I, k, x.data_ptr(), ids.data_ptr(),
-                             w.data_ptr(), w1.data_ptr(), w2.data_ptr(),
-                             y.data_ptr(), 10000))
+            args.append(make_args(T, E, H, I, k, x, ids, w, w1, w2, y))
 
         def timed(vlib, vctx, agnostic=False):
             def run(i):
@@ -334,6 +340,7 @@ def main():
     ap.add_argument("--no-triton", action="store_true",
                     help="leave out the tuned Triton baseline (bench/triton_moe.py)")
     opt = ap.parse_args()
+    check_gpu("bench_moe.py")
 
     libs = [("ours", load_lib(os.path.abspath(opt.lib)))]
     for item in filter(None, opt.variants.split(",")):

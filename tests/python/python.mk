@@ -7,6 +7,8 @@
 # bench/ab_builds.sh) on a made-up timeline, profile and timings;
 # test_bench_train.py bench/bench_train.py's torch reference against a
 # plain loop on the CPU (skipped without torch) and its no-GPU message;
+# test_bench_moe.py the hr_moe_args bench/bench_moe.py passes, the
+# balanced routing and its no-GPU message;
 # test_moe_ep.py MoeEP and its bootstraps (VirtualGroup's threads, the
 # library's collective create through the Python callback), test_nn_ep.py
 # MegaMoE(ep_group=...) and headroom.ep_reference on threads and on a
