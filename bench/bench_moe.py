@@ -413,6 +413,14 @@ def main():
             + (f"{r['tri']:.3f} | {r['tri'] / r['ours']:.2f}x | "
                + (f"{r['tri'] / agn:.2f}x |" if agn else "- |")
                if r["tri"] else "- | - | - |"))
+    picked = [r for r in rows if r["tri_cfg"]]
+    if picked:
+        lines += ["", "The Triton configs each cell's sweep picked, (BLOCK_M tokens, "
+                  "BLOCK_N, BLOCK_K, GROUP_M, warps, stages):", "",
+                  "| shape | T | GEMM1 | GEMM2 |", "|---|---|---|---|"]
+        for r in picked:
+            lines.append(f"| {r['shape']} | {r['T']} | {tuple(r['tri_cfg'][0])} | "
+                         f"{tuple(r['tri_cfg'][1])} |")
     if variants:
         lines += ["", "Build-time variants of the kernel (same run, same inputs):", "",
                   "| shape | T | variant | ms | / floor | ref / variant |",
