@@ -16,11 +16,15 @@ baseline specifies: what is timed is the GEMMs, SwiGLU and the sum,
 captured as one CUDA graph.
 
     python3 bench/triton_moe.py [--shapes qwen3-30b-a3b,deepseek-v3]
-                                [--tokens 1,1024,8192]
+                                [--tokens 1,1024,8192] [--balanced]
+                                [--config 128,256,64,8,8,3]
 
 prints, per cell, the Triton time, the torch._grouped_mm reference's time
 (bench_moe.ref_moe, as a CUDA graph) and the error against it. bench_moe.py
-imports build() to put the same baseline in its table.
+imports build() to put the same baseline in its table. --balanced gives
+every expert T k / E pairs; --config runs one config for both GEMMs with
+no sweep, so that a profiler sees only the launches of the run
+(bench/profile_vs_triton.sh).
 """
 import argparse
 import statistics
@@ -172,7 +176,7 @@ def best_gemm(ids, n_experts, a, b, c, w, a_div, mul_w, candidates):
 class TritonMoE:
     """The whole forward for one input set, tuned; call() runs it."""
 
-    def __init__(self, x, ids, w, w1, w2, tune_from=None):
+    def __init__(self, x, ids, w, w1, w2, tune_from=None, config=None):
         T, H = x.shape
         E, two_i, _ = w1.shape
         I = two_i // 2
@@ -184,7 +188,10 @@ class TritonMoE:
         self.y = torch.empty(T, H, dtype=torch.bfloat16, device=x.device)
         wf = w.reshape(-1).float().contiguous()
         self.I = I
-        if tune_from is None:
+        if config is not None:          # one config, untimed (a profiler's run)
+            self.g1 = Gemm(config, ids, E, x, w1, self.h, wf, k, False)
+            self.g2 = Gemm(config, ids, E, self.act, w2, self.o, wf, 1, True)
+        elif tune_from is None:
             cands = configs_for(T * k / E)
             self.g1 = best_gemm(ids, E, x, w1, self.h, wf, k, False, cands)
             self.g2 = best_gemm(ids, E, self.act, w2, self.o, wf, 1, True, cands)
@@ -200,14 +207,16 @@ class TritonMoE:
         return self.y
 
 
-def build(data):
+def build(data, config=None):
     """One graph per input set (x, ids, w, w1, w2, ...), configs tuned on the
-    first set: returns (graphs, outputs, (cfg1, cfg2)). Each graph holds its
+    first set (or `config` for both GEMMs, untimed): returns (graphs,
+    outputs, (cfg1, cfg2)). Each graph holds its
     TritonMoE (g.moe): the graph replays raw pointers into its buffers, which
     must outlive it."""
     moes = []
     for i, d in enumerate(data):
-        moes.append(TritonMoE(*d[:5], tune_from=moes[0] if moes else None))
+        moes.append(TritonMoE(*d[:5], tune_from=moes[0] if moes else None,
+                              config=config))
     graphs, outs = [], []
     for m in moes:
         side = torch.cuda.Stream()
@@ -233,7 +242,14 @@ def main():
     ap.add_argument("--shapes", default="qwen3-30b-a3b,deepseek-v3")
     ap.add_argument("--tokens", default="1,16,128,1024,4096,8192")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--balanced", action="store_true",
+                    help="every expert T k / E pairs instead of random routing")
+    ap.add_argument("--config", help="BLOCK_M,BLOCK_N,BLOCK_K,GROUP_M,warps,stages "
+                    "for both GEMMs instead of the sweep (for a profiler)")
     opt = ap.parse_args()
+    config = tuple(int(v) for v in opt.config.split(",")) if opt.config else None
+    if config is not None and len(config) != 6:
+        sys.exit("triton_moe.py: --config takes 6 integers")
     gen = torch.Generator(device="cuda")
     gen.manual_seed(1234)
     for name in opt.shapes.split(","):
@@ -247,9 +263,9 @@ def main():
             data = []
             for _ in range(sets):
                 x = (torch.rand(T, H, generator=gen, device="cuda") * 2 - 1).to(torch.bfloat16)
-                ids, w = bm.routing(T, E, k, gen)
+                ids, w = bm.routing(T, E, k, gen, balanced=opt.balanced)
                 data.append((x, ids, w, w1, w2))
-            graphs, outs, cfgs = build(data)
+            graphs, outs, cfgs = build(data, config)
             tri_ms = bm.median_ms(lambda i: graphs[i].replay(), opt.reps, sets)
             ref_graphs, refs = [], []
             for (x, ids, w, _, _) in data:
