@@ -99,6 +99,10 @@ struct moe_tile {
   static constexpr int DEPTH = WG;
   /* 1: loaded by TMA (moe_gemm_tma.cuh's tiles), 0: by cp.async */
   static constexpr int TMA = 0;
+  /* 1: the tokens are the MMAs' M and the weights their N (moe_tile_big_tma:
+   * one m64n256 a warpgroup, its 64 tokens by all BM weight rows, MT 1 and
+   * NT BM / 8); 0: the weights are M, as said above */
+  static constexpr int TOK_M = 0;
   /* cp.async tiles: one __syncthreads a step (moe_one_sync) or, with
    * DEPTH 1, two (moe_lookahead says how far ahead the loads run) */
   static constexpr int ONE_SYNC = 0;
@@ -578,10 +582,41 @@ static __device__ __forceinline__ void tile_drain(float (&acc)[C::MT][C::NT][4])
   }
 }
 
+/* The step of a tile with the tokens as M (TOK_M): warpgroup wg's 64
+ * tokens (rows wg * 64.. of the token tile at b_base) by all BM weight
+ * rows (a_base) in one wgmma m64nBMk16 a 16-deep slice. Half the MMA
+ * instructions of two m64n128 a warpgroup with the weights as M, and
+ * fewer shared-memory bytes read a slice (a warpgroup's 64 x 16 tokens
+ * and BM x 16 weights: 20 KB for both, against 24 KB with the token
+ * slice read by each of the two MMAs); docs/decisions.md, "Tokens as
+ * M". Both warpgroups issue their MMAs whatever nvalid is (rows at
+ * and past it are never stored): a branch or a predicate on a
+ * warpgroup's MMAs, depending on the thread's index, is a divergent path
+ * to ptxas, and it serializes every wgmma of the kernel around it
+ * (C7520). As tile_wgmma_n, returns with the step's MMAs in flight. */
 template <class C>
-static __device__ __forceinline__ void tile_wgmma(float (&acc)[C::MT][C::NT][4],
-                                                  uint32_t a_base, uint32_t b_base,
-                                                  int nvalid)
+static __device__ __forceinline__ void tile_wgmma_tok(float (&acc)[C::MT][C::NT][4],
+                                                      uint32_t a_base, uint32_t b_base,
+                                                      int)
+{
+  static_assert(C::MT == 1 && C::NT == C::BM / 8 && C::BN == 128, "two 64-token halves");
+  const int wg = threadIdx.x >> 7;
+  const uint64_t dt = wgmma_desc_sw128(b_base + wg * 64 * C::ROW_BYTES);
+  const uint64_t dw = wgmma_desc_sw128(a_base);
+  wgmma_fence();
+#pragma unroll
+  for(int kk = 0; kk < C::KS; kk++)
+    wgmma_m64k16<C::BM>(acc[0], wgmma_desc_add(dt, kk * 32), wgmma_desc_add(dw, kk * 32), 1);
+  wgmma_commit();
+  wgmma_wait<1>();
+}
+
+/* The step of a tile with the weights as M: the MMA as wide as the
+ * unit's tokens need. */
+template <class C>
+static __device__ __forceinline__ void tile_wgmma_w(float (&acc)[C::MT][C::NT][4],
+                                                    uint32_t a_base, uint32_t b_base,
+                                                    int nvalid)
 {
   if constexpr(C::BN > 96) {
     if(nvalid > 96) {
@@ -609,6 +644,17 @@ static __device__ __forceinline__ void tile_wgmma(float (&acc)[C::MT][C::NT][4],
   }
   if(nvalid > 0)
     tile_wgmma_n<C, 16>(acc, a_base, b_base);
+}
+
+template <class C>
+static __device__ __forceinline__ void tile_wgmma(float (&acc)[C::MT][C::NT][4],
+                                                  uint32_t a_base, uint32_t b_base,
+                                                  int nvalid)
+{
+  if constexpr(C::TOK_M)
+    tile_wgmma_tok<C>(acc, a_base, b_base, nvalid);
+  else
+    tile_wgmma_w<C>(acc, a_base, b_base, nvalid);
 }
 
 /* One pipeline step of either kind of tile. WG tiles read shared memory

@@ -46,9 +46,16 @@
 /* The big tile on TMA: 256 weight rows by 128 tokens, 4 stages of 64 K,
  * one step's MMAs in flight (the loads are issued by the producer ahead
  * of the MMAs, not by the warps between them, so DEPTH 1 does not hold
- * loads back as it would with cp.async). */
+ * loads back as it would with cp.async). Unlike the cp.async tiles, its
+ * MMAs take the tokens as M: each warpgroup 64 tokens by the 256 weight
+ * rows (tile_wgmma_tok). The sums are the same, bit for bit: the tests
+ * compare its y with the cp.async tiles' (test_moe_agnostic). */
 struct moe_tile_big_tma : moe_tile<256, 128, 64, 8, 1, 1, 4, 1> {
   static constexpr int TMA = 1;
+  /* the tokens as the MMAs' M (tile_wgmma_tok, tma_tile_store) */
+  static constexpr int TOK_M = 1;
+  static constexpr int MT = 1;
+  static constexpr int NT = BM / 8;
 };
 
 /* Rows per TMA box of weights: 64 rows of 128 bytes, 8 KiB. */
@@ -58,10 +65,10 @@ struct moe_tile_big_tma : moe_tile<256, 128, 64, 8, 1, 1, 4, 1> {
 
 static_assert(moe_tile_big_tma::BM == 256 && moe_tile_big_tma::BN == 128,
               "the big tile's units (moe_unit_rows, moe_tile_bn)");
-/* Each warp stages its results through shared memory of its own, 16 rows
- * of this many tokens at a time (tma_tile_store). */
-#define HR__MOE_TMA_OUT_TOKENS 64
-#define HR__MOE_TMA_OUT_WARP_BYTES (16 * HR__MOE_TMA_OUT_TOKENS * 2)
+/* Each warp stages its results through shared memory of its own, its 16
+ * tokens by this many output columns at a time (tma_tile_store). */
+#define HR__MOE_TMA_OUT_COLS 64
+#define HR__MOE_TMA_OUT_WARP_BYTES (16 * HR__MOE_TMA_OUT_COLS * 2)
 
 /* After the pipeline: the slots' barriers, the ring, the warps' output
  * staging, then the gather's posts: a barrier a slot and two requests a
@@ -335,65 +342,86 @@ static __device__ __forceinline__ uint16_t *tma_out_buf(uint8_t *pipe)
                       (threadIdx.x >> 5) * HR__MOE_TMA_OUT_WARP_BYTES);
 }
 
-/* The unit's results to h (SwiGLU) or ypair. A warp's accumulators hold,
- * per 16-row MMA tile, 8 h columns (GEMM1: gate and up rows of 8
- * features) or 16 ypair columns (GEMM2) of every token, two bytes per
- * value spread over the lanes (the wgmma layout of moe_ptx.cuh). Stored
- * as they are, that is one 2-byte store per value; so each warp puts 64
- * tokens' values in its staging buffer, a token's columns side by side,
- * and stores them as 16-byte chunks of the output rows, tokens at and
- * past nvalid left out. Warps touch no one else's buffer: __syncwarp is
- * all the ordering needed. */
+/* GEMM1's gate and up sums of features f and f + 1 for token n of a unit
+ * whose tokens are the MMAs' M (gate: g[0..1], up: u[0..1]), kept for the
+ * backward where the caller asked (p.gu; moe_save_gu's layout). */
+static __device__ __forceinline__ void moe_save_gu_tok(const hr__moe_params &p,
+                                                       const moe_unit &un, int n, int f,
+                                                       float g0, float g1, float u0, float u1)
+{
+  float *row = p.gu + (size_t)(un.pos0 + n) * 2 * p.I + f;
+  if(n < un.nvalid) {
+    *(float2 *)row = make_float2(g0, g1);
+    *(float2 *)(row + p.I) = make_float2(u0, u1);
+  }
+}
+
+/* The unit's results to h (SwiGLU) or ypair; the tile's tokens are the
+ * MMAs' M (TOK_M). Warp w of warpgroup wg holds tokens
+ * r0 = wg * 64 + 16 (w % 4) + g and r0 + 8 and, for each 8-column block
+ * j, the tile's weight rows 8j + 2 t4 and + 1: two adjacent output
+ * columns a thread. GEMM1's blocks 2q and 2q + 1 are the gate and the up
+ * rows of features 8q..8q + 7 (the TMA boxes' order), so SwiGLU pairs
+ * acc[2q] with acc[2q + 1]. Each warp stages 64 columns of its 16 tokens
+ * at a time (its 2 KB), the 16-byte chunks of a row XOR-ed with the row
+ * so that the 8 rows one store writes fall in different banks, and
+ * stores them as whole 16-byte chunks of the output rows, tokens at and
+ * past nvalid left out. */
 template <class C, int STAGE>
 static __device__ __forceinline__ void tma_tile_store(const hr__moe_params &p,
                                                       const moe_unit &un,
                                                       float (&acc)[C::MT][C::NT][4],
                                                       uint8_t *pipe)
 {
-  constexpr int F = STAGE == 1 ? 8 : 16;       /* output columns a 16-row tile */
-  constexpr int JB = HR__MOE_TMA_OUT_TOKENS / 8; /* 8-token MMA tiles a batch */
-  static_assert(C::NT % JB == 0, "whole batches");
+  constexpr int COLS = STAGE == 1 ? C::BM / 2 : C::BM;  /* output columns of a unit */
+  constexpr int CB = HR__MOE_TMA_OUT_COLS;              /* columns a batch */
+  constexpr int CH = CB / 8;                            /* 16-byte chunks a batch row */
+  static_assert(C::TOK_M && 16 * CB * 2 == HR__MOE_TMA_OUT_WARP_BYTES && COLS % CB == 0,
+                "the tokens as M; staging");
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t4 = lane & 3;
+  const int r0 = (warp >> 2) * 64 + (warp & 3) * 16;
+  const int c0 = un.ft * COLS;
   const int ld = STAGE == 1 ? p.I : p.H;
   uint16_t *const buf = tma_out_buf<C>(pipe);
-  int mt, jb, j, i;
+  uint16_t *const dst = (STAGE == 1 ? p.h : p.ypair) + (size_t)(un.pos0 + r0) * ld + c0;
+  int b, c, i;
+  if(r0 >= un.nvalid)
+    return;
 #pragma unroll
-  for(mt = 0; mt < C::MT; mt++) {
-    const int m16 = C::m16(warp, mt);
-    uint16_t *const dst = STAGE == 1
-                              ? p.h + (size_t)un.pos0 * p.I + un.ft * (C::BM / 2) + m16 * 8
-                              : p.ypair + (size_t)un.pos0 * p.H + un.ft * C::BM + m16 * 16;
+  for(b = 0; b < COLS / CB; b++) {
 #pragma unroll
-    for(jb = 0; jb < C::NT; jb += JB) {
-      if(jb * 8 >= un.nvalid)
-        break;
+    for(c = 0; c < CH; c++) {
+      /* columns b CB + 8c + 2 t4 + 0..1 of tokens r0 + g (v[0..1]) and
+       * r0 + g + 8 (v[2..3]) */
+      float v[4];
+      if(STAGE == 1) {
+        const int q = b * CH + c;
+        const float *gt = acc[0][2 * q], *up = acc[0][2 * q + 1];
 #pragma unroll
-      for(j = 0; j < JB; j++) {
-        /* c0, c1: row g for tokens n, n + 1; c2, c3: row g + 8. GEMM1:
-         * rows g and g + 8 are the gate and up of one feature */
-        const int n = j * 8 + 2 * t4;
-        const float *c = acc[mt][jb + j];
-        if(STAGE == 1) {
-          buf[n * F + g] = to_bf16(hr__swiglu(c[0], c[2]));
-          buf[(n + 1) * F + g] = to_bf16(hr__swiglu(c[1], c[3]));
-          if(p.gu)
-            moe_save_gu(p, un, jb * 8 + n, un.ft * (C::BM / 2) + m16 * 8 + g, c);
-        } else {
-          buf[n * F + g] = to_bf16(c[0]);
-          buf[(n + 1) * F + g] = to_bf16(c[1]);
-          buf[n * F + g + 8] = to_bf16(c[2]);
-          buf[(n + 1) * F + g + 8] = to_bf16(c[3]);
+        for(i = 0; i < 4; i++)
+          v[i] = hr__swiglu(gt[i], up[i]);
+        if(p.gu) {
+          const int f = c0 + 8 * q + 2 * t4;
+          moe_save_gu_tok(p, un, r0 + g, f, gt[0], gt[1], up[0], up[1]);
+          moe_save_gu_tok(p, un, r0 + g + 8, f, gt[2], gt[3], up[2], up[3]);
         }
+      } else {
+#pragma unroll
+        for(i = 0; i < 4; i++)
+          v[i] = acc[0][b * CH + c][i];
       }
-      __syncwarp();
-      for(i = lane; i < HR__MOE_TMA_OUT_TOKENS * (F / 8); i += 32) {
-        const int n = i / (F / 8), h8 = (i % (F / 8)) * 8;
-        if(jb * 8 + n < un.nvalid)
-          *(uint4 *)(dst + (size_t)(jb * 8 + n) * ld + h8) = *(const uint4 *)(buf + n * F + h8);
-      }
-      __syncwarp();
+      *(uint32_t *)(buf + g * CB + (c ^ g) * 8 + 2 * t4) = pack_bf16x2(v[0], v[1]);
+      *(uint32_t *)(buf + (g + 8) * CB + (c ^ g) * 8 + 2 * t4) = pack_bf16x2(v[2], v[3]);
     }
+    __syncwarp();
+    for(i = lane; i < 16 * CH; i += 32) {
+      const int r = i / CH, k = i % CH;
+      if(r0 + r < un.nvalid)
+        *(uint4 *)(dst + (size_t)r * ld + b * CB + k * 8) =
+            *(const uint4 *)(buf + r * CB + (k ^ (r & 7)) * 8);
+    }
+    __syncwarp();
   }
 }
 

@@ -222,7 +222,7 @@ static __device__ __forceinline__ uint64_t wgmma_desc_add(uint64_t desc, uint32_
 }
 
 /* The accumulators as in-out asm operands, 4 per 8-column block j: the
- * operand lists of the four shapes below differ only in their length. */
+ * operand lists of the shapes below differ only in their length. */
 #define HR__WGMMA_ACC1(j)                                                    \
   "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
 #define HR__WGMMA_ACC2(j) HR__WGMMA_ACC1(j), HR__WGMMA_ACC1(j + 1)
@@ -231,6 +231,7 @@ static __device__ __forceinline__ uint64_t wgmma_desc_add(uint64_t desc, uint32_
 #define HR__WGMMA_ACC10(j) HR__WGMMA_ACC8(j), HR__WGMMA_ACC2(j + 8)
 #define HR__WGMMA_ACC12(j) HR__WGMMA_ACC8(j), HR__WGMMA_ACC4(j + 8)
 #define HR__WGMMA_ACC16(j) HR__WGMMA_ACC8(j), HR__WGMMA_ACC8(j + 8)
+#define HR__WGMMA_ACC32(j) HR__WGMMA_ACC16(j), HR__WGMMA_ACC16(j + 16)
 
 /* Shared-memory matrix descriptor of an MN-major tile in the 128-byte
  * swizzle: per K row 64 bf16 of M (or N) in 128 bytes, the 16-byte chunks
@@ -250,13 +251,30 @@ static __device__ __forceinline__ uint64_t wgmma_desc_mn_sw128(uint32_t saddr, u
  * sum from zero. Thread t of the warpgroup holds, for each 8-column block
  * j, d[j][0..1] = row 16 * (t / 32) + (t % 32) / 4, columns 8j + 2 (t % 4)
  * + 0..1, and d[j][2..3] the same 8 rows further: the mma.sync m16n8
- * layout, warp w owning rows 16w..16w+15. N is 16, 32, 64, 80, 96 or 128. */
+ * layout, warp w owning rows 16w..16w+15. N is 16, 32, 64, 80, 96, 128 or
+ * 256. */
 template <int N, int NT>
 static __device__ __forceinline__ void wgmma_m64k16(float (&d)[NT][4], uint64_t da,
                                                     uint64_t db, int scale_d)
 {
   static_assert(N % 16 == 0 && N / 8 <= NT, "accumulators");
-  if constexpr(N == 128) {
+  if constexpr(N == 256) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+                 "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+                 "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+                 "%96, %97, %98, %99, %100, %101, %102, %103, "
+                 "%104, %105, %106, %107, %108, %109, %110, %111, "
+                 "%112, %113, %114, %115, %116, %117, %118, %119, "
+                 "%120, %121, %122, %123, %124, %125, %126, %127"
+                 "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+                 : HR__WGMMA_ACC32(0)
+                 : "l"(da), "l"(db), "r"(scale_d));
+  } else if constexpr(N == 128) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
                  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "

@@ -16,6 +16,9 @@
  * schedule's counters must be back at zero after each launch with no host
  * reset), and an abort in the middle of a long launch: hr_moe_sync says
  * HR_EABORTED promptly and the next launch gives the same y.
+ *
+ * Last, a shape where the two kernels run different tiles on the same
+ * routing (tile_cross): y must still be the same bytes.
  */
 #include <stdio.h>
 #include <string.h>
@@ -30,6 +33,14 @@
 #define ABORT_SLACK_MS 50
 
 static const int token_counts[] = { 1, 128, 1024, 8192 };
+
+/* H below HR__MOE_CLAIM_MIN_H (the barrier kernel deals its units) and
+ * I = 2048 (a GEMM2 unit is 32 K steps): at 40 pairs per expert the
+ * barrier kernel runs the big TMA tile, whose MMAs take the tokens as M,
+ * and the agnostic kernel the 256-row cp.async mid tile, whose MMAs take
+ * the weights as M (moe_pick_tile). Same sums in the same K order. */
+static const gt_shape tile_cross = { "h2048-i2048", 32, 2048, 2048, 4, 32 };
+#define TILE_CROSS_T 320
 
 /* The barrier kernel's y of the current inputs, into want. */
 static void barrier_reference(gt_moe *g, uint16_t *want)
@@ -162,6 +173,19 @@ int main(void)
         gt_poison_expert(&g, i);
     gt_route_subset(&g, 128, 4);
     grids_case(&g, want, "3/4 experts empty", s != GT_DSV3);
+    free(want);
+    gt_moe_free(&g);
+  }
+  {
+    gt_moe g;
+    gt_moe_init(&g, &tile_cross, TILE_CROSS_T);
+    want = malloc((size_t)TILE_CROSS_T * g.s.H * 2);
+    if(!want) {
+      fprintf(stderr, "FAIL: out of memory\n");
+      return 1;
+    }
+    gt_route_random(&g, TILE_CROSS_T);
+    grids_case(&g, want, "big tile vs mid", 1);
     free(want);
     gt_moe_free(&g);
   }
