@@ -147,10 +147,10 @@ static __device__ __noinline__ int moe_barrier_wait(const hr__moe_params &p, hr_
 static __device__ __forceinline__ int grid_barrier(const hr__moe_params &p, int barrier,
                                             int *s_ok)
 {
-  __syncthreads();
+  HR__SYNC();
   if(threadIdx.x == 0)
     *s_ok = moe_barrier_wait(p, p.sync, p.seq, barrier);
-  __syncthreads();
+  HR__SYNC();
   return *s_ok;
 }
 

@@ -753,7 +753,7 @@ __device__ void tile_store(const hr__moe_params &p, const moe_unit &un,
           for(i = 0; i < 4; i++)
             dst[((mt * C::NT + j) * 4 + i) * 32 + lane] = acc[mt][j][i];
     }
-    __syncthreads();
+    HR__SYNC();
     if(wk == 0) {
       for(s = 1; s < C::WK; s++) {
         const float *src = red + ((s - 1) * C::WM * C::WN + piece) * C::ACC * 32;
@@ -773,7 +773,7 @@ __device__ void tile_store(const hr__moe_params &p, const moe_unit &un,
     /* WG: every warpgroup's MMAs are done with the slot; then, the last
      * pass is stored */
     if(C::WG)
-      __syncthreads();
+      HR__SYNC();
     if(wk == 0 && (!C::WG || one || (warp >> 2) == pass)) {
 #pragma unroll
       for(mt = 0; mt < C::MT; mt++) {
@@ -800,7 +800,7 @@ __device__ void tile_store(const hr__moe_params &p, const moe_unit &un,
       }
     }
     moe_trace_inner_last(p, inner, HR__MOE_INNER_WRITTEN_ALL);
-    __syncthreads();
+    HR__SYNC();
     moe_trace_inner(p, inner, HR__MOE_INNER_STAGED);
     {
       const int chunks = pass_cols / 8;
@@ -867,7 +867,7 @@ static __device__ __forceinline__ void moe_pipe_step(moe_loader<C, STAGE> &ld,
     tile_step<C>(acc, a, a + C::A_BYTES, wm, wn, wk, nvalid);
   }
   if constexpr(C::DEPTH && !C::ONE_SYNC) {
-    __syncthreads();
+    HR__SYNC();
     if(more())
       ld.issue(p, rt, pipe, nf, nk);
     cp_async_commit();
@@ -929,7 +929,7 @@ __device__ void moe_gemm_stage(const hr__moe_params &p, const moe_route &rt,
   tile_zero<C>(acc);
   for(s = 0; s < steps; s++) {
     moe_step_landed<C>();                       /* step s has landed */
-    __syncthreads();   /* and slot s-1 (DEPTH 0) or s-2 (ONE_SYNC) is free */
+    HR__SYNC();   /* and slot s-1 (DEPTH 0) or s-2 (ONE_SYNC) is free */
     /* the diagnostic's marks of the first unit's steps 0, 1, 2, 4, 8, 16 */
     moe_trace_inner(p, s < nk && s <= 16 && (s & (s - 1)) == 0 ? STAGE : 0,
                     HR__MOE_INNER_STEP + (s ? __ffs((int)s) : 0));
@@ -957,7 +957,7 @@ __device__ void moe_gemm_stage(const hr__moe_params &p, const moe_route &rt,
    * and without this wait it serializes every wgmma of the loop. */
   tile_drain<C>(acc);
   cp_async_wait<0>();
-  __syncthreads();
+  HR__SYNC();
 }
 
 #endif /* HR_MOE_GEMM_CUH */

@@ -71,7 +71,7 @@ __device__ void moe_gemm_stage_claimed(const hr__moe_params &p, const moe_route 
     ring[0] = moe_claim_unit((int)blockIdx.x, d.units, d.units1);
     ring[1] = moe_claim_unit((int)(blockIdx.x + gridDim.x), d.units, d.units1);
   }
-  __syncthreads();
+  HR__SYNC();
   ld.init(p, rt, nf, 0, ring);
   /* Is there a step to load: within a unit, or the ring has the next one
    * (its entry placed a unit before, past a __syncthreads)? */
@@ -101,7 +101,7 @@ __device__ void moe_gemm_stage_claimed(const hr__moe_params &p, const moe_route 
   static_assert(!C::ONE_SYNC, "the claimed stage runs two barriers a step");
   for(i = 0; i < moe_lookahead<C>(); i++) {     /* fill the pipeline */
     if(ld.kt == 0 && ld.unit > 0)
-      __syncthreads();                /* a unit short enough to end in the fill */
+      HR__SYNC();                /* a unit short enough to end in the fill */
     if(more()) {
       claim_at_start();
       ld.issue(p, rt, pipe, nf, nk);
@@ -119,7 +119,7 @@ __device__ void moe_gemm_stage_claimed(const hr__moe_params &p, const moe_route 
     if(tid == 0 && more())
       claim_at_start();
     moe_step_landed<C>();                       /* this step has landed */
-    __syncthreads();                            /* and (DEPTH 0) the last slot is free */
+    HR__SYNC();                            /* and (DEPTH 0) the last slot is free */
     {
       const int go = more();
       moe_pipe_step<C, STAGE>(ld, p, rt, pipe, nf, nk, acc, slot, wm, wn, wk,
@@ -150,7 +150,7 @@ __device__ void moe_gemm_stage_claimed(const hr__moe_params &p, const moe_route 
    * know it */
   tile_drain<C>(acc);
   cp_async_wait<0>();
-  __syncthreads();
+  HR__SYNC();
 }
 
 #endif /* HR_MOE_GEMM_CLAIM_CUH */

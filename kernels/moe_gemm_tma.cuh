@@ -104,6 +104,8 @@ static __device__ __forceinline__ int moe_tile_tma(int tile)
 #define HR__MOE_GATHER_MAX_I 1024
 static __device__ __forceinline__ int moe_gather_on(const hr__moe_params &p)
 {
+  if(HR__MOE_WS)                     /* the MMA threads gather: moe_gemm_ws.cuh */
+    return 0;
   return (size_t)p.T * p.H * 2 <= HR__MOE_GATHER_MAX_X_BYTES || p.I <= HR__MOE_GATHER_MAX_I;
 }
 
@@ -612,7 +614,7 @@ __device__ int moe_gemm_stage_tma_run(const hr__moe_params &p, const moe_route &
       }
     }
   }
-  __syncthreads();
+  HR__SYNC();
   if(ring[0] < 0) {                  /* no unit left for this CTA */
     if(tid == 0)
       tma_barriers_inval<C, STAGE, G>(full, empty, g);
@@ -666,7 +668,7 @@ __device__ int moe_gemm_stage_tma_run(const hr__moe_params &p, const moe_route &
        * launch on the stream would wait behind it). So any dead thread
        * ends the run for the whole CTA here, between units, where the
        * MMAs are drained and every warp leaves together. */
-      if(__syncthreads_or(dead) || ring[u & (HR__MOE_RING - 1)] < 0)
+      if(HR__SYNC_OR(dead) || ring[u & (HR__MOE_RING - 1)] < 0)
         break;
       un = unit_decode(ring[u & (HR__MOE_RING - 1)], rt, p, nf, C::BN, C::TT_MAJOR);
     }
@@ -677,7 +679,7 @@ __device__ int moe_gemm_stage_tma_run(const hr__moe_params &p, const moe_route &
    * (not after a timeout: a load may still be in flight). */
   tile_drain<C>(acc);
   fence_proxy_async_global();
-  ok = !__syncthreads_or(dead);
+  ok = !HR__SYNC_OR(dead);
   if(tid == 0 && ok)
     tma_barriers_inval<C, STAGE, G>(full, empty, g);
   return ok;

@@ -14,7 +14,14 @@
  * barrier that cannot complete times out into the error word instead of
  * hanging (moe_barrier.cuh). kernels/moe_ref.c is the same forward on the
  * CPU.
+ *
+ * Built with HR_EXP_PRODUCER_WG, each CTA has a producer warpgroup
+ * beside its 256 threads, which loads the big tile's stages
+ * (moe_gemm_ws.cuh); the rest of the kernel is the same.
  */
+#ifdef HR_EXP_PRODUCER_WG
+#define HR__MOE_WS 1
+#endif
 #include "moe_host.h"
 #include "moe_kernel.h"
 
@@ -32,14 +39,20 @@
 /* The dynamic shared memory (moe_gemm.cuh) beside this kernel's static. */
 static_assert(HR__MOE_SMEM_BYTES + 128 <= 227 * 1024, "fits an SM, with the static part");
 
-__global__ void __launch_bounds__(HR__MOE_THREADS, 1)
-hr__moe_kernel(const __grid_constant__ hr__moe_params p)
+#if HR__MOE_WS
+#define HR__MOE_KERNEL_THREADS HR__MOE_WS_THREADS
+#else
+#define HR__MOE_KERNEL_THREADS HR__MOE_THREADS
+#endif
+
+/* The forward, the 256 threads' part (all of it without a producer
+ * warpgroup). ws_cmd: the producer's command word (HR__MOE_WS). */
+static __device__ __forceinline__ void moe_forward(const hr__moe_params &p, uint8_t *smem,
+                                                   const moe_route &rt, volatile int *ws_cmd)
 {
-  extern __shared__ __align__(128) uint8_t smem[];
   __shared__ int s_ok;
   __shared__ int s_warp_sums[HR__MOE_THREADS / 32];
   __shared__ int s_nonempty;
-  const moe_route rt = moe_route_tables((int *)(smem + HR__MOE_GEMM_SMEM));
   int tile, i;
 
   /* A CTA that starts after its launch already failed (it was waiting for
@@ -54,7 +67,7 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
       moe_fail(p, HR__MOE_FAIL_STALE, -1, 0);
     s_nonempty = 0;
   }
-  __syncthreads();
+  HR__SYNC();
   if(!s_ok)
     return;
   moe_trace(p, HR__MOE_MARK_START);
@@ -79,7 +92,7 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
   for(i = threadIdx.x; i < p.E; i += HR__MOE_THREADS)
     if(rt.cnt[i] > 0)
       atomicAdd(&s_nonempty, 1);
-  __syncthreads();
+  HR__SYNC();
   tile = moe_pick_tile(rt.off[p.E], s_nonempty, p.I, p.flags, 0);
   moe_route_tiles(p, rt, moe_tile_bn(tile), s_warp_sums);
   moe_trace_route(p, HR__MOE_ROUTE_MARK_TILED);
@@ -96,7 +109,7 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
 
   /* 2. GEMM1 + SwiGLU (each CTA's units come twice, or never, through
    * the benchmark hook: moe_gemm_stage) */
-  if(!moe_gemm<1>(p, rt, smem, tile))
+  if(!moe_gemm<1>(p, rt, smem, tile, ws_cmd))
     return;
   moe_trace(p, HR__MOE_MARK_G1_END);
   if(!grid_barrier(p, 1, &s_ok))
@@ -105,7 +118,7 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
   moe_claims_reset(p, 1);
 
   /* 3. GEMM2 */
-  if(!moe_gemm<2>(p, rt, smem, tile))
+  if(!moe_gemm<2>(p, rt, smem, tile, ws_cmd))
     return;
   moe_trace(p, HR__MOE_MARK_G2_END);
   if(!grid_barrier(p, 2, &s_ok))
@@ -117,9 +130,29 @@ hr__moe_kernel(const __grid_constant__ hr__moe_params p)
   for(i = moe_phase_runs(p, HR__MOE_PHASE_COMBINE); i > 0; i--)
     moe_combine_grid(moe_comb_of(p), p.T);   /* stage 4 */
   if(p.trace) {               /* the CTA's last stores, then the time */
-    __syncthreads();
+    HR__SYNC();
     moe_trace(p, HR__MOE_MARK_END);
   }
+}
+
+__global__ void __launch_bounds__(HR__MOE_KERNEL_THREADS, 1)
+hr__moe_kernel(const __grid_constant__ hr__moe_params p)
+{
+  extern __shared__ __align__(128) uint8_t smem[];
+  const moe_route rt = moe_route_tables((int *)(smem + HR__MOE_GEMM_SMEM));
+#if HR__MOE_WS
+  __shared__ int s_ws_cmd;
+  if(threadIdx.x >= HR__MOE_THREADS) {
+    setmaxnreg_dec<HR__MOE_WS_REGS_PRODUCER>();
+    moe_ws_producer(p, rt, smem, &s_ws_cmd);
+    return;
+  }
+  setmaxnreg_inc<HR__MOE_WS_REGS_MMA>();
+  moe_forward(p, smem, rt, &s_ws_cmd);
+  moe_ws_exit(&s_ws_cmd);
+#else
+  moe_forward(p, smem, rt, nullptr);
+#endif
 }
 
 extern "C" int hr__moe_smem_bytes(void)
@@ -141,7 +174,7 @@ extern "C" cudaError_t hr__moe_launch(const hr__moe_params *p, int grid,
   cudaLaunchConfig_t cfg;
   cudaLaunchAttribute attr[2];
 
-  hr__moe_launch_config(&cfg, attr, grid, HR__MOE_THREADS, HR__MOE_SMEM_BYTES, coop, cluster,
-                        stream);
+  hr__moe_launch_config(&cfg, attr, grid, HR__MOE_KERNEL_THREADS, HR__MOE_SMEM_BYTES, coop,
+                        cluster, stream);
   return cudaLaunchKernelEx(&cfg, hr__moe_kernel, *p);
 }

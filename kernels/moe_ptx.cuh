@@ -367,6 +367,40 @@ static __device__ __forceinline__ void wgmma_m64k16_t(float (&d)[N / 8][4], uint
 #undef HR__WGMMA_ACC2
 #undef HR__WGMMA_ACC1
 
+/* ---- named barriers: the warp-specialized barrier kernel ---------------- */
+
+/* Wait until n threads (whole warps) have reached barrier `id`. */
+static __device__ __forceinline__ void bar_sync(int id, int n)
+{
+  asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(n) : "memory");
+}
+
+/* Barrier `id` over n threads, nonzero when v was nonzero in any. */
+static __device__ __forceinline__ int bar_sync_or(int id, int n, int v)
+{
+  int r;
+  asm volatile("{\n.reg .pred p, q;\nsetp.ne.s32 p, %3, 0;\n"
+               "bar.red.or.pred q, %1, %2, p;\nselp.s32 %0, 1, 0, q;\n}\n"
+               : "=r"(r) : "r"(id), "r"(n), "r"(v) : "memory");
+  return r;
+}
+
+/* Where the barrier kernel runs a producer warpgroup beside the 256 MMA
+ * threads (HR__MOE_WS, moe_kernel.cu), the code every kernel shares
+ * synchronizes those 256 on named barrier 1, never the whole CTA:
+ * HR__SYNC and HR__SYNC_OR for __syncthreads and __syncthreads_or. With
+ * 256 threads a CTA the two are the same barrier. */
+#ifndef HR__MOE_WS
+#define HR__MOE_WS 0
+#endif
+#if HR__MOE_WS
+#define HR__SYNC() bar_sync(1, HR__MOE_THREADS)
+#define HR__SYNC_OR(v) bar_sync_or(1, HR__MOE_THREADS, (v))
+#else
+#define HR__SYNC() __syncthreads()
+#define HR__SYNC_OR(v) __syncthreads_or(v)
+#endif
+
 /* ---- mbarriers and TMA (sm_90a): the TMA pipeline of moe_gemm_tma.cuh ---- */
 
 /* A shared-memory barrier that completes a phase when `count` arrivals

@@ -68,7 +68,7 @@ static __device__ void block_exclusive_scan(const int *in, int n, int *out, int 
   }
   if(lane == 31)
     warp_sums[warp] = incl;
-  __syncthreads();
+  HR__SYNC();
   run = incl - sum;
   for(w = 0; w < HR__MOE_THREADS / 32; w++) {
     if(w < warp)
@@ -82,7 +82,7 @@ static __device__ void block_exclusive_scan(const int *in, int n, int *out, int 
   }
   if(tid == 0)
     out[n] = total;
-  __syncthreads();
+  HR__SYNC();
 }
 
 /* Expert ids each thread has in flight at once, in the count and in the
@@ -135,7 +135,7 @@ static __device__ void moe_route_place(const hr__moe_params &p, int *cursor,
       }
     }
   }
-  __syncthreads();
+  HR__SYNC();
 }
 
 /* Count the whole table and scan (cnt, off), then place pairs [lo, hi):
@@ -154,7 +154,7 @@ static __device__ void moe_route_pairs(const hr__moe_params &p, const moe_route 
     rt.cnt[i] = 0;
     rt.pre[i] = 0;
   }
-  __syncthreads();
+  HR__SYNC();
   for(i = tid; i < pairs; i += B * HR__MOE_THREADS) {
     int ids[B];
 #pragma unroll
@@ -169,11 +169,11 @@ static __device__ void moe_route_pairs(const hr__moe_params &p, const moe_route 
       }
     }
   }
-  __syncthreads();
+  HR__SYNC();
   block_exclusive_scan(rt.cnt, E, rt.off, warp_sums);
   for(i = tid; i < E; i += HR__MOE_THREADS)
     rt.pre[i] += rt.off[i];                 /* the slice's cursor per expert */
-  __syncthreads();
+  HR__SYNC();
   moe_trace_route(p, HR__MOE_ROUTE_MARK_COUNTED);
   moe_route_place(p, rt.pre, lo, hi);
   moe_trace_route(p, HR__MOE_ROUTE_MARK_PLACED);
@@ -203,7 +203,7 @@ static __device__ void moe_route_advance(const hr__moe_params &p, int *cursor, i
       if((unsigned)ids[j] < (unsigned)p.E)
         atomicAdd(&cursor[ids[j]], 1);
   }
-  __syncthreads();
+  HR__SYNC();
 }
 
 /* Token tiles of `bn` rows per expert, and their scan. */
@@ -213,7 +213,7 @@ static __device__ void moe_route_tiles(const hr__moe_params &p, const moe_route 
   int i;
   for(i = threadIdx.x; i < p.E; i += HR__MOE_THREADS)
     rt.pre[i] = (rt.cnt[i] + bn - 1) / bn;
-  __syncthreads();
+  HR__SYNC();
   block_exclusive_scan(rt.pre, p.E, rt.tile_off, warp_sums);
 }
 

@@ -12,6 +12,9 @@
 #include "moe_gemm.cuh"
 #include "moe_gemm_claim.cuh"
 #include "moe_gemm_tma.cuh"
+#if HR__MOE_WS
+#include "moe_gemm_ws.cuh"
+#endif
 #include "moe_kernel.h"
 #include "moe_route.cuh"
 
@@ -55,15 +58,24 @@ static __device__ __forceinline__ void moe_gemm_cpasync(const hr__moe_params &p,
     moe_gemm_run<moe_tile_mid, STAGE, CLAIM>(p, rt, smem);
 }
 
-/* GEMM stage STAGE in the launch's tile shape: on the TMA pipeline or on
- * cp.async. 0 when a TMA load never landed (recorded). */
+/* GEMM stage STAGE in the launch's tile shape: on the TMA pipeline (with
+ * the producer warpgroup where the kernel has one: HR__MOE_WS, ws_cmd its
+ * command word) or on cp.async. 0 when a TMA load never landed
+ * (recorded). */
 template <int STAGE>
 static __device__ __forceinline__ int moe_gemm(const hr__moe_params &p, const moe_route &rt,
-                                               uint8_t *smem, int tile)
+                                               uint8_t *smem, int tile,
+                                               volatile int *ws_cmd = nullptr)
 {
   if(moe_tile_tma(tile)) {
+#if HR__MOE_WS
+    if(moe_gemm_stage_ws<moe_tile_big_tma, STAGE>(p, rt, smem, ws_cmd))
+      return 1;
+#else
+    (void)ws_cmd;
     if(moe_gemm_stage_tma<moe_tile_big_tma, STAGE>(p, rt, smem))
       return 1;
+#endif
     if(threadIdx.x == 0)
       moe_fail_at(p, HR__MOE_FAIL_TIMEOUT, HR__MOE_WAIT_TMA, STAGE, 0);
     return 0;

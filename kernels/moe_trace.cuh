@@ -82,7 +82,7 @@ static __device__ __forceinline__ void moe_trace_sm(const hr__moe_params &p)
 static __device__ __forceinline__ void moe_trace_route(const hr__moe_params &p, int k)
 {
   if(HR__MOE_TRACE_ROUTE && p.trace) {
-    __syncthreads();
+    HR__SYNC();
     if(threadIdx.x == 0)
       *moe_trace_inner_word(p, HR__MOE_INNER_STAGE + k) = global_timer_ns();
   }
