@@ -58,10 +58,13 @@ static __device__ __forceinline__ void setmaxnreg_dec(void)
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(N));
 }
 
-/* Both sides: the meeting of HR__MOE_WS_BAR. */
+/* Both sides: the meeting of HR__MOE_WS_BAR. Not the warp-aligned form
+ * (bar.sync): the producer's first thread comes to it from its loads,
+ * the rest of its warp straight from the last meeting. */
 static __device__ __forceinline__ void moe_ws_meet(void)
 {
-  bar_sync(HR__MOE_WS_BAR, HR__MOE_WS_THREADS);
+  asm volatile("barrier.sync %0, %1;\n" :: "r"(HR__MOE_WS_BAR), "r"(HR__MOE_WS_THREADS)
+               : "memory");
 }
 
 /* The producer's thread (the first of its warpgroup), between a stage's
