@@ -104,8 +104,6 @@ static __device__ __forceinline__ int moe_tile_tma(int tile)
 #define HR__MOE_GATHER_MAX_I 1024
 static __device__ __forceinline__ int moe_gather_on(const hr__moe_params &p)
 {
-  if(HR__MOE_WS)                     /* the MMA threads gather: moe_gemm_ws.cuh */
-    return 0;
   return (size_t)p.T * p.H * 2 <= HR__MOE_GATHER_MAX_X_BYTES || p.I <= HR__MOE_GATHER_MAX_I;
 }
 

@@ -22,9 +22,12 @@
  * steps; the MMA warps wait on `full`, issue, release `empty`, store.
  * Every wait is bounded by the launch's timeout, on both sides.
  *
- * GEMM1's token rows always come from the copy in expert order
- * (moe_copy_xs): the gather of moe_gemm_tma.cuh is the MMA threads' work,
- * which this kernel takes off them.
+ * Where GEMM1 gathers its token rows (moe_gather_on), the producer's 128
+ * threads copy them, a row each, with cp.async into the slot its first
+ * thread has loaded the weights into, each arriving on the slot's `full`
+ * barrier once its copies land (1 + 128 arrivals and the weights' bytes
+ * complete a phase); a named barrier of the producer's own
+ * (HR__MOE_WS_PBAR) hands each step from its first thread to the others.
  */
 #ifndef HR_MOE_GEMM_WS_CUH
 #define HR_MOE_GEMM_WS_CUH
@@ -35,10 +38,14 @@
 #define HR__MOE_WS_THREADS (HR__MOE_THREADS + 128)
 /* The named barrier the two sides meet on (1 is HR__SYNC's). */
 #define HR__MOE_WS_BAR 2
-/* Registers a thread after setmaxnreg: 256 x 232 + 128 x 40 = 64512 of the
- * SM's 65536 (168 a thread at launch). */
-#define HR__MOE_WS_REGS_MMA 232
-#define HR__MOE_WS_REGS_PRODUCER 40
+/* Registers a thread after setmaxnreg: 256 x 224 + 128 x 64 = 65536, the
+ * whole register file (168 a thread at launch); at 232 and 48 the
+ * kernel spilled 4 bytes (the producer's gather), here nothing does. */
+#define HR__MOE_WS_REGS_MMA 224
+#define HR__MOE_WS_REGS_PRODUCER 64
+/* The producer warpgroup's own named barrier (the gather's steps). */
+#define HR__MOE_WS_PBAR 3
+#define HR__MOE_WS_PTHREADS 128
 /* The command word's values besides a stage (1, 2) to load. */
 #define HR__MOE_WS_EXIT 0
 
@@ -63,52 +70,125 @@ static __device__ __forceinline__ void setmaxnreg_dec(void)
  * the rest of its warp straight from the last meeting. */
 static __device__ __forceinline__ void moe_ws_meet(void)
 {
-  asm volatile("barrier.sync %0, %1;\n" :: "r"(HR__MOE_WS_BAR), "r"(HR__MOE_WS_THREADS)
-               : "memory");
+  barrier_sync(HR__MOE_WS_BAR, HR__MOE_WS_THREADS);
 }
 
-/* The producer's thread (the first of its warpgroup), between a stage's
- * start and end: every step of the units it claims, each loaded once its
- * slot is released. Returns when the ring says the run ends, or when a
- * release never came (the MMA warps then time out on the slot they wait
- * for, and the launch fails). */
-template <class C, int STAGE>
+/* A step the producer's first thread hands to the others (the gather's
+ * rows: moe_ws_gather); stop: the run is over. */
+struct moe_ws_step {
+  int slot, pos0, nvalid, k0, stop;
+};
+
+/* The slots' barriers, fresh, by the 256's thread 0 before a stage's
+ * start: `full` counts the producer's arrival with the bytes and, where
+ * GEMM1 gathers, its 128 threads' arrivals; `empty` one a warp of the 256. */
+template <class C, int G>
+static __device__ __forceinline__ void moe_ws_barriers_init(uint64_t *full, uint64_t *empty)
+{
+  for(int i = 0; i < C::STAGES; i++) {
+    mbar_init(full + i, G ? 1 + HR__MOE_WS_PTHREADS : 1);
+    mbar_init(empty + i, HR__MOE_TMA_WARPS);
+  }
+  fence_mbar_init();
+}
+
+/* Each producer thread, a gathered step: token row pt of the unit's,
+ * x[sorted_tok[pos0 + pt]] from K k0, its 128 bytes into the slot's token
+ * tile as the TMA boxes would lay them out (swz), then its arrival on the
+ * slot's `full` barrier once they land. Rows from nvalid on are left as
+ * they are (they feed only output rows never stored). *tok is this
+ * thread's token, read once a unit (at *tok_pos0). */
+template <class C>
+static __device__ __forceinline__ void moe_ws_gather(const hr__moe_params &p, uint8_t *pipe,
+                                                     uint64_t *full, const moe_ws_step &st,
+                                                     int pt, int &tok_pos0, int &tok)
+{
+  static_assert(C::ROW_BYTES == 128 && C::BN == HR__MOE_WS_PTHREADS, "a token row a thread");
+  if(pt < st.nvalid) {
+    if(st.pos0 != tok_pos0) {
+      tok = __ldcg(p.sorted_tok + st.pos0 + pt);
+      tok_pos0 = st.pos0;
+    }
+    const uint32_t b = smem_addr(pipe + st.slot * C::STAGE_BYTES) + C::A_BYTES;
+    const uint16_t *src = p.x + (size_t)tok * p.H + st.k0;
+#pragma unroll
+    for(int c = 0; c < C::ROW_BYTES / 16; c++)
+      cp_async16(b + swz<C>(pt, c), src + c * 8);
+  }
+  cp_async_mbar_arrive(full + st.slot);
+}
+
+/* The producer warpgroup between a stage's start and end: its first
+ * thread claims the units and loads every step once its slot is
+ * released; where the stage gathers (G), all 128 copy the step's token
+ * rows too. Returns when the ring says the run ends, or when a release
+ * never came (the MMA warps then time out on the slot they wait for, and
+ * the launch fails). */
+template <class C, int STAGE, int G>
 static __device__ void moe_ws_produce(const hr__moe_params &p, const moe_route &rt,
                                       uint8_t *smem)
 {
   const moe_stage_dims d = moe_stage_dims_of<C, STAGE>(p, rt);
+  const int pt = (int)threadIdx.x - HR__MOE_THREADS;
   uint8_t *const pipe = moe_pipe<C>(smem);
   uint64_t *const full = (uint64_t *)(pipe + C::PIPE_BYTES);
   uint64_t *const empty = full + C::STAGES;
   int *const ring = (int *)(empty + C::STAGES);
+  /* the handed step: in the gather's posts (moe_gemm_tma.cuh), unused here */
+  volatile moe_ws_step *const st = (volatile moe_ws_step *)tma_posts_of<C>(pipe).req;
+  tma_gather_req req;
   moe_unit lun;
-  int s, slot, l_unit = 0, l_kt = 0;
+  int s, slot, l_unit = 0, l_kt = 0, tok_pos0 = -1, tok = 0, stop = 0;
 
-  if(d.units == 0 || ring[0] < 0)
+  if(d.units == 0 || ring[0] < 0 || (!G && pt != 0))
     return;
   /* the inputs were written through the generic proxy (the x rows by the
    * route stage, h by GEMM1) and published by the grid barrier the MMA
    * threads passed before the start */
   fence_proxy_async_global();
-  for(s = 0;; s++) {
-    if(l_kt == 0) {
-      if(!tma_next_unit<C>(p, rt, ring, l_unit, d.nf, lun))
-        return;
-      ring[(l_unit + 2) & (HR__MOE_RING - 1)] =
-          ring[(l_unit + 1) & (HR__MOE_RING - 1)] < 0 ? -1
-                                                      : tma_claim<STAGE>(p, d.units, d.units1);
+  for(s = 0; !stop; s++) {
+    if(pt == 0) {
+      slot = s % C::STAGES;
+      if(l_kt == 0) {
+        if(!tma_next_unit<C>(p, rt, ring, l_unit, d.nf, lun))
+          stop = 1;
+        else
+          ring[(l_unit + 2) & (HR__MOE_RING - 1)] =
+              ring[(l_unit + 1) & (HR__MOE_RING - 1)] < 0
+                  ? -1 : tma_claim<STAGE>(p, d.units, d.units1);
+      }
+      if(!stop && s >= C::STAGES &&
+         !mbar_wait(p, empty + slot, (unsigned)(s / C::STAGES - 1) & 1u))
+        stop = 1;
+      /* the tests' faults: the refill that moe_gemm_tma.cuh's thread 0
+       * would leave out at its step s - STAGES + 1 */
+      if(!stop && (s < C::STAGES || !tma_drop(p, s - C::STAGES + 1, d.nk)))
+        tma_step_load<C, STAGE, G>(p, pipe, full, slot, lun, l_kt, &req);
+      if(G) {
+        st->slot = slot;
+        st->pos0 = lun.pos0;
+        st->nvalid = lun.nvalid;
+        st->k0 = l_kt * C::BK;
+        st->stop = stop;
+      }
+      if(++l_kt == d.nk) {
+        l_kt = 0;
+        l_unit++;
+      }
     }
-    slot = s % C::STAGES;
-    if(s >= C::STAGES &&
-       !mbar_wait(p, empty + slot, (unsigned)(s / C::STAGES - 1) & 1u))
-      return;
-    /* the tests' faults: the refill that moe_gemm_tma.cuh's thread 0
-     * would leave out at its step s - STAGES + 1 */
-    if(s < C::STAGES || !tma_drop(p, s - C::STAGES + 1, d.nk))
-      tma_step_load<C, STAGE, 0>(p, pipe, full, slot, lun, l_kt, NULL);
-    if(++l_kt == d.nk) {
-      l_kt = 0;
-      l_unit++;
+    if(G) {
+      moe_ws_step my;
+      /* the step handed (the first thread comes from its loads: not the
+       * warp-aligned barrier) */
+      barrier_sync(HR__MOE_WS_PBAR, HR__MOE_WS_PTHREADS);
+      my.slot = st->slot;
+      my.pos0 = st->pos0;
+      my.nvalid = st->nvalid;
+      my.k0 = st->k0;
+      stop = st->stop;
+      barrier_sync(HR__MOE_WS_PBAR, HR__MOE_WS_PTHREADS);   /* and read by all */
+      if(!stop)
+        moe_ws_gather<C>(p, pipe, full, my, pt, tok_pos0, tok);
     }
   }
 }
@@ -123,12 +203,12 @@ static __device__ void moe_ws_producer(const hr__moe_params &p, const moe_route 
     const int c = *cmd;
     if(c == HR__MOE_WS_EXIT)
       return;
-    if(threadIdx.x == HR__MOE_THREADS) {
-      if(c == 1)
-        moe_ws_produce<moe_tile_big_tma, 1>(p, rt, smem);
-      else
-        moe_ws_produce<moe_tile_big_tma, 2>(p, rt, smem);
-    }
+    if(c == 1 && moe_gather_on(p))
+      moe_ws_produce<moe_tile_big_tma, 1, 1>(p, rt, smem);
+    else if(c == 1)
+      moe_ws_produce<moe_tile_big_tma, 1, 0>(p, rt, smem);
+    else
+      moe_ws_produce<moe_tile_big_tma, 2, 0>(p, rt, smem);
     moe_ws_meet();                       /* the stage's end */
   }
 }
@@ -145,9 +225,9 @@ static __device__ __forceinline__ void moe_ws_exit(volatile int *cmd)
 /* The 256, one GEMM stage of the big tile with the producer loading it.
  * 1 when done; 0 when a wait timed out (the caller records it). Starts
  * and ends with the 256 together. */
-template <class C, int STAGE>
-__device__ int moe_gemm_stage_ws(const hr__moe_params &p, const moe_route &rt, uint8_t *smem,
-                                 volatile int *cmd)
+template <class C, int STAGE, int G>
+__device__ int moe_gemm_stage_ws_run(const hr__moe_params &p, const moe_route &rt,
+                                     uint8_t *smem, volatile int *cmd)
 {
   const int tid = threadIdx.x;
   const moe_stage_dims d = moe_stage_dims_of<C, STAGE>(p, rt);
@@ -164,7 +244,7 @@ __device__ int moe_gemm_stage_ws(const hr__moe_params &p, const moe_route &rt, u
   if(tid == 0) {
     *cmd = STAGE;
     if(d.units > 0) {
-      tma_barriers_init<C, STAGE, 0>(full, empty, g);
+      moe_ws_barriers_init<C, G>(full, empty);
       ring[0] = tma_claim<STAGE>(p, d.units, d.units1);
       ring[1] = ring[0] < 0 ? -1 : tma_claim<STAGE>(p, d.units, d.units1);
     }
@@ -177,7 +257,7 @@ __device__ int moe_gemm_stage_ws(const hr__moe_params &p, const moe_route &rt, u
     for(s = 0;; s++) {
       /* as in moe_gemm_stage_tma_run: a thread whose wait timed out goes
        * on, dead, to its unit's end, where the 256 stop together */
-      tma_step_mma<C, STAGE, 0>(p, pipe, full, empty, s, slot, acc, un.nvalid, dead);
+      tma_step_mma<C, STAGE, G>(p, pipe, full, empty, s, slot, acc, un.nvalid, dead);
       if(++slot == C::STAGES)
         slot = 0;
       if(++kt == nk) {
@@ -197,6 +277,18 @@ __device__ int moe_gemm_stage_ws(const hr__moe_params &p, const moe_route &rt, u
   if(tid == 0 && d.units > 0 && ok)
     tma_barriers_inval<C, STAGE, 0>(full, empty, g);
   return ok;
+}
+
+/* The stage, in the instantiation for this launch: GEMM1 gathering its
+ * token rows (the producer's 128 threads) or not (moe_gather_on). */
+template <class C, int STAGE>
+__device__ int moe_gemm_stage_ws(const hr__moe_params &p, const moe_route &rt, uint8_t *smem,
+                                 volatile int *cmd)
+{
+  if constexpr(STAGE == 1)
+    if(moe_gather_on(p))
+      return moe_gemm_stage_ws_run<C, 1, 1>(p, rt, smem, cmd);
+  return moe_gemm_stage_ws_run<C, STAGE, 0>(p, rt, smem, cmd);
 }
 
 #endif /* HR_MOE_GEMM_WS_CUH */

@@ -375,6 +375,13 @@ static __device__ __forceinline__ void bar_sync(int id, int n)
   asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(n) : "memory");
 }
 
+/* The same where the threads of a warp may come to it apart (barrier.sync,
+ * not the warp-aligned bar.sync). */
+static __device__ __forceinline__ void barrier_sync(int id, int n)
+{
+  asm volatile("barrier.sync %0, %1;\n" :: "r"(id), "r"(n) : "memory");
+}
+
 /* Barrier `id` over n threads, nonzero when v was nonzero in any. */
 static __device__ __forceinline__ int bar_sync_or(int id, int n, int v)
 {
