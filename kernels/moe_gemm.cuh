@@ -3,7 +3,8 @@
  *
  * Both compute, per expert e, out^T = W_e * in^T with the weights as the
  * tensor cores' A operand (rows = output features, K contiguous) and the
- * tokens as B (one token per column, K contiguous):
+ * tokens as B (one token per column, K contiguous), but for the big TMA
+ * tile, which takes the tokens as A (tile_wgmma_tok):
  *
  *   GEMM1: W1_e [2I, H] times x rows gathered through sorted_tok, then
  *          SwiGLU, into h [pairs, I]

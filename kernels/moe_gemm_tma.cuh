@@ -192,8 +192,9 @@ static __device__ __forceinline__ int mbar_wait(const hr__moe_params &p, uint64_
 }
 
 /* The producer's loads of one step (unit un, K step kt) into `slot`: the
- * weights (BM rows) and as many token boxes as the unit has tokens
- * (the MMA reads no further: tile_wgmma's width follows nvalid). */
+ * weights (BM rows) and as many token boxes as the unit has tokens (the
+ * MMAs read all BN token rows, but rows past nvalid feed only output
+ * rows that are never stored: tile_wgmma_tok). */
 template <class C, int STAGE, int G>
 static __device__ __forceinline__ void tma_step_load(const hr__moe_params &p, uint8_t *pipe,
                                                      uint64_t *full, int slot,
@@ -239,7 +240,7 @@ static __device__ __forceinline__ void tma_step_load(const hr__moe_params &p, ui
  * slot's token tile as the TMA boxes laid them out (the 128-byte swizzle,
  * swz): HR__MOE_THREADS / BN threads a row, the rest of the row's pieces
  * each. Rows from nvalid on are left as they are: they feed only output
- * columns that are never stored. Then the thread arrives on the slot's
+ * rows that are never stored. Then the thread arrives on the slot's
  * full barrier once its copies have landed (the barrier counts thread 0's
  * arrival and every thread's: tma_barriers_init); the warps fence the
  * async proxy after their wait, before wgmma reads the rows
