@@ -36,3 +36,13 @@ GPU_TESTS_2 += tests/gpu/test_torch_overlap.sh
 
 tests/gpu/test_torch_overlap.sh: $(BINDIR)/headroomd $(LIBDIR)/libheadroom.so \
                                  $(MOE_LIB_SO)
+
+# The expert-parallel trials on 2..8 GPUs beside NCCL
+# (tests/gpu/test_ep_trials.py): the same kind of wrapper; its plan's half
+# (tests/gpu/ep_trials_plan.py) runs everywhere, also as
+# tests/python/test_ep_trials_plan.py.
+GPU_TESTS += tests/gpu/test_ep_trials.sh
+GPU_TESTS_2 += tests/gpu/test_ep_trials.sh
+
+tests/gpu/test_ep_trials.sh: $(BINDIR)/headroomd $(LIBDIR)/libheadroom.so \
+                             $(MOE_LIB_SO)
