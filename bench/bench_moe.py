@@ -28,6 +28,7 @@ and exits 0, measuring nothing.
 import argparse
 import ctypes
 import datetime
+import json
 import os
 import statistics
 import subprocess
@@ -43,7 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(1, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "python"))
 from headroom._lib import MoeArgs_t, MoeShape_t  # noqa: E402
-from bench_common import check_gpu, emit, routing  # noqa: E402  (beside this script)
+from bench_common import check_gpu, commit, emit, routing  # noqa: E402  (beside this script)
 
 try:                                   # the tuned Triton baseline, beside this file
     import triton_moe
@@ -339,7 +340,17 @@ def main():
                     "(t k + j) mod E) instead of random routing")
     ap.add_argument("--no-triton", action="store_true",
                     help="leave out the tuned Triton baseline (bench/triton_moe.py)")
+    ap.add_argument("--json", help="also write the run's rows here, for --merge")
+    ap.add_argument("--merge", help="A.json,B.json,...: no run; the table of these --json "
+                    "files' rows together (runs one after the other, a shape each, say)")
     opt = ap.parse_args()
+    if opt.merge:
+        try:
+            doc = merge([p for p in opt.merge.split(",") if p])
+        except (OSError, ValueError, KeyError) as e:
+            sys.exit(f"bench_moe.py --merge: {e}")
+        emit(render(doc), opt.out)
+        return
     check_gpu("bench_moe.py")
 
     libs = [("ours", load_lib(os.path.abspath(opt.lib)))]
@@ -367,18 +378,70 @@ def main():
         bench_shape(libs, name, tokens, opt.reps, copy_bw, gemm, l2, rows,
                     variants, variant_tokens, not opt.no_triton, opt.balanced)
 
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    lines = [
-        f"# Mega-MoE kernel vs the PyTorch reference ({now})",
-        "",
-        f"- machine: {machine()}, {prop.multi_processor_count} SMs; torch "
-        f"{torch.__version__}",
-        set_aside_line,
-        f"- command: `{' '.join(['python3'] + sys.argv)}` (`make bench-gpu` runs this script)",
-        f"- ceilings measured in the same run: copy {copy_bw / 1e12:.2f} TB/s "
-        f"(read + write), bf16 GEMM 8192^3 {gemm / 1e12:.0f} TFLOP/s",
+    run = dict(
+        date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        machine=f"{machine()}, {prop.multi_processor_count} SMs; torch {torch.__version__}",
+        set_aside=set_aside_line, command=" ".join(["python3"] + sys.argv),
+        commit=commit(), copy_bw=copy_bw, gemm=gemm, balanced=opt.balanced)
+    doc = dict(runs=[run], rows=rows, variants=variants)
+    if opt.json:
+        with open(opt.json, "w") as f:
+            json.dump(doc, f, indent=1)
+    emit(render(doc), opt.out)
+
+
+def merge(paths):
+    """The documents that --json wrote, as one: their runs, rows and
+    variants in the order given. ValueError naming the file where they do
+    not belong in one table (another machine, the other routing, a cell
+    twice)."""
+    doc = dict(runs=[], rows=[], variants=[])
+    seen = set()
+    for path in paths:
+        with open(path) as f:
+            d = json.load(f)
+        if not isinstance(d, dict) or not all(isinstance(d.get(k), list)
+                                              for k in ("runs", "rows", "variants")):
+            raise ValueError(f"{path}: not a bench_moe.py --json document")
+        for r in d["runs"]:
+            first = doc["runs"][0] if doc["runs"] else r
+            for key in ("machine", "balanced"):
+                if r.get(key) != first.get(key):
+                    raise ValueError(f"{path}: {key} {r.get(key)!r}, not {first.get(key)!r}"
+                                     " as in the first file")
+        for row in d["rows"]:
+            cell = (row["shape"], row["T"])
+            if cell in seen:
+                raise ValueError(f"{path}: {cell[0]} T={cell[1]} is in an earlier file too")
+            seen.add(cell)
+        for k in ("runs", "rows", "variants"):
+            doc[k] += d[k]
+    return doc
+
+
+def render(doc):
+    """The markdown table of one run, or of several merged (merge())."""
+    runs, rows, variants = doc["runs"], doc["rows"], doc["variants"]
+    first = runs[0]
+    dates = ", ".join(r["date"] for r in runs)
+    lines = [f"# Mega-MoE kernel vs the PyTorch reference ({dates})", "",
+             f"- machine: {first['machine']}", first["set_aside"]]
+    if len(runs) == 1:
+        lines += [f"- command: `{first['command']}` (`make bench-gpu` runs this script); "
+                  f"commit {first['commit']}",
+                  f"- ceilings measured in the same run: copy {first['copy_bw'] / 1e12:.2f} "
+                  f"TB/s (read + write), bf16 GEMM 8192^3 {first['gemm'] / 1e12:.0f} TFLOP/s"]
+    else:
+        lines.append(f"- {len(runs)} runs, one after the other, merged by "
+                     "`bench_moe.py --merge` (each row is its own run's, its floor from "
+                     "that run's ceilings):")
+        for r in runs:
+            lines.append(f"  - {r['date']}: `{r['command']}`, commit {r['commit']}; ceilings "
+                         f"copy {r['copy_bw'] / 1e12:.2f} TB/s, bf16 GEMM "
+                         f"{r['gemm'] / 1e12:.0f} TFLOP/s")
+    lines += [
         "- routing: " + ("balanced, slot j of token t to expert (t k + j) mod E"
-                         if opt.balanced else "k distinct experts a token, uniformly"),
+                         if first["balanced"] else "k distinct experts a token, uniformly"),
         "- floor = max(bytes of the experts touched / copy rate, FLOPs / GEMM "
         "rate); times are medians of per-rep CUDA events, inputs rotating",
         "- barrier: hr_moe_forward_grid, grid = all SMs, clusters of 2; "
@@ -428,7 +491,7 @@ def main():
         for v in variants:
             lines.append(f"| {v['shape']} | {v['T']} | {v['variant']} | {v['ms']:.3f} | "
                          f"{v['ms'] / v['floor']:.2f} | {v['ref'] / v['ms']:.2f}x |")
-    emit("\n".join(lines) + "\n", opt.out)
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
