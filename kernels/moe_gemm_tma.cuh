@@ -100,8 +100,14 @@ static __device__ __forceinline__ int moe_tile_tma(int tile)
  * GEMM1's 4IH FLOPs a pair: its share of the stage goes as 1 / I. So the
  * gather while x fits L2 with room to spare, or where I is small enough
  * for the copy to weigh (docs/decisions.md, "GEMM1's gather"). */
+#ifndef HR__MOE_GATHER_MAX_X_BYTES
 #define HR__MOE_GATHER_MAX_X_BYTES (40u << 20)
+#endif
+/* (both may be set at build time, for an A/B of the gather against the
+ * copy: NVCC_EXTRA=-DHR__MOE_GATHER_MAX_I=4096 gathers at every shape) */
+#ifndef HR__MOE_GATHER_MAX_I
 #define HR__MOE_GATHER_MAX_I 1024
+#endif
 static __device__ __forceinline__ int moe_gather_on(const hr__moe_params &p)
 {
   return (size_t)p.T * p.H * 2 <= HR__MOE_GATHER_MAX_X_BYTES || p.I <= HR__MOE_GATHER_MAX_I;
