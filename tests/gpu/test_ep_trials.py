@@ -255,11 +255,40 @@ class Run:
                     die("the reference kernel is wrong (rel L2 %.3g)" % err)
         one.close()
         torch.cuda.synchronize()
+        self.same_everywhere()
         self.ep = hr.MoeEP(hr.MoeShape(E, H, I, K, o.max_tokens), self.rank, self.world,
                            self.dist.group.WORLD, device=self.local, backward=True)
         log("EP %d ranks, %s (E %d H %d I %d k %d), experts %d..%d here, %d SMs, "
             "tokens a rank <= %d" % (self.world, o.shape, E, H, I, K, self.e0,
                                      self.e0 + self.El - 1, sms, o.max_tokens))
+
+    def same_everywhere(self):
+        """Every rank made the same global weights and the same inputs of
+        every rank (torch's CUDA generator gives the same numbers for one
+        seed on GPUs of one kind): else each rank's reference would be of
+        another problem than the one the ranks solve together."""
+        torch = self.torch
+
+        def digest(t):
+            # the bits, each weighed by its place, 16M elements at a time
+            v = t.contiguous().view(-1).view(torch.int16)
+            total, n = 0, 1 << 24
+            for i in range(0, v.numel(), n):
+                c = v[i:i + n].to(torch.int64)
+                w = torch.arange(i + 1, i + 1 + c.numel(), device=c.device,
+                                 dtype=torch.int64) % 65521
+                total += int((c * w).sum().item())
+            return total
+        mine = [digest(self.w1), digest(self.w2)]
+        for s in range(P.INPUT_SETS):
+            for r in range(self.world):
+                x = self.inputs_of(s, r)[0]
+                mine.append(digest(x) if x.numel() else 0)
+        every = [None] * self.world
+        self.dist.all_gather_object(every, mine)
+        if any(e != every[0] for e in every):
+            die("the ranks made different weights or inputs from one seed (digests %s): "
+                "are the GPUs of different kinds?" % every)
 
     # -- launches ----------------------------------------------------------
 
@@ -355,7 +384,7 @@ class Run:
             # current stream (this one, in the comm partition where there
             # is one), not on a stream of the group's own
             if c.op == "all-reduce":
-                dist.all_reduce(src[:n], group=pg)
+                dist.all_reduce(dst[:n], group=pg)   # src stays the gathers' input
             elif c.op == "all-gather":
                 dist.all_gather_into_tensor(dst[:m * self.world], src[:m], group=pg)
             else:
