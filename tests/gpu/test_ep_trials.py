@@ -57,6 +57,7 @@ import zlib
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import ep_trials_plan as P  # noqa: E402
+from torchrun_util import RANK, die, log, wait_event, watchdog  # noqa: E402
 
 SHAPES = {
     # name: (experts, hidden, inter, topk)
@@ -65,28 +66,7 @@ SHAPES = {
 }
 PHASES = ("headroom", "cooperative", "partition", "agnostic", "agnostic-full", "repro")
 LEASE_CLUSTER = {"headroom": 2, "cooperative": 1, "partition": 1, "agnostic": 1}
-EVENT_LIMIT_S = 30         # longest any one GPU wait may take
 REL_L2_BOUND = 1e-2
-RANK = int(os.environ.get("RANK", "0"))
-
-
-def log(msg):
-    print("[rank %d] %s" % (RANK, msg), flush=True)
-
-
-def die(msg, code=1):
-    log("FAIL: " + msg)
-    faulthandler.dump_traceback(all_threads=True)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
-def watchdog(seconds):
-    faulthandler.cancel_dump_traceback_later()
-    faulthandler.dump_traceback_later(seconds, exit=True)
-
-
 def options(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--trials", type=int, default=int(os.environ.get("HR_TRIALS", 1000)),
@@ -394,11 +374,7 @@ class Run:
         return ev
 
     def wait_event(self, ev, what):
-        t0 = time.monotonic()
-        while not ev.query():
-            if time.monotonic() - t0 > EVENT_LIMIT_S:
-                die("%s did not finish within %d s" % (what, EVENT_LIMIT_S), 3)
-            time.sleep(0.0002)
+        wait_event(ev, what)
 
     # -- one trial ---------------------------------------------------------
 

@@ -39,20 +39,19 @@ stack, instead of hanging the job.
 """
 import faulthandler
 import os
-import sys
 import time
 
 import torch
 import torch.distributed as dist
 
 import headroom
+from torchrun_util import RANK, die, log, wait_event, watchdog
 
 STEPS = 200                 # with the lease
 AGNOSTIC_STEPS = 200        # the agnostic kernel at the full grid
 DEADLOCK_TRIES = 3          # without it, until a rank sees the timeout
 TIMEOUT_MS = 500            # barrier timeout of every launch
 SETTLE_S = 0.002            # lets a launched kernel become resident
-EVENT_LIMIT_S = 30          # longest any one GPU wait may take
 PHASE_LIMIT_S = 120         # a phase that takes longer is a hang
 COMM_CTAS = 8               # CTAs per collective we register and allow
 IN_FLIGHT = 2               # all-gather and reduce-scatter at once
@@ -60,34 +59,6 @@ CLUSTER = 2
 E, H, I, K, T = 8, 256, 512, 2, 256
 COMM_ELEMS = 1 << 22        # 8 MiB of bf16 per rank: NCCL's full-size CTAs
 REL_L2_BOUND = 1e-2
-
-RANK = int(os.environ.get("RANK", "0"))
-
-
-def log(msg):
-    print("[rank %d] %s" % (RANK, msg), flush=True)
-
-
-def die(msg, code=1):
-    log("FAIL: " + msg)
-    faulthandler.dump_traceback(all_threads=True)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
-def watchdog(seconds):
-    faulthandler.cancel_dump_traceback_later()
-    faulthandler.dump_traceback_later(seconds, exit=True)
-
-
-def wait_event(ev, what):
-    t0 = time.monotonic()
-    while not ev.query():
-        if time.monotonic() - t0 > EVENT_LIMIT_S:
-            die("%s did not finish within %d s" % (what, EVENT_LIMIT_S), 3)
-        time.sleep(0.0002)
-
 
 def main():
     local = int(os.environ["LOCAL_RANK"])
