@@ -3,7 +3,8 @@
 # an H200 machine (two of them for the NCCL tests; PyTorch for the table):
 #
 #   1. make gpu-test                      -> DIR/gpu-test.log
-#      (with one GPU: make gpu-test-one, the 2-GPU tests named as not run)
+#      (with one GPU: make gpu-test-one, the 2-GPU tests named as not run;
+#      with 2 or more, the EP trials' table -> DIR/ep-trials.md)
 #   2. make bench-gpu (against PyTorch)   -> DIR/bench-moe.md, bench-gpu.log
 #      and its training table              -> DIR/bench-train.md
 #   3. make bench-phases, normal launches -> DIR/bench-phases.md, .log
@@ -63,7 +64,11 @@ for step in $steps; do
   case $step in
     gpu-test)
       if [ "$ngpu" -ge 2 ]; then
+        # the expert-parallel trials' table (tests/gpu/test_ep_trials.sh)
+        HR_EP_TRIALS_OUT="$dir/ep-trials.md"
+        export HR_EP_TRIALS_OUT
         run_step gpu-test "$make" -j"$jobs" gpu-test
+        unset HR_EP_TRIALS_OUT
       else
         echo "gpu-test: one GPU here: make gpu-test-one (the 2-GPU tests not run)" | tee -a "$sum"
         run_step gpu-test "$make" -j"$jobs" gpu-test-one
