@@ -40,7 +40,19 @@
 #define BWD_GRAD_DEPTH_AGN 0
 #define BWD_GRAD_STAGES_OF(depth) ((depth) ? 4 : 3)
 #define BWD_GRAD_STAGES BWD_GRAD_STAGES_OF(1)
+/* The dx row tiles' width along H: 128 (a stage of 32 KiB, 6 or 5 of
+ * them), or, built with HR_EXP_DX256 (an experiment, undecided:
+ * docs/decisions.md, "The dx tiles' width"), 256 on m64n256k16, each
+ * warpgroup 64 pairs by 256 columns (a stage of 48 KiB, 4 of them): a
+ * quarter less shared and L2 traffic a FLOP, the loads then one step
+ * less ahead. */
+#if HR_EXP_DX256
+#define BWD_DX_N 256
+#define BWD_DX_STAGES_OF(depth) 4
+#else
+#define BWD_DX_N 128
 #define BWD_DX_STAGES_OF(depth) ((depth) ? 6 : 5)
+#endif
 #define BWD_DGU_ROWS (HR__MOE_BWD_TILE_M * BWD_BK * 2)
 #define BWD_DGU_W (HR__MOE_BWD_DGU_N * BWD_BK * 2)
 #define BWD_DGU_STAGE (2 * BWD_DGU_ROWS + 3 * BWD_DGU_W)
@@ -53,6 +65,9 @@
 #define BWD_DQ_DEPTH 1
 /* The grads tiles' stage: A and B, each 128 x 64 (BWD_MN_TILE). */
 #define BWD_GRAD_STAGE (2 * BWD_MN_TILE)
+/* The dx tiles' stage: 128 dh rows x 64 (K-major), W1's 64 K rows x
+ * BWD_DX_N columns (MN-major, BWD_DX_N / 64 blocks of 64). */
+#define BWD_DX_STAGE (BWD_MN_TILE + BWD_DX_N * BWD_BK * 2)
 /* The dW groups' shared memory (bwd_dw_group), from the ring's start: a
  * ring of the streamed operand's steps (BWD_MN_TILE each, up to
  * BWD_GRAD_STAGES of them), the stationary operand's BWD_DW_KEEP_STEPS
@@ -78,7 +93,8 @@
 #define BWD_SMEM_BYTES (BWD_RING_BYTES + 5 * HR__MOE_ROUTE_INTS * 4)
 static_assert(BWD_SMEM_BYTES + 256 <= 227 * 1024, "fits an SM");
 static_assert(1024 + BWD_DQ_STAGES * BWD_DQ_STAGE <= BWD_RING_BYTES, "the q ring fits");
-static_assert(1024 + BWD_DX_STAGES_OF(1) * BWD_GRAD_STAGE <= BWD_RING_BYTES, "the dx ring fits");
+static_assert(1024 + BWD_DX_STAGES_OF(1) * BWD_DX_STAGE <= BWD_RING_BYTES &&
+              1024 + BWD_DX_STAGES_OF(0) * BWD_DX_STAGE <= BWD_RING_BYTES, "the dx ring fits");
 
 /* The ring's start: the first 1024-byte boundary in smem. */
 static __device__ __forceinline__ uint32_t bwd_ring(const uint8_t *smem)
@@ -111,9 +127,10 @@ static __device__ __forceinline__ void bwd_mma_step(float (&acc)[N / 8][4], uint
 struct bwd_plan {
   int n_mt;      /* M tiles of 128 pairs, over all experts */
   int ni;        /* I / 64: dgu tiles (and d(w) partials) per M tile */
-  int nh;        /* H / 128 */
+  int nh;        /* H / 128: the dW tiles along H */
+  int nhx;       /* H / BWD_DX_N: the dx row tiles along H */
   int n_dgu;     /* n_mt * ni: 128 pairs x 64 features, or 64 x 128 (bwd_dq_tile) */
-  int n_dx;      /* n_mt * nh */
+  int n_dx;      /* n_mt * nhx */
   int dw_gpr;    /* dW groups a run of nh tiles: ceil(nh / BWD_DW_GROUP) */
   int n_dwg;     /* dW groups: E (3I / 128) dw_gpr */
   int n_grads;   /* n_dx + n_dwg */
@@ -125,8 +142,9 @@ static __device__ __forceinline__ bwd_plan bwd_plan_of(const hr__moe_params &f, 
   q.n_mt = rt.tile_off[f.E];
   q.ni = f.I / HR__MOE_BWD_DGU_N;
   q.nh = f.H / 128;
+  q.nhx = f.H / BWD_DX_N;
   q.n_dgu = q.n_mt * q.ni;
-  q.n_dx = q.n_mt * q.nh;
+  q.n_dx = q.n_mt * q.nhx;
   q.dw_gpr = (q.nh + BWD_DW_GROUP - 1) / BWD_DW_GROUP;
   q.n_dwg = f.E * (3 * f.I / 128) * q.dw_gpr;
   q.n_grads = q.n_dx + q.n_dwg;
@@ -506,7 +524,7 @@ static __device__ void bwd_dw_store(const hr__moe_bwd_params &p, bwd_dw_out o, i
   }
 }
 
-/* dx row tile `unit` (M tile unit / nh, columns h0 .. h0 + 127 of H):
+/* dx row tile `unit` (M tile unit / nhx, columns h0 .. h0 + 127 of H):
  * dxrow = dh W1[e] over K = 2I, on wgmma m64n128k16. A the dh rows
  * K-major (wgmma_desc_sw128), B W1[e] MN-major (its rows are the K of
  * this GEMM; bwd_mn_sw128, the transpose bit): warpgroup w takes pairs
@@ -517,7 +535,7 @@ static __device__ void bwd_dx_tile(const hr__moe_bwd_params &p, const moe_route 
 {
   const hr__moe_params &f = p.f;
   const int H = f.H, I = f.I;
-  const int mt_all = unit / q.nh, h0 = (unit - mt_all * q.nh) * 128;
+  const int mt_all = unit / q.nhx, h0 = (unit - mt_all * q.nhx) * 128;
   const bwd_mtile t = bwd_mtile_of(rt, f.E, mt_all);
   const int e = t.e, m0 = t.m0, cnt = t.cnt, off = t.off;
   const int wg = (int)threadIdx.x >> 7, lane = (int)threadIdx.x & 31;
@@ -543,7 +561,7 @@ static __device__ void bwd_dx_tile(const hr__moe_bwd_params &p, const moe_route 
     bc[i] = (c % 16) * 8;
     bdst[i] = bwd_mn_sw128(bk[i], bc[i]);
   }
-  bwd_pipeline<BWD_DX_STAGES_OF(DEPTH), BWD_GRAD_STAGE, DEPTH>(
+  bwd_pipeline<BWD_DX_STAGES_OF(DEPTH), BWD_DX_STAGE, DEPTH>(
       2 * I / BWD_BK, ring,
       [&](uint32_t st, int s) {
 #pragma unroll
@@ -570,6 +588,79 @@ static __device__ void bwd_dx_tile(const hr__moe_bwd_params &p, const moe_route 
             pack_bf16x2(acc[j][half * 2], acc[j][half * 2 + 1]);
     }
 }
+
+#if HR_EXP_DX256
+/* The same tile 256 columns wide (HR_EXP_DX256): wgmma m64n256k16, each
+ * warpgroup 64 pairs by 256 columns, 128 accumulators a thread. Each
+ * output is the same K loop in the same order as in the 128-wide tile
+ * (an m64nNk16 sums its 16 products alike whatever N), so the bits are
+ * the same. The copies' addresses are a base and a stride each (a
+ * thread's chunks are 32 rows apart in A, 8 K rows apart in B, at the
+ * same swizzle phase): per-chunk arrays, as the 128-wide tile keeps,
+ * would spill beside the accumulators. */
+template <int DEPTH>
+static __device__ void bwd_dx_tile_wide(const hr__moe_bwd_params &p, const moe_route &rt,
+                                        const bwd_plan &q, uint8_t *smem, int unit)
+{
+  constexpr int N = 256;
+  constexpr int PT = BWD_BK * 128 / 8 / HR__MOE_THREADS;   /* A's chunks a thread: 4 */
+  constexpr int PB = BWD_BK * N / 8 / HR__MOE_THREADS;     /* B's: 8 */
+  static_assert(BWD_DX_N == N && PT == 4 && PB == 8, "the wide tile's shape");
+  const hr__moe_params &f = p.f;
+  const int H = f.H, I = f.I, tid = (int)threadIdx.x;
+  const int mt_all = unit / q.nhx, h0 = (unit - mt_all * q.nhx) * N;
+  const bwd_mtile t = bwd_mtile_of(rt, f.E, mt_all);
+  const int m0 = t.m0, cnt = t.cnt, off = t.off;
+  const int wg = tid >> 7, lane = tid & 31, w4 = (tid >> 5) & 3;
+  const uint32_t ring = bwd_ring(smem);
+  /* A: chunk i is row ar + 32 i, 16-byte piece ach; valid while the row
+   * is one of the expert's pairs */
+  const int ar = tid / (BWD_BK / 8), ach = tid % (BWD_BK / 8);
+  const int avalid = cnt - m0 - ar;                 /* rows ar + 32 i < cnt - m0 */
+  const uint16_t *a0 = p.dh + (size_t)(off + m0 + ar) * 2 * I + ach * 8;
+  const uint32_t adst0 = bwd_k_sw128(ar, ach);      /* + 32 rows x 128 bytes a chunk */
+  /* B: chunk i is K row bk + 8 i, columns bc .. bc + 7 */
+  const int bk = tid / (N / 8), bc = (tid % (N / 8)) * 8;
+  const uint16_t *b0 = f.w1 + (size_t)t.e * 2 * I * H + h0 + (size_t)bk * H + bc;
+  const uint32_t bdst0 = bwd_mn_sw128(bk, bc);      /* + 8 K rows x 128 bytes a chunk */
+  float acc[N / 8][4];
+
+#pragma unroll
+  for(int j = 0; j < N / 8; j++)
+    acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+  bwd_pipeline<BWD_DX_STAGES_OF(DEPTH), BWD_DX_STAGE, DEPTH>(
+      2 * I / BWD_BK, ring,
+      [&](uint32_t st, int s) {
+#pragma unroll
+        for(int i = 0; i < PT; i++) {
+          const int ok = 32 * i < avalid;
+          cp_async16_zfill(st + adst0 + i * 32 * 128,
+                           ok ? (const void *)(a0 + (size_t)32 * i * 2 * I + s * BWD_BK)
+                              : (const void *)f.x,
+                           ok);
+        }
+        const uint16_t *b = b0 + (size_t)s * BWD_BK * H;
+#pragma unroll
+        for(int i = 0; i < PB; i++)
+          cp_async16(st + BWD_MN_TILE + bdst0 + i * 8 * 128, b + (size_t)8 * i * H);
+      },
+      [&](uint32_t st, int) {
+        bwd_mma_step<N, 0, 1, DEPTH>(
+            acc, wgmma_desc_sw128(st + wg * 64 * 128),
+            wgmma_desc_mn_sw128(st + BWD_MN_TILE, BWD_BK * 128, 1024));
+      });
+  wgmma_fence_acc(acc);                /* after the pipeline's last wait */
+#pragma unroll
+  for(int j = 0; j < N / 8; j++)
+#pragma unroll
+    for(int half = 0; half < 2; half++) {
+      const int r = wg * 64 + w4 * 16 + (lane >> 2) + 8 * half, c = j * 8 + 2 * (lane & 3);
+      if(m0 + r < cnt)
+        *(uint32_t *)(p.dxrow + (size_t)(off + m0 + r) * H + h0 + c) =
+            pack_bf16x2(acc[j][half * 2], acc[j][half * 2 + 1]);
+    }
+}
+#endif
 
 /* dW group g: up to BWD_DW_GROUP tiles of one expert that share one
  * operand, in one run of the pipeline. Their K = the expert's pairs is
@@ -757,14 +848,18 @@ static __device__ void bwd_dw_group(const hr__moe_bwd_params &p, const moe_route
   __syncthreads();
 }
 
-/* grads unit `unit`: [0, n_dx) the dx rows of M tile unit / nh (dh W1,
+/* grads unit `unit`: [0, n_dx) the dx rows of M tile unit / nhx (dh W1,
  * K = 2I); then the dW groups (bwd_dw_group). */
 template <int DEPTH, int KEEP>
 static __device__ void bwd_grads_tile(const hr__moe_bwd_params &p, const moe_route &rt,
                                       const bwd_plan &q, uint8_t *smem, int unit)
 {
   if(unit < q.n_dx)
+#if HR_EXP_DX256
+    bwd_dx_tile_wide<DEPTH>(p, rt, q, smem, unit);
+#else
     bwd_dx_tile<DEPTH>(p, rt, q, smem, unit);
+#endif
   else
     bwd_dw_group<DEPTH, KEEP>(p, rt, q, smem, unit - q.n_dx);
 }

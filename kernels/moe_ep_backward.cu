@@ -25,6 +25,9 @@
  * sum runs in the order of the single-GPU backward's, so the results are
  * bitwise hr_moe_backward's over the same global weights and inputs.
  */
+/* The wide dx tile (HR_EXP_DX256, moe_bwd_tiles.cuh) spills 4 bytes in
+ * this kernel's barrier form: the EP backward keeps the 128-wide one. */
+#undef HR_EXP_DX256
 #include "moe_bwd_tiles.cuh"
 #include "moe_ep_combine.cuh"
 #include "moe_host.h"

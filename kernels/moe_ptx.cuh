@@ -327,7 +327,7 @@ static __device__ __forceinline__ void wgmma_m64k16(float (&d)[NT][4], uint64_t 
   }
 }
 
-/* d[64 x N] += A[64 x 16] * B[16 x N] from shared memory (N 64 or 128),
+/* d[64 x N] += A[64 x 16] * B[16 x N] from shared memory (N 64, 128 or 256),
  * each operand K-major (wgmma_desc_sw128) or, where TA / TB is 1, MN-major
  * (wgmma_desc_mn_sw128; the transpose bit set), bf16 in, fp32
  * accumulators in wgmma_m64k16's layout. The backward's GEMMs, whose
@@ -339,8 +339,24 @@ template <int N, int TA, int TB>
 static __device__ __forceinline__ void wgmma_m64k16_t(float (&d)[N / 8][4], uint64_t da,
                                                       uint64_t db, int add = 1)
 {
-  static_assert(N == 64 || N == 128, "the backward's two widths");
-  if constexpr(N == 128)
+  static_assert(N == 64 || N == 128 || N == 256, "the backward's widths");
+  if constexpr(N == 256)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %132, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+                 "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+                 "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+                 "%96, %97, %98, %99, %100, %101, %102, %103, "
+                 "%104, %105, %106, %107, %108, %109, %110, %111, "
+                 "%112, %113, %114, %115, %116, %117, %118, %119, "
+                 "%120, %121, %122, %123, %124, %125, %126, %127}, "
+                 "%128, %129, p, 1, 1, %130, %131;\n}\n"
+                 : HR__WGMMA_ACC32(0)
+                 : "l"(da), "l"(db), "n"(TA), "n"(TB), "r"(add));
+  else if constexpr(N == 128)
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %68, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
                  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
@@ -360,6 +376,7 @@ static __device__ __forceinline__ void wgmma_m64k16_t(float (&d)[N / 8][4], uint
                  : "l"(da), "l"(db), "n"(TA), "n"(TB), "r"(add));
 }
 
+#undef HR__WGMMA_ACC32
 #undef HR__WGMMA_ACC16
 #undef HR__WGMMA_ACC12
 #undef HR__WGMMA_ACC8
