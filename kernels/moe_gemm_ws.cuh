@@ -20,7 +20,10 @@
  * mbarriers and the claim ring, as in moe_gemm_tma.cuh: the producer
  * claims the units, places them in the ring two ahead and loads their
  * steps; the MMA warps wait on `full`, issue, release `empty`, store.
- * Every wait is bounded by the launch's timeout, on both sides.
+ * Every wait is bounded by the launch's timeout, on both sides; when the
+ * MMA warps stop on a timeout they say so in the command word
+ * (HR__MOE_WS_ABANDON), and a producer waiting for a release they will
+ * never make stops too.
  *
  * Where GEMM1 gathers its token rows (moe_gather_on), the producer's 128
  * threads copy them, a row each, with cp.async into the slot its first
@@ -46,8 +49,11 @@
 /* The producer warpgroup's own named barrier (the gather's steps). */
 #define HR__MOE_WS_PBAR 3
 #define HR__MOE_WS_PTHREADS 128
-/* The command word's values besides a stage (1, 2) to load. */
+/* The command word's values besides a stage (1, 2) to load: leave the
+ * kernel; and, set by the 256 while a stage's loads may still be
+ * waiting, abandon them (the MMA warps timed out and stopped). */
 #define HR__MOE_WS_EXIT 0
+#define HR__MOE_WS_ABANDON (-1)
 
 static_assert(HR__MOE_WS_THREADS * 168 <= 65536 &&
               HR__MOE_THREADS * HR__MOE_WS_REGS_MMA + 128 * HR__MOE_WS_REGS_PRODUCER <= 65536,
@@ -71,6 +77,29 @@ static __device__ __forceinline__ void setmaxnreg_dec(void)
 static __device__ __forceinline__ void moe_ws_meet(void)
 {
   barrier_sync(HR__MOE_WS_BAR, HR__MOE_WS_THREADS);
+}
+
+/* The producer's wait for a slot's release: mbar_wait's, which also
+ * gives up once the 256 have abandoned the stage (they timed out on
+ * another wait and will release nothing more), so that the producer
+ * meets them at the stage's end at once instead of a timeout later. */
+static __device__ __forceinline__ int moe_ws_wait_empty(const hr__moe_params &p, uint64_t *bar,
+                                                        unsigned par, const volatile int *cmd)
+{
+  unsigned long long t0 = 0;
+  unsigned it = 0;
+  while(!mbar_try_wait(bar, par)) {
+    if((++it & 255) == 0) {
+      const unsigned long long now = global_timer_ns();
+      if(*cmd == HR__MOE_WS_ABANDON)
+        return 0;
+      if(t0 == 0)
+        t0 = now;
+      else if(now - t0 > p.timeout_ns)
+        return 0;
+    }
+  }
+  return 1;
 }
 
 /* A step the producer's first thread hands to the others (the gather's
@@ -126,7 +155,7 @@ static __device__ __forceinline__ void moe_ws_gather(const hr__moe_params &p, ui
  * the launch fails). */
 template <class C, int STAGE, int G>
 static __device__ void moe_ws_produce(const hr__moe_params &p, const moe_route &rt,
-                                      uint8_t *smem)
+                                      uint8_t *smem, const volatile int *cmd)
 {
   const moe_stage_dims d = moe_stage_dims_of<C, STAGE>(p, rt);
   const int pt = (int)threadIdx.x - HR__MOE_THREADS;
@@ -158,7 +187,7 @@ static __device__ void moe_ws_produce(const hr__moe_params &p, const moe_route &
                   ? -1 : tma_claim<STAGE>(p, d.units, d.units1);
       }
       if(!stop && s >= C::STAGES &&
-         !mbar_wait(p, empty + slot, (unsigned)(s / C::STAGES - 1) & 1u))
+         !moe_ws_wait_empty(p, empty + slot, (unsigned)(s / C::STAGES - 1) & 1u, cmd))
         stop = 1;
       /* the tests' faults: the refill that moe_gemm_tma.cuh's thread 0
        * would leave out at its step s - STAGES + 1 */
@@ -201,14 +230,14 @@ static __device__ void moe_ws_producer(const hr__moe_params &p, const moe_route 
   for(;;) {
     moe_ws_meet();                       /* a stage's start, or the exit */
     const int c = *cmd;
-    if(c == HR__MOE_WS_EXIT)
+    if(c != 1 && c != 2)                 /* HR__MOE_WS_EXIT */
       return;
     if(c == 1 && moe_gather_on(p))
-      moe_ws_produce<moe_tile_big_tma, 1, 1>(p, rt, smem);
+      moe_ws_produce<moe_tile_big_tma, 1, 1>(p, rt, smem, cmd);
     else if(c == 1)
-      moe_ws_produce<moe_tile_big_tma, 1, 0>(p, rt, smem);
+      moe_ws_produce<moe_tile_big_tma, 1, 0>(p, rt, smem, cmd);
     else
-      moe_ws_produce<moe_tile_big_tma, 2, 0>(p, rt, smem);
+      moe_ws_produce<moe_tile_big_tma, 2, 0>(p, rt, smem, cmd);
     moe_ws_meet();                       /* the stage's end */
   }
 }
@@ -273,6 +302,8 @@ __device__ int moe_gemm_stage_ws_run(const hr__moe_params &p, const moe_route &r
     fence_proxy_async_global();          /* GEMM2's TMA reads h */
   }
   ok = !HR__SYNC_OR(dead);
+  if(tid == 0 && !ok)
+    *cmd = HR__MOE_WS_ABANDON;           /* a producer waiting on a release stops */
   moe_ws_meet();                         /* end: the producer is done */
   if(tid == 0 && d.units > 0 && ok)
     tma_barriers_inval<C, STAGE, 0>(full, empty, g);
