@@ -154,7 +154,7 @@ kernels: deps
 
 # ---- tests --------------------------------------------------------------
 test: deps-test
-	@$(MAKE) --no-print-directory all $(UNIT_TESTS) $(INTEG_TESTS) $(GPU_TESTS)
+	@$(MAKE) --no-print-directory -j$(NPROC) all $(UNIT_TESTS) $(INTEG_TESTS) $(GPU_TESTS)
 	@HR_OBJDIR=$(OBJDIR) HR_LIBDIR=$(LIBDIR) sh tests/run_tests.sh $(UNIT_TESTS) $(INTEG_TESTS) $(GPU_TESTS)
 
 gpu-test: deps
