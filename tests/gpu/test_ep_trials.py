@@ -607,14 +607,13 @@ class Run:
                     mega99=float("nan"), coll50=float("nan"), coll99=float("nan"),
                     detail=detail)
 
-    def table(self):
-        import torch
+    def table(self, machine):
+        """The phases' rows as markdown; machine: what ran them."""
         lines = [
             "# The expert-parallel kernel beside NCCL: the trials (%s)"
             % time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "",
-            "- machine: %d x %s; torch %s" % (self.world, torch.cuda.get_device_name(self.dev),
-                                             torch.__version__),
+            "- machine: %s" % machine,
             "- command: `%s` (tests/gpu/test_ep_trials.sh, under torchrun, one process a GPU)"
             % " ".join(["test_ep_trials.py"] + sys.argv[1:]),
             "- shape %s (E %d H %d I %d k %d), %d experts a rank, tokens a rank <= %d; seed %d"
@@ -668,7 +667,8 @@ class Run:
         ok = all(r["ok"] for r in self.rows)
         if self.rank == 0 and o.out:
             with open(o.out, "w") as f:
-                f.write(self.table())
+                f.write(self.table("%d x %s; torch %s" % (
+                    self.world, torch.cuda.get_device_name(self.dev), torch.__version__)))
         log("PASS" if ok else "FAIL: " + ", ".join(r["phase"] for r in self.rows
                                                     if not r["ok"]))
         return 0 if ok else 1
