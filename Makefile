@@ -91,6 +91,9 @@ deps-test:
 # kernels, which take minutes on a small machine and which headroomd does
 # not use (make or make kernels builds them).
 NPROC    := $(shell nproc 2>/dev/null || echo 2)
+# Every core for the builds that make run and make test start, unless the
+# caller gave its own -j (then its job server is shared, not reset).
+JOBS      = $(if $(filter -j%,$(MAKEFLAGS)),,-j$(NPROC))
 RUN_DIR  := $(CURDIR)/$(BUILD)/run
 RUN_SOCKET := $(RUN_DIR)/headroom.sock
 RUN_PID  := $(RUN_DIR)/headroomd.pid
@@ -103,7 +106,7 @@ RUN_BINS := $(BINDIR)/headroomd $(BINDIR)/headroomctl $(BINDIR)/headroom-run \
 # policy without root.
 define RUN_PREPARE
 	@echo "make run: building headroomd and its tools (make -j$(NPROC)); the CUDA kernels build with make kernels"
-	@$(MAKE) --no-print-directory -s -j$(NPROC) $(RUN_BINS)
+	@$(MAKE) --no-print-directory -s $(JOBS) $(RUN_BINS)
 	@mkdir -p $(RUN_DIR)
 	@printf '# written by make run: a daemon for %s only\nsocket_mode = 0600\noperator_group = %s\n' \
 	  "$$(id -un)" "$$(id -gn)" > $(RUN_CONF)
@@ -154,7 +157,7 @@ kernels: deps
 
 # ---- tests --------------------------------------------------------------
 test: deps-test
-	@$(MAKE) --no-print-directory -j$(NPROC) all $(UNIT_TESTS) $(INTEG_TESTS) $(GPU_TESTS)
+	@$(MAKE) --no-print-directory $(JOBS) all $(UNIT_TESTS) $(INTEG_TESTS) $(GPU_TESTS)
 	@HR_OBJDIR=$(OBJDIR) HR_LIBDIR=$(LIBDIR) sh tests/run_tests.sh $(UNIT_TESTS) $(INTEG_TESTS) $(GPU_TESTS)
 
 gpu-test: deps
