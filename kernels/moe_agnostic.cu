@@ -580,9 +580,8 @@ static __device__ int agn_gemm_run_tma(const hr__moe_params &p, const moe_route 
   const int tid = threadIdx.x;
   const moe_stage_dims d = moe_stage_dims_of<C, STAGE>(p, rt);
   const int nk = d.nk, nf = d.nf;
-  uint8_t *const pipe = moe_pipe<C>(smem);
-  uint64_t *const full = (uint64_t *)(pipe + C::PIPE_BYTES);
-  uint64_t *const empty = full + C::STAGES;
+  /* the ring here is sh.ring: this kernel claims into its own */
+  [[maybe_unused]] const auto [pipe, full, empty, tma_ring] = tma_pipe_of<C>(smem);
   const tma_posts g = tma_posts_of<C>(pipe);   /* the gather's posts */
   float acc[C::MT][C::NT][4];
   moe_unit un, lun;                  /* the MMAs' unit; the producer's */

@@ -145,6 +145,25 @@ struct tma_posts {
   tma_gather_req *req;
 };
 
+/* A TMA run's shared memory: the stages, then the slots' `full` and
+ * `empty` barriers, then the claim ring (HR__MOE_TMA_BARS_BYTES). */
+struct tma_pipe {
+  uint8_t *pipe;
+  uint64_t *full, *empty;
+  int *ring;
+};
+
+template <class C>
+static __device__ __forceinline__ tma_pipe tma_pipe_of(uint8_t *smem)
+{
+  tma_pipe t;
+  t.pipe = moe_pipe<C>(smem);
+  t.full = (uint64_t *)(t.pipe + C::PIPE_BYTES);
+  t.empty = t.full + C::STAGES;
+  t.ring = (int *)(t.empty + C::STAGES);
+  return t;
+}
+
 template <class C>
 static __device__ __forceinline__ tma_posts tma_posts_of(uint8_t *pipe)
 {
@@ -579,10 +598,7 @@ __device__ int moe_gemm_stage_tma_run(const hr__moe_params &p, const moe_route &
   const int tid = threadIdx.x;
   const moe_stage_dims d = moe_stage_dims_of<C, STAGE>(p, rt);
   const int nk = d.nk, nf = d.nf, units1 = d.units1, units = d.units;
-  uint8_t *const pipe = moe_pipe<C>(smem);
-  uint64_t *const full = (uint64_t *)(pipe + C::PIPE_BYTES);
-  uint64_t *const empty = full + C::STAGES;
-  int *const ring = (int *)(empty + C::STAGES);
+  const auto [pipe, full, empty, ring] = tma_pipe_of<C>(smem);
   const tma_posts g = tma_posts_of<C>(pipe);   /* the gather's posts */
   float acc[C::MT][C::NT][4];
   moe_unit un, lun;                  /* the MMAs' unit; the producer's */

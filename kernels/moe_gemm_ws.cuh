@@ -159,10 +159,7 @@ static __device__ void moe_ws_produce(const hr__moe_params &p, const moe_route &
 {
   const moe_stage_dims d = moe_stage_dims_of<C, STAGE>(p, rt);
   const int pt = (int)threadIdx.x - HR__MOE_THREADS;
-  uint8_t *const pipe = moe_pipe<C>(smem);
-  uint64_t *const full = (uint64_t *)(pipe + C::PIPE_BYTES);
-  uint64_t *const empty = full + C::STAGES;
-  int *const ring = (int *)(empty + C::STAGES);
+  const auto [pipe, full, empty, ring] = tma_pipe_of<C>(smem);
   /* the handed step: in the gather's posts (moe_gemm_tma.cuh), unused here */
   volatile moe_ws_step *const st = (volatile moe_ws_step *)tma_posts_of<C>(pipe).req;
   tma_gather_req req;
@@ -261,10 +258,7 @@ __device__ int moe_gemm_stage_ws_run(const hr__moe_params &p, const moe_route &r
   const int tid = threadIdx.x;
   const moe_stage_dims d = moe_stage_dims_of<C, STAGE>(p, rt);
   const int nk = d.nk, nf = d.nf;
-  uint8_t *const pipe = moe_pipe<C>(smem);
-  uint64_t *const full = (uint64_t *)(pipe + C::PIPE_BYTES);
-  uint64_t *const empty = full + C::STAGES;
-  int *const ring = (int *)(empty + C::STAGES);
+  const auto [pipe, full, empty, ring] = tma_pipe_of<C>(smem);
   const tma_posts g = tma_posts_of<C>(pipe);
   float acc[C::MT][C::NT][4];
   moe_unit un;
